@@ -1,0 +1,25 @@
+// Package api holds the wire-level knowledge of the two APIs compactd serves: how to skim a
+// request body for the parts that matter (item boundaries and types, compaction items, triggers,
+// context_management) without decoding message contents, how to splice a rewritten input back in
+// as raw JSON, and the error envelopes of each dialect.
+package api
+
+// Item is one element of a Responses `input` array, kept as the exact bytes the client sent so
+// that fields compactd does not know survive untouched and upstream prompt caches keep hitting.
+type Item struct {
+	// Raw is the item's JSON exactly as received.
+	Raw []byte
+	// Type is the item's "type"; a bare {"role":…,"content":…} easy message has Type "message".
+	Type string
+	// Role is the message role ("user", "assistant", "system", "developer") or "" for non-messages.
+	Role string
+}
+
+// IsInstruction reports whether the item is a system or developer message: client instructions
+// that are re-sent every turn rather than conversation history.
+func (it Item) IsInstruction() bool {
+	return it.Type == "message" && (it.Role == "system" || it.Role == "developer")
+}
+
+// IsUserMessage reports whether the item is a message from the user.
+func (it Item) IsUserMessage() bool { return it.Type == "message" && it.Role == "user" }
