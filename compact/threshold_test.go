@@ -1,0 +1,96 @@
+package compact
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestParseContextManagement(t *testing.T) {
+	cases := []struct {
+		name      string
+		raw       string
+		want      Threshold
+		wantParam string // "" = valid
+	}{
+		{"absent", ``, Threshold{}, ""},
+		{"null field", `null`, Threshold{}, ""},
+		{"threshold absent", `[{"type":"compaction"}]`, Threshold{Set: true}, ""},
+		{"threshold null", `[{"type":"compaction","compact_threshold":null}]`, Threshold{Set: true}, ""},
+		{"1000 is the minimum", `[{"type":"compaction","compact_threshold":1000}]`, Threshold{true, 1000}, ""},
+		{"documented example", `[{"type":"compaction","compact_threshold":200000}]`, Threshold{true, 200000}, ""},
+		{"extra fields allowed", `[{"type":"compaction","compact_threshold":5000,"future":{"x":1}}]`, Threshold{true, 5000}, ""},
+		{"smallest of several wins", `[{"type":"compaction","compact_threshold":9000},{"type":"compaction","compact_threshold":3000},{"type":"compaction"}]`, Threshold{true, 3000}, ""},
+		{"not an array", `{"type":"compaction"}`, Threshold{}, "context_management"},
+		{"string", `"compaction"`, Threshold{}, "context_management"},
+		{"empty array", `[]`, Threshold{}, "context_management"},
+		{"entry not an object", `["compaction"]`, Threshold{}, "context_management[0]"},
+		{"missing type", `[{"compact_threshold":2000}]`, Threshold{}, "context_management[0].type"},
+		{"wrong type", `[{"type":"compact_20260112"}]`, Threshold{}, "context_management[0].type"},
+		{"type not a string", `[{"type":1}]`, Threshold{}, "context_management[0].type"},
+		{"999 below minimum", `[{"type":"compaction","compact_threshold":999}]`, Threshold{}, "context_management[0].compact_threshold"},
+		{"negative", `[{"type":"compaction","compact_threshold":-5000}]`, Threshold{}, "context_management[0].compact_threshold"},
+		{"fraction", `[{"type":"compaction","compact_threshold":1000.5}]`, Threshold{}, "context_management[0].compact_threshold"},
+		{"integral fraction", `[{"type":"compaction","compact_threshold":1000.0}]`, Threshold{}, "context_management[0].compact_threshold"},
+		{"exponent 1e4", `[{"type":"compaction","compact_threshold":1e4}]`, Threshold{}, "context_management[0].compact_threshold"},
+		{"string number", `[{"type":"compaction","compact_threshold":"2000"}]`, Threshold{}, "context_management[0].compact_threshold"},
+		{"overflow", `[{"type":"compaction","compact_threshold":99999999999999999999999}]`, Threshold{}, "context_management[0].compact_threshold"},
+		{"second entry reported by index", `[{"type":"compaction"},{"type":"compaction","compact_threshold":10}]`, Threshold{}, "context_management[1].compact_threshold"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseContextManagement([]byte(tc.raw))
+			if tc.wantParam == "" {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				if got != tc.want {
+					t.Errorf("got %+v, want %+v", got, tc.want)
+				}
+				return
+			}
+			var pe *ParamError
+			if !errors.As(err, &pe) {
+				t.Fatalf("got %+v, %v; want a *ParamError", got, err)
+			}
+			if pe.Param != tc.wantParam {
+				t.Errorf("param %q, want %q", pe.Param, tc.wantParam)
+			}
+			if pe.Message == "" {
+				t.Error("empty message")
+			}
+		})
+	}
+}
+
+func TestPolicyEffective(t *testing.T) {
+	client := Threshold{Set: true, Tokens: 50_000}
+	clientDefault := Threshold{Set: true}
+	none := Threshold{}
+	cases := []struct {
+		name    string
+		p       Policy
+		t       Threshold
+		tokens  int
+		trigger string
+	}{
+		{"off, client silent", Policy{}, none, 0, ""},
+		{"off, client threshold", Policy{}, client, 50_000, "threshold"},
+		{"off, client null uses 200000", Policy{}, clientDefault, DefaultClientThreshold, "threshold"},
+		{"custom client default", Policy{DefaultClientThreshold: 120_000}, clientDefault, 120_000, "threshold"},
+		{"policy, client silent", Policy{Threshold: 150_000}, none, 150_000, "policy"},
+		{"policy yields to client", Policy{Threshold: 150_000}, client, 50_000, "threshold"},
+		{"policy yields to client default", Policy{Threshold: 150_000}, clientDefault, DefaultClientThreshold, "threshold"},
+		{"override beats client", Policy{Threshold: 150_000, Override: true}, client, 150_000, "policy"},
+		{"override, client silent", Policy{Threshold: 150_000, Override: true}, none, 150_000, "policy"},
+		{"override without threshold leaves client", Policy{Override: true}, client, 50_000, "threshold"},
+		{"override without threshold, client silent", Policy{Override: true}, none, 0, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tokens, trigger := tc.p.Effective(tc.t)
+			if tokens != tc.tokens || trigger != tc.trigger {
+				t.Errorf("Effective = (%d,%q), want (%d,%q)", tokens, trigger, tc.tokens, tc.trigger)
+			}
+		})
+	}
+}
