@@ -1,0 +1,395 @@
+// Package summarizer is compactd's client for the summariser LLM: it turns a rendered transcript
+// into a dense handoff summary by calling any OpenAI-compatible server (OpenAI, vLLM, Ollama,
+// LiteLLM) over the Responses API or Chat Completions.
+//
+// It knows nothing of proxying, items or sealing: the input is a list of already rendered text
+// entries, the output is the summary text with usage. Transcripts larger than the summariser's
+// context window are summarised in order, chunk by chunk, each call folding in the previous
+// call's summary, so a long session never fails for being long.
+package summarizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+)
+
+// Auth carries the caller's credentials.
+type Auth struct {
+	// Header carries the caller's credentials to forward when the summariser shares the caller's
+	// upstream and no API key is configured: the values of "Authorization" and/or "api-key" /
+	// "OpenAI-Organization"/"OpenAI-Project" headers as received.
+	Header http.Header
+}
+
+// Request is one summarisation.
+type Request struct {
+	Model        string   // the request's own model; used unless Config.Model is set
+	Entries      []string // transcript entries, oldest first ("[user] …", "[tool output] …")
+	Instructions string   // replaces DefaultPrompt when non-empty (Anthropic's `instructions`)
+	Previous     string   // an earlier summary to fold in (chained compactions)
+	Auth         Auth
+}
+
+// Usage is token usage summed over every call a summarisation made.
+type Usage struct {
+	InputTokens, OutputTokens, TotalTokens, CachedTokens, ReasoningTokens int64
+}
+
+func (u *Usage) add(o Usage) {
+	u.InputTokens += o.InputTokens
+	u.OutputTokens += o.OutputTokens
+	u.TotalTokens += o.TotalTokens
+	u.CachedTokens += o.CachedTokens
+	u.ReasoningTokens += o.ReasoningTokens
+}
+
+// Result is a finished summarisation.
+type Result struct {
+	Summary string
+	Model   string // the model the summariser reported (the requested one if it reported none)
+	Usage   Usage
+	Calls   int // LLM calls made: one per chunk, plus any retried after a context overflow
+}
+
+// Summarizer compresses a transcript into a summary. Implementations are safe for concurrent
+// use.
+//
+// Summarize returns one of: a Result; ErrNothingToSummarize; the caller's context error when ctx
+// ends; or an *Error (which matches ErrUnavailable) for every other failure. On error the Result
+// still carries Calls and Usage of the calls made, for accounting.
+type Summarizer interface {
+	Summarize(ctx context.Context, req Request) (Result, error)
+}
+
+// API names accepted in Config.API.
+const (
+	APIResponses = "responses"
+	APIChat      = "chat"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultContextTokens   = 128000
+	DefaultMaxOutputTokens = 8192
+	DefaultTimeout         = 120 * time.Second
+)
+
+// Config configures the summariser client.
+type Config struct {
+	BaseURL         string           // required, e.g. "https://api.openai.com/v1" or "http://127.0.0.1:8000/v1"
+	APIKey          string           // if empty, forward req.Auth headers instead
+	Model           string           // if empty, use req.Model
+	API             string           // "responses" (default) or "chat"
+	ContextTokens   int              // summariser's context window; default 128000
+	MaxOutputTokens int              // default 8192
+	Timeout         time.Duration    // per call; default 120s
+	HTTPClient      *http.Client     // optional; default http.DefaultClient
+	CountTokens     func(string) int // optional exact counter; default EstimateTokens
+}
+
+// forwardedHeaders are the caller credentials copied onto summariser calls when no APIKey is
+// configured. Nothing else of the caller's request is forwarded.
+var forwardedHeaders = []string{"Authorization", "Api-Key", "OpenAI-Organization", "OpenAI-Project"}
+
+const (
+	// callOverhead covers per-message framing tokens (roles, separators) that counting the
+	// texts alone misses.
+	callOverhead = 32
+	// minChunkTokens is the smallest transcript budget worth a call; below it the context
+	// window is misconfigured (or the instructions or previous summary fill it).
+	minChunkTokens = 64
+	// maxOverflowSplits bounds how often one summarisation re-splits a chunk the server said
+	// was over its context window (the token estimate was too low).
+	maxOverflowSplits = 4
+)
+
+type client struct {
+	cfg       Config
+	count     func(string) int
+	responses responses.ResponseService
+	chat      openai.ChatCompletionService
+}
+
+// New validates cfg, applies defaults, and returns a Summarizer. It reads no environment
+// variables: the SDK's OPENAI_API_KEY / OPENAI_BASE_URL defaults would otherwise override the
+// forwarded caller credentials or send them to the wrong host.
+func New(cfg Config) (Summarizer, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("summarizer: BaseURL must be an absolute http(s) URL, got %q", cfg.BaseURL)
+	}
+	switch cfg.API {
+	case "":
+		cfg.API = APIResponses
+	case APIResponses, APIChat:
+	default:
+		return nil, fmt.Errorf("summarizer: API must be %q or %q, got %q", APIResponses, APIChat, cfg.API)
+	}
+	if cfg.ContextTokens == 0 {
+		cfg.ContextTokens = DefaultContextTokens
+	}
+	if cfg.MaxOutputTokens == 0 {
+		cfg.MaxOutputTokens = DefaultMaxOutputTokens
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.ContextTokens < 0 || cfg.MaxOutputTokens < 0 || cfg.Timeout < 0 {
+		return nil, errors.New("summarizer: ContextTokens, MaxOutputTokens and Timeout must not be negative")
+	}
+	if cfg.MaxOutputTokens >= cfg.ContextTokens {
+		return nil, fmt.Errorf("summarizer: MaxOutputTokens (%d) must be below ContextTokens (%d)", cfg.MaxOutputTokens, cfg.ContextTokens)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
+	c := &client{cfg: cfg, count: cfg.CountTokens}
+	if c.count == nil {
+		c.count = EstimateTokens
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithHTTPClient(cfg.HTTPClient),
+		// The proxy owns retry policy; SDK retries would multiply its attempts and hide 429s.
+		option.WithMaxRetries(0),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	c.responses = responses.NewResponseService(opts...)
+	c.chat = openai.NewChatCompletionService(opts...)
+	return c, nil
+}
+
+// Summarize implements Summarizer.
+func (c *client) Summarize(ctx context.Context, req Request) (Result, error) {
+	model := c.cfg.Model
+	if model == "" {
+		model = req.Model
+	}
+	if model == "" {
+		return Result{}, &Error{Err: errors.New("no model: set Config.Model or Request.Model")}
+	}
+	entries := make([]string, 0, len(req.Entries))
+	for _, e := range req.Entries {
+		if strings.TrimSpace(e) != "" {
+			entries = append(entries, e)
+		}
+	}
+	if len(entries) == 0 {
+		return Result{}, ErrNothingToSummarize
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	chunks, err := c.plan(req, entries)
+	if err != nil {
+		return Result{}, err
+	}
+
+	opts := c.credentialOptions(req.Auth)
+	res := Result{Model: model}
+	prev, splits := req.Previous, 0
+	for i := 0; i < len(chunks); i++ {
+		out, err := c.call(ctx, model, instructionsFor(req.Instructions, prev != ""), userMessage(prev, chunks[i]), opts)
+		res.Calls++
+		res.Usage.add(out.usage)
+		if err != nil {
+			if isContextOverflow(err) && splits < maxOverflowSplits {
+				if sub := c.split(chunks[i]); sub != nil {
+					splits++
+					chunks = slices.Replace(chunks, i, i+1, sub...)
+					i--
+					continue
+				}
+			}
+			return res, err
+		}
+		prev = out.text
+		if out.model != "" {
+			res.Model = out.model
+		}
+	}
+	res.Summary = prev
+	return res, nil
+}
+
+// plan decides the calls: one if everything fits the summariser's window, else chunks sized so
+// that every call — the first carrying req.Previous, later ones the previous chunk's summary,
+// which the output limit bounds — fits with room for the output.
+func (c *client) plan(req Request, entries []string) ([][]string, error) {
+	counts := make([]int, len(entries))
+	sep := c.count(entrySeparator)
+	total := 0
+	for i, e := range entries {
+		counts[i] = c.count(e)
+		total += counts[i] + sep
+	}
+	fixed := c.cfg.MaxOutputTokens + callOverhead
+	single := fixed + c.count(instructionsFor(req.Instructions, req.Previous != "")) +
+		c.count(userMessage(req.Previous, nil)) + total
+	if single <= c.cfg.ContextTokens {
+		return [][]string{entries}, nil
+	}
+	reserve := max(c.cfg.MaxOutputTokens, c.count(req.Previous))
+	budget := c.cfg.ContextTokens - fixed - reserve -
+		c.count(instructionsFor(req.Instructions, true)) - c.count(userMessage(" ", nil))
+	if budget < minChunkTokens {
+		return nil, &Error{Err: fmt.Errorf("context window of %d tokens leaves %d for the transcript after instructions, previous summary and output", c.cfg.ContextTokens, budget)}
+	}
+	return chunkCounted(entries, counts, budget, c.count), nil
+}
+
+// split re-chunks a chunk the server rejected as too long into pieces of half its estimated
+// size (truncating further if it is a single entry), or returns nil if that would fall below
+// minChunkTokens.
+func (c *client) split(chunk []string) [][]string {
+	total := 0
+	for _, e := range chunk {
+		total += c.count(e)
+	}
+	half := total / 2
+	if half < minChunkTokens {
+		return nil
+	}
+	return Chunk(chunk, half, c.count)
+}
+
+// credentialOptions returns the per-request options carrying the caller's credentials, or none
+// when an API key is configured: the configured key must never be mixed with a caller's.
+func (c *client) credentialOptions(a Auth) []option.RequestOption {
+	if c.cfg.APIKey != "" || a.Header == nil {
+		return nil
+	}
+	var opts []option.RequestOption
+	for _, k := range forwardedHeaders {
+		if v := a.Header.Get(k); v != "" {
+			opts = append(opts, option.WithHeader(k, v))
+		}
+	}
+	return opts
+}
+
+// callOutput is the result of one LLM call.
+type callOutput struct {
+	text  string
+	model string
+	usage Usage
+	cut   bool // the output limit stopped generation
+}
+
+// call makes one summariser call under the per-call timeout and maps its outcome onto the
+// package's error contract.
+func (c *client) call(ctx context.Context, model, instructions, input string, opts []option.RequestOption) (callOutput, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	var resp *http.Response
+	opts = append(slices.Clip(opts), option.WithResponseInto(&resp))
+	var (
+		out callOutput
+		err error
+	)
+	if c.cfg.API == APIChat {
+		out, err = c.callChat(cctx, model, instructions, input, opts)
+	} else {
+		out, err = c.callResponses(cctx, model, instructions, input, opts)
+	}
+	if err != nil {
+		return callOutput{}, classify(ctx, resp, err)
+	}
+	out.text = cleanSummary(out.text)
+	if out.text == "" {
+		status := http.StatusOK
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		// Cut off by the output limit, a retry would stop at the same place.
+		return out, &Error{Status: status, Retryable: !out.cut, Err: ErrEmptySummary}
+	}
+	return out, nil
+}
+
+func (c *client) callResponses(ctx context.Context, model, instructions, input string, opts []option.RequestOption) (callOutput, error) {
+	r, err := c.responses.New(ctx, responses.ResponseNewParams{
+		Model:        model,
+		Instructions: openai.String(instructions),
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			responses.ResponseInputItemParamOfMessage(input, responses.EasyInputMessageRoleUser),
+		}},
+		// The transcript is private to this compaction; nothing should outlive the call.
+		Store:           openai.Bool(false),
+		MaxOutputTokens: openai.Int(int64(c.cfg.MaxOutputTokens)),
+	}, opts...)
+	if err != nil {
+		return callOutput{}, err
+	}
+	u := r.Usage
+	return callOutput{
+		text:  r.OutputText(),
+		model: r.Model,
+		cut:   r.IncompleteDetails.Reason == "max_output_tokens",
+		usage: Usage{
+			InputTokens:     u.InputTokens,
+			OutputTokens:    u.OutputTokens,
+			TotalTokens:     u.TotalTokens,
+			CachedTokens:    u.InputTokensDetails.CachedTokens,
+			ReasoningTokens: u.OutputTokensDetails.ReasoningTokens,
+		},
+	}, nil
+}
+
+func (c *client) callChat(ctx context.Context, model, instructions, input string, opts []option.RequestOption) (callOutput, error) {
+	r, err := c.chat.New(ctx, openai.ChatCompletionNewParams{
+		Model: model,
+		Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.SystemMessage(instructions),
+			openai.UserMessage(input),
+		},
+		// max_completion_tokens, not the deprecated max_tokens: OpenAI's reasoning models
+		// reject the latter, and vLLM and LiteLLM accept both.
+		MaxCompletionTokens: openai.Int(int64(c.cfg.MaxOutputTokens)),
+	}, opts...)
+	if err != nil {
+		return callOutput{}, err
+	}
+	out := callOutput{
+		model: r.Model,
+		usage: Usage{
+			InputTokens:     r.Usage.PromptTokens,
+			OutputTokens:    r.Usage.CompletionTokens,
+			TotalTokens:     r.Usage.TotalTokens,
+			CachedTokens:    r.Usage.PromptTokensDetails.CachedTokens,
+			ReasoningTokens: r.Usage.CompletionTokensDetails.ReasoningTokens,
+		},
+	}
+	if len(r.Choices) > 0 {
+		out.text = r.Choices[0].Message.Content
+		out.cut = r.Choices[0].FinishReason == "length"
+	}
+	return out, nil
+}
+
+// cleanSummary trims the text and drops a leading <think>…</think> block, which open reasoning
+// models served without a reasoning parser put in the content. An unclosed block means the
+// model ran out of tokens while thinking: there is no summary.
+func cleanSummary(s string) string {
+	s = strings.TrimSpace(s)
+	if rest, ok := strings.CutPrefix(s, "<think>"); ok {
+		_, after, closed := strings.Cut(rest, "</think>")
+		if !closed {
+			return ""
+		}
+		s = strings.TrimSpace(after)
+	}
+	return s
+}
