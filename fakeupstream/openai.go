@@ -1,0 +1,452 @@
+package fakeupstream
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/tidwall/gjson"
+)
+
+// Wire types of the OpenAI Responses API, trimmed to what a completed text or function-call turn
+// carries. Field names follow openai-go v3 responses.Response.
+
+type oaiResponse struct {
+	ID                 string          `json:"id"`
+	Object             string          `json:"object"`
+	CreatedAt          int64           `json:"created_at"`
+	Status             string          `json:"status"`
+	Background         bool            `json:"background"`
+	CompletedAt        any             `json:"completed_at"`
+	Error              any             `json:"error"`
+	IncompleteDetails  any             `json:"incomplete_details"`
+	Instructions       json.RawMessage `json:"instructions"`
+	MaxOutputTokens    any             `json:"max_output_tokens"`
+	MaxToolCalls       any             `json:"max_tool_calls"`
+	Model              string          `json:"model"`
+	Output             []any           `json:"output"`
+	ParallelToolCalls  bool            `json:"parallel_tool_calls"`
+	PreviousResponseID any             `json:"previous_response_id"`
+	Reasoning          oaiReasoning    `json:"reasoning"`
+	ServiceTier        string          `json:"service_tier"`
+	Store              bool            `json:"store"`
+	Temperature        float64         `json:"temperature"`
+	Text               oaiTextConfig   `json:"text"`
+	ToolChoice         json.RawMessage `json:"tool_choice"`
+	Tools              json.RawMessage `json:"tools"`
+	TopP               float64         `json:"top_p"`
+	Truncation         string          `json:"truncation"`
+	Usage              *oaiUsage       `json:"usage"`
+	User               any             `json:"user"`
+	Metadata           map[string]any  `json:"metadata"`
+}
+
+type oaiReasoning struct {
+	Effort  any `json:"effort"`
+	Summary any `json:"summary"`
+}
+
+type oaiTextConfig struct {
+	Format struct {
+		Type string `json:"type"`
+	} `json:"format"`
+	Verbosity string `json:"verbosity"`
+}
+
+type oaiUsage struct {
+	InputTokens        int64 `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int64 `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int64 `json:"total_tokens"`
+}
+
+type oaiMessage struct {
+	ID      string          `json:"id"`
+	Type    string          `json:"type"`
+	Status  string          `json:"status"`
+	Role    string          `json:"role"`
+	Content []oaiOutputText `json:"content"`
+}
+
+type oaiOutputText struct {
+	Type        string `json:"type"`
+	Annotations []any  `json:"annotations"`
+	Logprobs    []any  `json:"logprobs"`
+	Text        string `json:"text"`
+}
+
+type oaiFunctionCall struct {
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	Status    string `json:"status"`
+	Arguments string `json:"arguments"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+}
+
+func outputText(text string) oaiOutputText {
+	return oaiOutputText{Type: "output_text", Annotations: []any{}, Logprobs: []any{}, Text: text}
+}
+
+// rawOr returns the request's value at path as raw JSON, or def when absent.
+func rawOr(body []byte, path, def string) json.RawMessage {
+	if r := gjson.GetBytes(body, path); r.Exists() {
+		return json.RawMessage(r.Raw)
+	}
+	return json.RawMessage(def)
+}
+
+func (c *call) model(def string) string {
+	if c.in.model != "" {
+		return c.in.model
+	}
+	return def
+}
+
+// newResponse is the Response envelope echoing the request's settings, as OpenAI does.
+func (c *call) newResponse(id string) *oaiResponse {
+	r := &oaiResponse{
+		ID:                id,
+		Object:            "response",
+		CreatedAt:         createdAt,
+		Status:            "in_progress",
+		Instructions:      rawOr(c.body, "instructions", "null"),
+		Model:             c.model("fake-model"),
+		Output:            []any{},
+		ParallelToolCalls: gjson.GetBytes(c.body, "parallel_tool_calls").Bool() || !gjson.GetBytes(c.body, "parallel_tool_calls").Exists(),
+		ServiceTier:       "default",
+		Store:             gjson.GetBytes(c.body, "store").Bool() || !gjson.GetBytes(c.body, "store").Exists(),
+		Temperature:       1,
+		ToolChoice:        rawOr(c.body, "tool_choice", `"auto"`),
+		Tools:             rawOr(c.body, "tools", "[]"),
+		TopP:              1,
+		Truncation:        "disabled",
+		Metadata:          map[string]any{},
+	}
+	r.Text.Format.Type = "text"
+	r.Text.Verbosity = "medium"
+	return r
+}
+
+func (c *call) complete(r *oaiResponse, output any, outText string) {
+	r.Status = "completed"
+	r.CompletedAt = createdAt
+	r.Output = []any{output}
+	u := &oaiUsage{InputTokens: c.in.inputToks, OutputTokens: outputTokens(outText)}
+	u.TotalTokens = u.InputTokens + u.OutputTokens
+	r.Usage = u
+}
+
+func (c *call) badRequest(msg string) { c.fail(http.StatusBadRequest, "", msg) }
+
+func (c *call) serveResponses() {
+	if !c.in.valid {
+		c.badRequest("We could not parse the JSON body of your request.")
+		return
+	}
+	if c.in.compaction != "" {
+		c.badRequest(c.in.compaction)
+		return
+	}
+	var text string
+	var fc *toolCall
+	if c.in.summary {
+		var ok bool
+		if text, ok = c.summaryText(); !ok {
+			return
+		}
+	} else {
+		n := c.srv.nResponses.Add(1)
+		if fc = c.in.call; fc == nil {
+			text = replyText(n, c.in.lastUser)
+		}
+	}
+	resp := c.newResponse(c.id("resp_", "response"))
+	var item any
+	if fc != nil {
+		text = fc.name + fc.args // what output_tokens is estimated from
+		item = oaiFunctionCall{ID: c.id("fc_", "item"), Type: "function_call", Status: "completed",
+			Arguments: fc.args, CallID: c.id("call_", "call"), Name: fc.name}
+	} else {
+		item = oaiMessage{ID: c.id("msg_", "item"), Type: "message", Status: "completed",
+			Role: "assistant", Content: []oaiOutputText{outputText(text)}}
+	}
+	if !c.in.stream {
+		c.complete(resp, item, text)
+		c.writeJSON(http.StatusOK, resp)
+		return
+	}
+	c.streamResponse(resp, item, text)
+}
+
+// streamResponse writes the Responses SSE sequence for one output item at output_index 0.
+func (c *call) streamResponse(resp *oaiResponse, item any, text string) {
+	s := c.startSSE()
+	seq := int64(0)
+	emit := func(typ string, fields map[string]any) bool {
+		fields["type"] = typ
+		fields["sequence_number"] = seq
+		seq++
+		return s.event(typ, fields)
+	}
+	if !emit("response.created", map[string]any{"response": resp}) ||
+		!emit("response.in_progress", map[string]any{"response": resp}) {
+		return
+	}
+	switch it := item.(type) {
+	case oaiMessage:
+		added := it
+		added.Status = "in_progress"
+		added.Content = []oaiOutputText{}
+		ids := func(m map[string]any) map[string]any {
+			m["item_id"], m["output_index"], m["content_index"] = it.ID, 0, 0
+			return m
+		}
+		if !emit("response.output_item.added", map[string]any{"output_index": 0, "item": added}) ||
+			!emit("response.content_part.added", ids(map[string]any{"part": outputText("")})) {
+			return
+		}
+		for i, d := range splitDeltas(text, c.srv.opt.Deltas) {
+			if i > 0 && !c.sleep(c.srv.opt.TokenDelay) {
+				return
+			}
+			if !emit("response.output_text.delta", ids(map[string]any{"delta": d, "logprobs": []any{}})) {
+				return
+			}
+		}
+		if !emit("response.output_text.done", ids(map[string]any{"text": text, "logprobs": []any{}})) ||
+			!emit("response.content_part.done", ids(map[string]any{"part": outputText(text)})) {
+			return
+		}
+	case oaiFunctionCall:
+		added := it
+		added.Status, added.Arguments = "in_progress", ""
+		ids := func(m map[string]any) map[string]any {
+			m["item_id"], m["output_index"] = it.ID, 0
+			return m
+		}
+		if !emit("response.output_item.added", map[string]any{"output_index": 0, "item": added}) {
+			return
+		}
+		for i, d := range splitDeltas(it.Arguments, c.srv.opt.Deltas) {
+			if i > 0 && !c.sleep(c.srv.opt.TokenDelay) {
+				return
+			}
+			if !emit("response.function_call_arguments.delta", ids(map[string]any{"delta": d})) {
+				return
+			}
+		}
+		if !emit("response.function_call_arguments.done", ids(map[string]any{"name": it.Name, "arguments": it.Arguments})) {
+			return
+		}
+	}
+	if !emit("response.output_item.done", map[string]any{"output_index": 0, "item": item}) {
+		return
+	}
+	c.complete(resp, item, text)
+	emit("response.completed", map[string]any{"response": resp})
+}
+
+// Chat Completions wire types (openai-go v3 ChatCompletion / ChatCompletionChunk).
+
+type chatCompletion struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	Choices           []chatChoice `json:"choices"`
+	Usage             *chatUsage   `json:"usage,omitempty"`
+	ServiceTier       string       `json:"service_tier"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+}
+
+type chatChoice struct {
+	Index        int         `json:"index"`
+	Message      chatMessage `json:"message"`
+	Logprobs     any         `json:"logprobs"`
+	FinishReason string      `json:"finish_reason"`
+}
+
+type chatMessage struct {
+	Role        string         `json:"role"`
+	Content     any            `json:"content"`
+	Refusal     any            `json:"refusal"`
+	Annotations []any          `json:"annotations"`
+	ToolCalls   []chatToolCall `json:"tool_calls,omitempty"`
+}
+
+type chatToolCall struct {
+	Index    *int   `json:"index,omitempty"` // chunks only
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type,omitempty"`
+	Function struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type chatUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	TotalTokens         int64 `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+		AudioTokens  int64 `json:"audio_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens          int64 `json:"reasoning_tokens"`
+		AudioTokens              int64 `json:"audio_tokens"`
+		AcceptedPredictionTokens int64 `json:"accepted_prediction_tokens"`
+		RejectedPredictionTokens int64 `json:"rejected_prediction_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+type chatChunk struct {
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	Created           int64             `json:"created"`
+	Model             string            `json:"model"`
+	ServiceTier       string            `json:"service_tier"`
+	SystemFingerprint string            `json:"system_fingerprint"`
+	Choices           []chatChunkChoice `json:"choices"`
+	Usage             *chatUsage        `json:"usage"`
+}
+
+type chatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        chatDelta `json:"delta"`
+	Logprobs     any       `json:"logprobs"`
+	FinishReason any       `json:"finish_reason"`
+}
+
+type chatDelta struct {
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content,omitempty"`
+	Refusal   any            `json:"refusal,omitempty"`
+	ToolCalls []chatToolCall `json:"tool_calls,omitempty"`
+}
+
+func (c *call) serveChat() {
+	if !c.in.valid {
+		c.badRequest("We could not parse the JSON body of your request.")
+		return
+	}
+	var text string
+	var fc *toolCall
+	if c.in.summary {
+		var ok bool
+		if text, ok = c.summaryText(); !ok {
+			return
+		}
+	} else {
+		n := c.srv.nChat.Add(1)
+		if fc = c.in.call; fc == nil {
+			text = replyText(n, c.in.lastUser)
+		}
+	}
+	id := c.id("chatcmpl-", "chat")
+	usage := &chatUsage{PromptTokens: c.in.inputToks}
+	var tc chatToolCall
+	finish := "stop"
+	if fc != nil {
+		finish = "tool_calls"
+		tc = chatToolCall{ID: c.id("call_", "call"), Type: "function"}
+		tc.Function.Name, tc.Function.Arguments = fc.name, fc.args
+		usage.CompletionTokens = outputTokens(fc.name + fc.args)
+	} else {
+		usage.CompletionTokens = outputTokens(text)
+	}
+	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+
+	if !c.in.stream {
+		msg := chatMessage{Role: "assistant", Content: text, Annotations: []any{}}
+		if fc != nil {
+			msg.Content = nil
+			msg.ToolCalls = []chatToolCall{tc}
+		}
+		c.writeJSON(http.StatusOK, chatCompletion{
+			ID: id, Object: "chat.completion", Created: createdAt, Model: c.model("fake-model"),
+			Choices:     []chatChoice{{Message: msg, FinishReason: finish}},
+			Usage:       usage,
+			ServiceTier: "default", SystemFingerprint: "fp_fakeupstream",
+		})
+		return
+	}
+
+	includeUsage := gjson.GetBytes(c.body, "stream_options.include_usage").Bool()
+	s := c.startSSE()
+	chunk := func(d chatDelta, finish any) bool {
+		ch := chatChunk{ID: id, Object: "chat.completion.chunk", Created: createdAt,
+			Model: c.model("fake-model"), ServiceTier: "default", SystemFingerprint: "fp_fakeupstream",
+			Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}}}
+		return s.raw("", chunkJSON(ch, includeUsage))
+	}
+	empty := ""
+	first := chatDelta{Role: "assistant", Content: &empty}
+	var pieces []string
+	if fc != nil {
+		first.Content = nil
+		zero := 0
+		head := tc
+		head.Index = &zero
+		head.Function.Arguments = ""
+		first.ToolCalls = []chatToolCall{head}
+		pieces = splitDeltas(fc.args, c.srv.opt.Deltas)
+	} else {
+		pieces = splitDeltas(text, c.srv.opt.Deltas)
+	}
+	if !chunk(first, nil) {
+		return
+	}
+	for i, p := range pieces {
+		if i > 0 && !c.sleep(c.srv.opt.TokenDelay) {
+			return
+		}
+		d := chatDelta{}
+		if fc != nil {
+			zero := 0
+			part := chatToolCall{Index: &zero}
+			part.Function.Arguments = p
+			d.ToolCalls = []chatToolCall{part}
+		} else {
+			d.Content = &p
+		}
+		if !chunk(d, nil) {
+			return
+		}
+	}
+	if !chunk(chatDelta{}, finish) {
+		return
+	}
+	if includeUsage {
+		ch := chatChunk{ID: id, Object: "chat.completion.chunk", Created: createdAt,
+			Model: c.model("fake-model"), ServiceTier: "default", SystemFingerprint: "fp_fakeupstream",
+			Choices: []chatChunkChoice{}, Usage: usage}
+		if !s.raw("", chunkJSON(ch, true)) {
+			return
+		}
+	}
+	s.raw("", []byte("[DONE]"))
+}
+
+// chunkJSON encodes a chunk; "usage" is present (null until the last chunk) only when the client
+// asked for stream_options.include_usage, as OpenAI does.
+func chunkJSON(ch chatChunk, includeUsage bool) []byte {
+	if includeUsage {
+		return marshal(ch)
+	}
+	type noUsage struct {
+		ID                string            `json:"id"`
+		Object            string            `json:"object"`
+		Created           int64             `json:"created"`
+		Model             string            `json:"model"`
+		ServiceTier       string            `json:"service_tier"`
+		SystemFingerprint string            `json:"system_fingerprint"`
+		Choices           []chatChunkChoice `json:"choices"`
+	}
+	return marshal(noUsage{ch.ID, ch.Object, ch.Created, ch.Model, ch.ServiceTier, ch.SystemFingerprint, ch.Choices})
+}

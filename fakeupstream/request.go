@@ -1,0 +1,318 @@
+package fakeupstream
+
+import (
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// parsed is what the fake needs from a request body, read with gjson so that a multi-megabyte
+// history is skimmed, not decoded.
+type parsed struct {
+	valid      bool   // body is JSON (GET /v1/models has no body and needs none)
+	model      string // echoed back
+	stream     bool
+	lastUser   string // text of the last user message that has text
+	toolResult bool   // a tool result follows the last user message: answer, don't call again
+	summary    bool   // a user message contains <conversation>
+	transcript string // what lies between <conversation> and </conversation>
+	inputToks  int64  // estimate: text content bytes / 4, at least 1
+	compaction string // why a backend without compaction would refuse this, or ""
+	call       *toolCall
+}
+
+type toolCall struct{ name, args string }
+
+const conversationTag = "<conversation>"
+
+func (c *call) parse() {
+	body := c.body
+	if c.route == routeModels || c.route == routeUnknown {
+		return
+	}
+	if !gjson.ValidBytes(body) {
+		return
+	}
+	root := gjson.ParseBytes(body)
+	p := &c.in
+	p.valid = true
+	p.model = root.Get("model").String()
+	p.stream = root.Get("stream").Bool()
+	p.inputToks = estimateTokens(root)
+
+	var users []string
+	switch c.route {
+	case routeResponses:
+		users, p.toolResult = responsesUsers(root.Get("input"))
+		p.compaction = responsesCompaction(root)
+	case routeChat:
+		users, p.toolResult = chatUsers(root.Get("messages"))
+	case routeMessages, routeCountTokens:
+		users, p.toolResult = messagesUsers(root.Get("messages"))
+		if c.route == routeMessages {
+			p.compaction = messagesCompaction(root)
+		}
+	}
+	if len(users) > 0 {
+		p.lastUser = users[len(users)-1]
+	}
+	if c.route == routeCountTokens {
+		return
+	}
+	for i := len(users) - 1; i >= 0; i-- {
+		if t, ok := extractTranscript(users[i]); ok {
+			p.summary, p.transcript = true, t
+			return
+		}
+	}
+	if !p.toolResult {
+		p.call = parseCallDirective(p.lastUser)
+	}
+}
+
+// responsesUsers returns the texts of the user messages in a Responses `input` (a string counts
+// as one user message), and whether a function_call_output (or other tool output) follows the last.
+func responsesUsers(input gjson.Result) (users []string, toolAfter bool) {
+	if input.Type == gjson.String {
+		return []string{input.Str}, false
+	}
+	input.ForEach(func(_, it gjson.Result) bool {
+		typ := it.Get("type").Str
+		if (typ == "" || typ == "message") && it.Get("role").Str == "user" {
+			if t := contentText(it.Get("content")); t != "" {
+				users = append(users, t)
+				toolAfter = false
+			}
+			return true
+		}
+		if strings.HasSuffix(typ, "_output") { // function_call_output, custom_tool_call_output, …
+			toolAfter = true
+		}
+		return true
+	})
+	return users, toolAfter
+}
+
+// chatUsers does the same for Chat Completions `messages`; a "tool" message is a tool result.
+func chatUsers(msgs gjson.Result) (users []string, toolAfter bool) {
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").Str {
+		case "user":
+			if t := contentText(m.Get("content")); t != "" {
+				users = append(users, t)
+				toolAfter = false
+			}
+		case "tool", "function":
+			toolAfter = true
+		}
+		return true
+	})
+	return users, toolAfter
+}
+
+// messagesUsers does the same for Anthropic `messages`, where tool results are tool_result
+// blocks inside a user message.
+func messagesUsers(msgs gjson.Result) (users []string, toolAfter bool) {
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").Str != "user" {
+			return true
+		}
+		content := m.Get("content")
+		hasResult := false
+		content.ForEach(func(_, b gjson.Result) bool {
+			if b.Get("type").Str == "tool_result" {
+				hasResult = true
+			}
+			return !hasResult
+		})
+		if t := contentText(content); t != "" && !hasResult {
+			users = append(users, t)
+			toolAfter = false
+		} else if hasResult {
+			toolAfter = true
+		}
+		return true
+	})
+	return users, toolAfter
+}
+
+// contentText joins the text of a message content: a plain string, or the "text" of its parts
+// (input_text, output_text, text), newline-separated.
+func contentText(content gjson.Result) string {
+	if content.Type == gjson.String {
+		return content.Str
+	}
+	var b strings.Builder
+	content.ForEach(func(_, part gjson.Result) bool {
+		switch part.Get("type").Str {
+		case "input_text", "output_text", "text", "":
+			if t := part.Get("text"); t.Type == gjson.String {
+				if b.Len() > 0 {
+					b.WriteByte('\n')
+				}
+				b.WriteString(t.Str)
+			}
+		}
+		return true
+	})
+	return b.String()
+}
+
+// responsesCompaction reports why a backend without compaction support would refuse the body.
+func responsesCompaction(root gjson.Result) string {
+	if root.Get("context_management").Exists() {
+		return "Unsupported parameter: 'context_management'."
+	}
+	reason := ""
+	root.Get("input").ForEach(func(_, it gjson.Result) bool {
+		switch t := it.Get("type").Str; t {
+		case "compaction_trigger", "compaction", "compaction_summary":
+			reason = "Invalid input item type: '" + t + "'. This backend does not support compaction."
+			return false
+		}
+		return true
+	})
+	return reason
+}
+
+// messagesCompaction is the Anthropic counterpart: a compaction content block, a compact_*
+// context-management edit, or an on-demand "compaction" request.
+func messagesCompaction(root gjson.Result) string {
+	if root.Get("compaction").Exists() {
+		return "compaction: Extra inputs are not permitted"
+	}
+	reason := ""
+	root.Get("context_management.edits").ForEach(func(_, e gjson.Result) bool {
+		if t := e.Get("type").Str; strings.HasPrefix(t, "compact_") {
+			reason = "context_management.edits: unsupported edit type '" + t + "'"
+			return false
+		}
+		return true
+	})
+	if reason != "" {
+		return reason
+	}
+	root.Get("messages").ForEach(func(i, m gjson.Result) bool {
+		m.Get("content").ForEach(func(_, b gjson.Result) bool {
+			if b.Get("type").Str == "compaction" {
+				reason = "messages." + i.String() + ".content: unsupported content block type 'compaction'"
+				return false
+			}
+			return true
+		})
+		return reason == ""
+	})
+	return reason
+}
+
+// extractTranscript returns the text between <conversation> and </conversation> (or the end).
+func extractTranscript(s string) (string, bool) {
+	i := strings.Index(s, conversationTag)
+	if i < 0 {
+		return "", false
+	}
+	t := s[i+len(conversationTag):]
+	if j := strings.Index(t, "</conversation>"); j >= 0 {
+		t = t[:j]
+	}
+	return strings.Trim(t, "\r\n"), true
+}
+
+// callDirective is "[[call:NAME {json args}]]"; the args are optional and may span lines.
+var callDirective = regexp.MustCompile(`(?s)\[\[call:([A-Za-z0-9_.\-]+)\s*(.*?)\]\]`)
+
+func parseCallDirective(s string) *toolCall {
+	m := callDirective.FindStringSubmatch(s)
+	if m == nil {
+		return nil
+	}
+	args := strings.TrimSpace(m[2])
+	if args == "" {
+		args = "{}"
+	}
+	return &toolCall{name: m[1], args: args}
+}
+
+// structuralKeys are JSON keys whose string values are protocol plumbing, not text the model
+// would read, so they are left out of the token estimate.
+var structuralKeys = map[string]bool{
+	"type": true, "role": true, "id": true, "call_id": true, "status": true, "tool_use_id": true,
+	"media_type": true, "detail": true, "signature": true, "encrypted_content": true,
+	"cache_control": true, "phase": true,
+}
+
+// estimateTokens is a realistic input-token count: bytes of text content / 4, at least 1.
+func estimateTokens(root gjson.Result) int64 {
+	n := 0
+	for _, k := range [...]string{"instructions", "input", "messages", "system", "tools"} {
+		n += textLen(root.Get(k))
+	}
+	return max(1, int64(n/4))
+}
+
+func textLen(r gjson.Result) int {
+	switch {
+	case r.Type == gjson.String:
+		return len(r.Str)
+	case r.IsObject():
+		n := 0
+		r.ForEach(func(k, v gjson.Result) bool {
+			if !structuralKeys[k.Str] {
+				n += textLen(v)
+			}
+			return true
+		})
+		return n
+	case r.IsArray():
+		n := 0
+		r.ForEach(func(_, v gjson.Result) bool {
+			n += textLen(v)
+			return true
+		})
+		return n
+	}
+	return 0
+}
+
+// outputTokens estimates the tokens of a generated text the same way.
+func outputTokens(s string) int64 { return max(1, int64(len(s)/4)) }
+
+// firstRunes returns at most n runes of s, never splitting a UTF-8 sequence.
+func firstRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := 0
+	for k := 0; k < n && i < len(s); k++ {
+		_, w := utf8.DecodeRuneInString(s[i:])
+		i += w
+	}
+	return s[:i]
+}
+
+// splitDeltas cuts s into at most n pieces of near-equal rune counts (fewer when s is shorter),
+// always at least one piece so a stream carries at least one delta.
+func splitDeltas(s string, n int) []string {
+	runes := utf8.RuneCountInString(s)
+	if n > runes {
+		n = runes
+	}
+	if n <= 1 {
+		return []string{s}
+	}
+	out := make([]string, 0, n)
+	start, pos, r := 0, 0, 0
+	for i := 1; i < n; i++ {
+		target := i * runes / n
+		for r < target {
+			_, w := utf8.DecodeRuneInString(s[pos:])
+			pos += w
+			r++
+		}
+		out = append(out, s[start:pos])
+		start = pos
+	}
+	return append(out, s[start:])
+}

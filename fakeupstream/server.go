@@ -1,0 +1,337 @@
+// Package fakeupstream is a deterministic stand-in for the LLM behind compactd. It speaks the real
+// wire formats of the OpenAI Responses and Chat Completions APIs and the Anthropic Messages API —
+// JSON and SSE — closely enough that the official SDKs parse every byte, so compactd's tests,
+// demo and benchmarks can run with no network and no model.
+//
+// Determinism: a fresh Server fed the same sequence of requests writes the same bytes. Reply
+// texts embed a per-route turn counter ("MOCK-REPLY <n>: …") so tests can tell turns apart, and
+// ids are derived from a hash of (route, request number, body) rather than from randomness or the
+// clock; created_at is a fixed instant.
+//
+// Like a backend without native compaction (vLLM, most gateways), it refuses compaction items,
+// compaction triggers and context_management with a 400: if one reaches it, compactd forwarded
+// something it should have handled itself.
+//
+// Fault injection is by request header, so a test can pick the fault per request:
+//
+//	X-Fake-Status: 429   answer that status with an error body in the route's dialect
+//	X-Fake-Cut: 3        cut an SSE stream after 3 whole events, mid-event, by aborting the connection
+package fakeupstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Request kinds recorded in Recorded.Kind.
+const (
+	KindResponses   = "responses"
+	KindChat        = "chat"
+	KindMessages    = "messages"
+	KindCountTokens = "count_tokens"
+	KindSummary     = "summary"
+	KindOther       = "other"
+)
+
+// Fault-injection headers. They are test hooks only: compactd must forward them untouched for
+// the fault to reach this server.
+const (
+	HeaderStatus = "X-Fake-Status"
+	HeaderCut    = "X-Fake-Cut"
+)
+
+// createdAt is the fixed creation time stamped on every object: a clock reading would make
+// identical requests produce different bytes.
+const createdAt = 1767225600 // 2026-01-01T00:00:00Z
+
+// maxBody bounds what one request may upload; agent histories are a few MB at most.
+const maxBody = 64 << 20
+
+// Options tunes latency and summariser behaviour. The zero value answers instantly.
+type Options struct {
+	FirstByteDelay time.Duration // before the response starts (JSON or SSE)
+	TokenDelay     time.Duration // between SSE deltas
+	SummaryDelay   time.Duration // extra delay when answering a summariser call
+	Deltas         int           // text deltas per streamed reply (default 4)
+	// Summaries controls summariser answers: nil = DefaultSummary.
+	Summaries func(transcript string) string
+	// RecordBodies keeps request bodies in the log. New records bodies whatever its value
+	// (a bool cannot tell "unset" from "false"); set DropBodies to turn recording off.
+	RecordBodies bool
+	// DropBodies leaves Recorded.Body nil, for benchmarks that would otherwise keep every
+	// multi-megabyte history alive.
+	DropBodies bool
+}
+
+// Recorded is one request as the server received it.
+type Recorded struct {
+	Method, Path, RawQuery string
+	Header                 http.Header
+	Body                   []byte
+	// Kind is one of "responses", "chat", "messages", "count_tokens", "summary", "other".
+	// Summariser calls are "summary" whichever route carried them.
+	Kind string
+}
+
+// Server is the fake upstream. It is an http.Handler; Start serves it on a loopback port.
+type Server struct {
+	opt Options
+
+	mu  sync.Mutex
+	log []Recorded
+
+	seq atomic.Int64 // every request, for ids
+	// Per-route turn counters for "MOCK-REPLY <n>"; only successfully answered non-summary
+	// requests count, so a rejected or faulted request does not shift later replies.
+	nResponses, nChat, nMessages atomic.Int64
+
+	inflight sync.WaitGroup
+}
+
+// New returns a Server. Deltas defaults to 4 and bodies are recorded unless o.DropBodies.
+func New(o Options) *Server {
+	if o.Deltas <= 0 {
+		o.Deltas = 4
+	}
+	o.RecordBodies = !o.DropBodies
+	return &Server{opt: o}
+}
+
+// Requests returns a copy of the request log in arrival order. Safe for concurrent use.
+func (s *Server) Requests() []Recorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Recorded(nil), s.log...)
+}
+
+// Reset clears the request log and restarts the turn counters at 1.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	s.log = nil
+	s.mu.Unlock()
+	s.seq.Store(0)
+	s.nResponses.Store(0)
+	s.nChat.Store(0)
+	s.nMessages.Store(0)
+}
+
+// Start serves s on 127.0.0.1 at a free port. baseURL has no path ("http://127.0.0.1:PORT"):
+// give the OpenAI SDK baseURL+"/v1/" and the Anthropic SDK baseURL. stop closes every connection,
+// cancels in-flight delays, waits for the handlers to return, and may be called more than once.
+func (s *Server) Start() (baseURL string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			_ = srv.Close()
+			<-served
+			s.inflight.Wait()
+		})
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// ServeHTTP records the request, applies delays and injected faults, and answers it.
+// An X-Fake-Cut abort panics with http.ErrAbortHandler, which net/http turns into a dropped
+// connection; call ServeHTTP through an http.Server, not a ResponseRecorder, when cutting.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return // client went away mid-upload; nothing to answer
+	}
+	route := routeOf(r.Method, r.URL.Path)
+	c := &call{
+		srv:   s,
+		w:     w,
+		r:     r,
+		ctx:   r.Context(),
+		route: route,
+		body:  body,
+		seq:   s.seq.Add(1),
+	}
+	c.parse()
+	s.record(r, body, c.kind())
+
+	if !c.sleep(s.opt.FirstByteDelay) {
+		return
+	}
+	if code := r.Header.Get(HeaderStatus); code != "" {
+		if n, err := strconv.Atoi(code); err == nil && n >= 400 && n <= 599 {
+			c.fail(n, "", "injected fault: status "+code)
+			return
+		}
+	}
+	if len(body) > maxBody {
+		c.fail(http.StatusRequestEntityTooLarge, "", "request body too large")
+		return
+	}
+	switch route {
+	case routeResponses:
+		c.serveResponses()
+	case routeChat:
+		c.serveChat()
+	case routeMessages:
+		c.serveMessages()
+	case routeCountTokens:
+		c.serveCountTokens()
+	case routeModels:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(modelsList))
+	default:
+		c.fail(http.StatusNotFound, "", "Invalid URL ("+r.Method+" "+r.URL.Path+")")
+	}
+}
+
+func (s *Server) record(r *http.Request, body []byte, kind string) {
+	rec := Recorded{
+		Method:   r.Method,
+		Path:     r.URL.Path,
+		RawQuery: r.URL.RawQuery,
+		Header:   r.Header.Clone(),
+		Kind:     kind,
+	}
+	if !s.opt.DropBodies {
+		rec.Body = body // ReadAll's buffer is ours alone; nothing else writes to it
+	}
+	s.mu.Lock()
+	s.log = append(s.log, rec)
+	s.mu.Unlock()
+}
+
+type route int
+
+const (
+	routeUnknown route = iota
+	routeResponses
+	routeChat
+	routeMessages
+	routeCountTokens
+	routeModels
+)
+
+// routeOf routes on method and path only; Claude Code's "?beta=true" query is ignored.
+func routeOf(method, path string) route {
+	switch {
+	case method == http.MethodPost && path == "/v1/responses":
+		return routeResponses
+	case method == http.MethodPost && path == "/v1/chat/completions":
+		return routeChat
+	case method == http.MethodPost && path == "/v1/messages":
+		return routeMessages
+	case method == http.MethodPost && path == "/v1/messages/count_tokens":
+		return routeCountTokens
+	case method == http.MethodGet && path == "/v1/models":
+		return routeModels
+	}
+	return routeUnknown
+}
+
+// modelsList is served byte-for-byte so pass-through tests can compare exact bytes.
+const modelsList = `{"object":"list","data":[` +
+	`{"id":"fake-model","object":"model","created":1767225600,"owned_by":"compactd-fakeupstream"},` +
+	`{"id":"fake-summariser","object":"model","created":1767225600,"owned_by":"compactd-fakeupstream"}` +
+	`]}`
+
+// ModelsList returns the exact body of GET /v1/models.
+func ModelsList() []byte { return []byte(modelsList) }
+
+// call is the state of one request being answered.
+type call struct {
+	srv   *Server
+	w     http.ResponseWriter
+	r     *http.Request
+	ctx   context.Context
+	route route
+	body  []byte
+	seq   int64
+	in    parsed
+}
+
+func (c *call) kind() string {
+	if c.in.summary {
+		return KindSummary
+	}
+	switch c.route {
+	case routeResponses:
+		return KindResponses
+	case routeChat:
+		return KindChat
+	case routeMessages:
+		return KindMessages
+	case routeCountTokens:
+		return KindCountTokens
+	}
+	return KindOther
+}
+
+// sleep waits d unless the request or the server is cancelled first; false means give up.
+func (c *call) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return c.ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// id returns prefix + 24 hex digits derived from (route, request number, salt, body): unique per
+// request, yet identical across runs that send the same requests in the same order.
+func (c *call) id(prefix, salt string) string {
+	h := sha256.New()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(c.seq >> (8 * i))
+	}
+	h.Write([]byte{byte(c.route)})
+	h.Write(b[:])
+	h.Write([]byte(salt))
+	h.Write(c.body)
+	return prefix + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// summaryText answers a summariser call, after the extra SummaryDelay.
+func (c *call) summaryText() (string, bool) {
+	if !c.sleep(c.srv.opt.SummaryDelay) {
+		return "", false
+	}
+	if f := c.srv.opt.Summaries; f != nil {
+		return f(c.in.transcript), true
+	}
+	return DefaultSummary(c.in.transcript), true
+}
+
+// replyText is the deterministic answer to an ordinary turn.
+func replyText(n int64, lastUser string) string {
+	return "MOCK-REPLY " + strconv.FormatInt(n, 10) + ": " + firstRunes(lastUser, 60)
+}

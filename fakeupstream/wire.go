@@ -1,0 +1,168 @@
+package fakeupstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// marshal encodes v without HTML escaping (the real APIs send "<" as is) and without the
+// encoder's trailing newline. Struct field order is fixed, so the bytes are deterministic.
+func marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic("fakeupstream: marshal: " + err.Error()) // only our own types are encoded
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+func (c *call) writeJSON(status int, v any) {
+	h := c.w.Header()
+	h.Set("Content-Type", "application/json")
+	c.w.WriteHeader(status)
+	_, _ = c.w.Write(marshal(v))
+}
+
+// sse writes one Server-Sent Events stream, flushing after every event, and carries out an
+// X-Fake-Cut by writing half of the next event and aborting the connection.
+type sse struct {
+	c    *call
+	rc   *http.ResponseController
+	cut  int // events to write before cutting; -1 = never
+	sent int
+	buf  []byte
+}
+
+func (c *call) startSSE() *sse {
+	h := c.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	s := &sse{c: c, rc: http.NewResponseController(c.w), cut: -1}
+	if v := c.r.Header.Get(HeaderCut); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			s.cut = n
+		}
+	}
+	c.w.WriteHeader(http.StatusOK)
+	_ = s.rc.Flush()
+	return s
+}
+
+// event writes "event: name" (omitted when name is "") and "data: <json>". It returns false when
+// the client has gone, so the caller stops producing.
+func (s *sse) event(name string, v any) bool {
+	return s.raw(name, marshal(v))
+}
+
+func (s *sse) raw(name string, data []byte) bool {
+	if s.c.ctx.Err() != nil {
+		return false
+	}
+	b := s.buf[:0]
+	if name != "" {
+		b = append(b, "event: "...)
+		b = append(b, name...)
+		b = append(b, '\n')
+	}
+	b = append(b, "data: "...)
+	b = append(b, data...)
+	b = append(b, "\n\n"...)
+	s.buf = b
+	if s.sent == s.cut {
+		// Mid-event: the client has a partial line and then a dropped connection, the way a
+		// crashed upstream or a reset proxy looks.
+		_, _ = s.c.w.Write(b[:len(b)/2])
+		_ = s.rc.Flush()
+		panic(http.ErrAbortHandler)
+	}
+	if _, err := s.c.w.Write(b); err != nil {
+		return false
+	}
+	s.sent++
+	return s.rc.Flush() == nil
+}
+
+// fail answers status with an error body in the route's dialect.
+func (c *call) fail(status int, param, message string) {
+	if status == http.StatusTooManyRequests {
+		c.w.Header().Set("Retry-After", "1")
+	}
+	if c.route == routeMessages || c.route == routeCountTokens {
+		reqID := c.id("req_", "error")
+		c.w.Header().Set("request-id", reqID)
+		c.writeJSON(status, anthropicError{
+			Type:      "error",
+			Error:     anthropicErrorBody{Type: anthropicErrorType(status), Message: message},
+			RequestID: reqID,
+		})
+		return
+	}
+	typ, code := openAIErrorType(status)
+	e := openAIError{Message: message, Type: typ, Code: code}
+	if param != "" {
+		e.Param = param
+	}
+	c.writeJSON(status, struct {
+		Error openAIError `json:"error"`
+	}{e})
+}
+
+// openAIError has all four keys always present, as OpenAI sends them (nil encodes as null).
+type openAIError struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   any    `json:"param"`
+	Code    any    `json:"code"`
+}
+
+func openAIErrorType(status int) (typ string, code any) {
+	switch status {
+	case http.StatusUnauthorized:
+		return "invalid_request_error", "invalid_api_key"
+	case http.StatusNotFound:
+		return "invalid_request_error", nil
+	case http.StatusTooManyRequests:
+		return "requests", "rate_limit_exceeded"
+	}
+	if status >= 500 {
+		return "server_error", "server_error"
+	}
+	return "invalid_request_error", nil
+}
+
+type anthropicError struct {
+	Type      string             `json:"type"`
+	Error     anthropicErrorBody `json:"error"`
+	RequestID string             `json:"request_id"`
+}
+
+type anthropicErrorBody struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func anthropicErrorType(status int) string {
+	switch status {
+	case 400:
+		return "invalid_request_error"
+	case 401:
+		return "authentication_error"
+	case 403:
+		return "permission_error"
+	case 404:
+		return "not_found_error"
+	case 413:
+		return "request_too_large"
+	case 429:
+		return "rate_limit_error"
+	case 529:
+		return "overloaded_error"
+	}
+	if status < 500 {
+		return "invalid_request_error"
+	}
+	return "api_error"
+}
