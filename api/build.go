@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/tidwall/gjson"
 )
 
 // AppendString appends s as a JSON string. HTML characters are not escaped, so prompts that
@@ -32,4 +34,23 @@ func CompactionItem(id, encryptedContent string) []byte {
 	b = append(b, `,"type":"compaction","encrypted_content":`...)
 	b = AppendString(b, encryptedContent)
 	return append(b, '}')
+}
+
+// PrependToArray returns doc with elem inserted as the first element of the JSON array at path
+// (a gjson path), or doc unchanged and false when there is no array there. Only the bytes around
+// the insertion point are touched.
+func PrependToArray(doc []byte, path string, elem []byte) ([]byte, bool) {
+	arr := gjson.GetBytes(doc, path)
+	if !arr.IsArray() || arr.Index <= 0 {
+		return doc, false
+	}
+	open := arr.Index // the '[' of the array
+	empty := len(arr.Array()) == 0
+	out := make([]byte, 0, len(doc)+len(elem)+1)
+	out = append(out, doc[:open+1]...)
+	out = append(out, elem...)
+	if !empty {
+		out = append(out, ',')
+	}
+	return append(out, doc[open+1:]...), true
 }

@@ -13,6 +13,9 @@ type Item struct {
 	Type string
 	// Role is the message role ("user", "assistant", "system", "developer") or "" for non-messages.
 	Role string
+	// Handoff marks the user message compactd rendered from a compaction summary. It is history
+	// to be summarised again at the next compaction, never a user message to retain verbatim.
+	Handoff bool
 }
 
 // IsInstruction reports whether the item is a system or developer message: client instructions
@@ -22,4 +25,4 @@ func (it Item) IsInstruction() bool {
 }
 
 // IsUserMessage reports whether the item is a message from the user.
-func (it Item) IsUserMessage() bool { return it.Type == "message" && it.Role == "user" }
+func (it Item) IsUserMessage() bool { return it.Type == "message" && it.Role == "user" && !it.Handoff }

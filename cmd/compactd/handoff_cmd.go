@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/compactd/compactd/handoff"
+)
+
+func init() {
+	register("handoff", "write a resume prompt from agent session logs", runHandoff)
+}
+
+// handoffConfig is the parsed command line of `compactd handoff`.
+type handoffConfig struct {
+	format   handoff.Format
+	out      string
+	gapCheck int
+	budget   int
+	watch    string
+	idle     time.Duration
+	maxBytes int64
+	poll     time.Duration
+	sumURL   string
+	sumModel string
+	sumKey   string
+	files    []string
+}
+
+func parseHandoffFlags(args []string, stderr io.Writer) (handoffConfig, error) {
+	var c handoffConfig
+	fs := flag.NewFlagSet("handoff", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	format := fs.String("format", "auto", "session log format: codex, claude or auto")
+	fs.StringVar(&c.out, "o", "", "write the resume to `FILE` (default stdout)")
+	fs.IntVar(&c.gapCheck, "gap-check", 0, "run `N` gap checkers in parallel over the raw log (needs a summariser)")
+	fs.IntVar(&c.budget, "budget", handoff.DefaultReduceOptions.MessageTokens, "per-user-message token budget; longer messages lose their middle")
+	fs.StringVar(&c.watch, "watch", "", "watch `DIR` recursively and write <session>.resume.md beside each session log")
+	fs.DurationVar(&c.idle, "idle", 2*time.Minute, "with --watch: write once a session has been idle this long")
+	fs.Int64Var(&c.maxBytes, "max-bytes", 0, "with --watch: also write once a session grew this many bytes since the last resume (0: off)")
+	fs.DurationVar(&c.poll, "poll", 0, "with --watch: polling interval (default: idle/4, between 100ms and 5s)")
+	fs.StringVar(&c.sumURL, "summarizer-url", os.Getenv("COMPACTD_SUMMARIZER_URL"), "Responses API base URL of the summariser ($COMPACTD_SUMMARIZER_URL)")
+	fs.StringVar(&c.sumModel, "summarizer-model", os.Getenv("COMPACTD_SUMMARIZER_MODEL"), "summariser model ($COMPACTD_SUMMARIZER_MODEL)")
+	fs.StringVar(&c.sumKey, "summarizer-key", "", "summariser API key (default $COMPACTD_SUMMARIZER_KEY; prefer the env var: flags show up in ps)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: compactd handoff [flags] SESSION.jsonl...\n       compactd handoff --watch DIR [--idle 2m] [--max-bytes N] [flags]\n\n")
+		fs.PrintDefaults()
+	}
+	// Accept flags after the file names too (compactd handoff a.jsonl -o out.md).
+	for {
+		if err := fs.Parse(args); err != nil {
+			return c, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		c.files = append(c.files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	var err error
+	if c.format, err = handoff.ParseFormat(*format); err != nil {
+		return c, err
+	}
+	if c.sumKey == "" {
+		c.sumKey = os.Getenv("COMPACTD_SUMMARIZER_KEY")
+	}
+	switch {
+	case c.watch == "" && len(c.files) == 0:
+		fs.Usage()
+		return c, errors.New("no session logs given")
+	case c.watch != "" && len(c.files) > 0:
+		return c, errors.New("--watch takes a directory, not session files")
+	case c.gapCheck < 0 || c.budget <= 0 || c.idle <= 0 || c.maxBytes < 0:
+		return c, errors.New("--gap-check, --budget, --idle and --max-bytes must not be negative")
+	case c.gapCheck > 0 && c.sumModel == "":
+		return c, errors.New("--gap-check needs --summarizer-model (or COMPACTD_SUMMARIZER_MODEL)")
+	}
+	if c.poll <= 0 {
+		c.poll = min(max(c.idle/4, 100*time.Millisecond), 5*time.Second)
+	}
+	return c, nil
+}
+
+func runHandoff(args []string) error {
+	c, err := parseHandoffFlags(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var checker handoff.GapChecker
+	if c.gapCheck > 0 {
+		checker = handoff.NewOpenAIGapChecker(c.sumURL, c.sumKey, c.sumModel)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if c.watch != "" {
+		return watchHandoff(ctx, c, checker, os.Stderr)
+	}
+	return handoffOnce(ctx, c, checker, os.Stdout, os.Stderr)
+}
+
+// buildResume parses, reduces and (optionally) gap-checks session logs, returning the Markdown
+// and the raw size. A failed gap check is reported and the resume is kept without it: the
+// reduction alone is still worth handing over.
+func buildResume(ctx context.Context, c handoffConfig, checker handoff.GapChecker, paths []string, stderr io.Writer) (md string, rawBytes int, err error) {
+	sessions := make([]handoff.Session, 0, len(paths))
+	for _, p := range paths {
+		s, err := handoff.ParseSessionFile(p, c.format)
+		if err != nil {
+			return "", 0, err
+		}
+		sessions = append(sessions, s)
+		rawBytes += s.RawBytes
+	}
+	r := handoff.ReduceWith(handoff.ReduceOptions{MessageTokens: c.budget}, sessions...)
+	if checker != nil {
+		findings, err := handoff.GapCheck(ctx, checker, sessions, handoff.GapCheckOptions{Checkers: c.gapCheck})
+		if err != nil {
+			fmt.Fprintf(stderr, "compactd handoff: gap check skipped: %v\n", err)
+		} else {
+			r.GapChecked, r.Findings = true, findings
+		}
+	}
+	return r.Markdown(), rawBytes, nil
+}
+
+func handoffOnce(ctx context.Context, c handoffConfig, checker handoff.GapChecker, stdout, stderr io.Writer) error {
+	md, rawBytes, err := buildResume(ctx, c, checker, c.files, stderr)
+	if err != nil {
+		return err
+	}
+	if c.out == "" {
+		if _, err := io.WriteString(stdout, md); err != nil {
+			return err
+		}
+	} else if err := writeFileAtomic(c.out, md); err != nil {
+		return err
+	}
+	rawTokens := 0
+	for _, p := range c.files {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rawTokens += handoff.CountTokens(string(data))
+	}
+	fmt.Fprintln(stderr, reductionLine(rawBytes, len(md), rawTokens, handoff.CountTokens(md)))
+	return nil
+}
+
+// reductionLine reports the reduction: bytes in → out, tokens in → out (−97.8%).
+func reductionLine(bytesIn, bytesOut, tokIn, tokOut int) string {
+	pct := 0.0
+	if tokIn > 0 {
+		pct = 100 * (1 - float64(tokOut)/float64(tokIn))
+	}
+	return fmt.Sprintf("handoff: %d → %d bytes, %d → %d tokens (−%.1f%%)", bytesIn, bytesOut, tokIn, tokOut, pct)
+}
+
+func watchHandoff(ctx context.Context, c handoffConfig, checker handoff.GapChecker, stderr io.Writer) error {
+	if info, err := os.Stat(c.watch); err != nil {
+		return err
+	} else if !info.IsDir() {
+		return fmt.Errorf("--watch %s: not a directory", c.watch)
+	}
+	w := &handoff.Watcher{
+		Dir: c.watch, Idle: c.idle, MaxBytes: c.maxBytes,
+		Handle: func(ctx context.Context, p string) error {
+			md, rawBytes, err := buildResume(ctx, c, checker, []string{p}, stderr)
+			if err != nil {
+				return err
+			}
+			out := handoff.ResumePath(p)
+			if err := writeFileAtomic(out, md); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "handoff: wrote %s (%d → %d bytes)\n", out, rawBytes, len(md))
+			return nil
+		},
+	}
+	fmt.Fprintf(stderr, "handoff: watching %s (idle %s, max-bytes %d); Ctrl-C to stop\n", c.watch, c.idle, c.maxBytes)
+	return w.Run(ctx, c.poll, func(_ []string, err error) {
+		if err != nil {
+			fmt.Fprintf(stderr, "handoff: %v\n", err)
+		}
+	})
+}
+
+// writeFileAtomic writes via a temp file and rename so a reader (the next agent session loading
+// the resume) never sees half a file.
+func writeFileAtomic(path, data string) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+strings.TrimPrefix(base, ".")+".tmp*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

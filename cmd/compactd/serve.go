@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/compactd/compactd/compact"
+	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/proxy"
+)
+
+func init() {
+	register("serve", "run the proxy (the default command)", runServe)
+}
+
+// serveConfig is every setting of `compactd serve`, each a flag and a COMPACTD_* variable.
+type serveConfig struct {
+	listen   string
+	upstream string
+
+	summarizerURL, summarizerModel, summarizerKey, summarizerAPI string
+	summarizerContextTokens, summarizerMaxOutput                 int
+	summarizerTimeout                                            time.Duration
+
+	compactThreshold, defaultClientThreshold, retainTokens int
+	policyOverride                                         bool
+
+	keys, keyFile, dataDir string
+
+	maxBodyBytes                                   int64
+	readHeaderTimeout, idleTimeout, upstreamHeader time.Duration
+	keepAlive, shutdownGrace                       time.Duration
+	stripCodexFields                               bool
+
+	logFormat, logLevel string
+}
+
+func (c *serveConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&c.upstream, "upstream", "https://api.openai.com", "Responses API upstream base URL (without /v1)")
+	fs.StringVar(&c.summarizerURL, "summarizer-url", "", "summariser base URL including /v1 (default: the upstream's /v1)")
+	fs.StringVar(&c.summarizerModel, "summarizer-model", "", "summariser model (default: the request's own model)")
+	fs.StringVar(&c.summarizerKey, "summarizer-key", "", "summariser API key (default: forward the caller's credentials)")
+	fs.StringVar(&c.summarizerAPI, "summarizer-api", "responses", "summariser wire API: responses or chat")
+	fs.IntVar(&c.summarizerContextTokens, "summarizer-context-tokens", 128000, "summariser context window; longer histories are summarised in chunks")
+	fs.IntVar(&c.summarizerMaxOutput, "summarizer-max-output-tokens", 8192, "summary length cap in tokens")
+	fs.DurationVar(&c.summarizerTimeout, "summarizer-timeout", 2*time.Minute, "timeout of one summariser call")
+	fs.IntVar(&c.compactThreshold, "compact-threshold", 0, "server-side policy: compact requests without context_management past this many input tokens (0: off)")
+	fs.BoolVar(&c.policyOverride, "policy-override", false, "apply --compact-threshold even to requests that send their own context_management")
+	fs.IntVar(&c.defaultClientThreshold, "default-client-threshold", 200000, "threshold used when a client sends compact_threshold: null")
+	fs.IntVar(&c.retainTokens, "retain-tokens", 64000, "budget of newest user messages kept verbatim across a compaction")
+	fs.StringVar(&c.keys, "keys", "", "keyring text: id:secret entries, first active, rest retired (prefer the env variable)")
+	fs.StringVar(&c.keyFile, "key-file", "", "path of a keyring file (same format as --keys, mode 0600)")
+	fs.StringVar(&c.dataDir, "data-dir", crypto.DefaultDataDir(), "where a generated keyring (and the archive) live")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", 32<<20, "largest request body compactd reads")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time allowed to read request headers")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "keep-alive connection idle timeout")
+	fs.DurationVar(&c.upstreamHeader, "upstream-header-timeout", 10*time.Minute, "time to wait for the upstream's response headers (streams themselves have no timeout)")
+	fs.DurationVar(&c.keepAlive, "keepalive", 5*time.Second, "while summarising a streamed turn, commit the stream and send keep-alives after this long")
+	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests and streams may take to finish")
+	fs.BoolVar(&c.stripCodexFields, "strip-codex-fields", false, "remove Codex-only fields (client_metadata, internal_chat_message_metadata_passthrough) for strict upstreams")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %v", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
+}
+
+// build assembles the proxy from the configuration.
+func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
+	up, err := url.Parse(c.upstream)
+	if err != nil || up.Scheme == "" || up.Host == "" {
+		return nil, fmt.Errorf("--upstream %q is not an absolute URL", c.upstream)
+	}
+	ring, src, err := crypto.LoadKeyring(crypto.LoadOptions{Env: c.keys, File: c.keyFile, DataDir: c.dataDir, Generate: true})
+	if err != nil {
+		return nil, err
+	}
+	if src.Generated {
+		log.Warn("no key configured: generated a new keyring; set COMPACTD_KEYS or --key-file for production and for more than one replica",
+			"path", src.Path, "active_key", ring.ActiveID())
+	} else {
+		log.Info("keyring loaded", "source", src.Kind, "active_key", ring.ActiveID(), "keys", len(ring.IDs()))
+	}
+	transport := proxy.DefaultTransport()
+	transport.ResponseHeaderTimeout = c.upstreamHeader
+	sumURL := c.summarizerURL
+	if sumURL == "" {
+		sumURL = strings.TrimRight(c.upstream, "/") + "/v1"
+	}
+	counter := compact.NewCounter(compact.CounterOptions{Background: true})
+	sum, err := summarizer.New(summarizer.Config{
+		BaseURL: sumURL, APIKey: c.summarizerKey, Model: c.summarizerModel, API: c.summarizerAPI,
+		ContextTokens: c.summarizerContextTokens, MaxOutputTokens: c.summarizerMaxOutput,
+		Timeout: c.summarizerTimeout, HTTPClient: &http.Client{Transport: transport},
+		CountTokens: counter.Text,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return proxy.New(proxy.Config{
+		Upstream:         up,
+		Transport:        transport,
+		Sealer:           ring,
+		Summarizer:       sum,
+		Counter:          counter,
+		Policy:           compact.Policy{Threshold: c.compactThreshold, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
+		RetainTokens:     c.retainTokens,
+		MaxBodyBytes:     c.maxBodyBytes,
+		KeepAlive:        c.keepAlive,
+		StripCodexFields: c.stripCodexFields,
+		Logger:           log,
+	})
+}
+
+func runServe(args []string) error {
+	var c serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c.flags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(c.logFormat, c.logLevel)
+	if err != nil {
+		return err
+	}
+	handler, err := c.build(log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: c.readHeaderTimeout,
+		IdleTimeout:       c.idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
+	return serveUntilSignal(srv, ln, c.shutdownGrace, log)
+}
+
+// serveUntilSignal serves until SIGINT or SIGTERM, then stops accepting connections and gives
+// in-flight requests (streams included) up to grace to finish.
+func serveUntilSignal(srv *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight requests", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("grace period over: closing remaining connections")
+		return srv.Close()
+	}
+	if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) {
+		return e
+	}
+	return err
+}

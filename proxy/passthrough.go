@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httputil"
+
+	"github.com/compactd/compactd/api"
+)
+
+// newReverseProxy builds the one ReverseProxy every upstream call goes through. Routes that
+// rewrite a turn attach a *turn to the request context; ModifyResponse then rewrites the
+// response on its way back, as a stream.
+func (s *Server) newReverseProxy() *httputil.ReverseProxy {
+	target := s.cfg.Upstream
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			// SetURL joins paths; keep the client's raw query as-is. No X-Forwarded-* headers:
+			// the upstream is an API provider, not a web app that needs the client's address.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			if t := turnFrom(pr.Out.Context()); t != nil && t.rewrite() {
+				// compactd must read the response to rewrite it: let the transport negotiate
+				// compression itself, so it also decompresses transparently.
+				pr.Out.Header.Del("Accept-Encoding")
+			}
+		},
+		Transport:      s.cfg.Transport,
+		FlushInterval:  -1, // flush every write: SSE must not sit in a buffer
+		ModifyResponse: s.modifyResponse,
+		ErrorHandler:   s.upstreamError,
+		ErrorLog:       nil,
+	}
+}
+
+// upstreamError answers a failed upstream round trip in the dialect of the route that was called.
+func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) {
+		// The client went away; there is nobody to answer.
+		return
+	}
+	s.log.Warn("upstream request failed", "path", r.URL.Path, "err", err)
+	if t := turnFrom(r.Context()); t != nil && t.committed {
+		_, _ = w.Write(upstreamUnavailable().SSE(t.nextSeq(), t.responseID))
+		return
+	}
+	upstreamUnavailable().Write(w)
+}
+
+func upstreamUnavailable() *api.OpenAIError {
+	return &api.OpenAIError{
+		Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
+		Message: "compactd could not reach the upstream API; check the upstream URL and that it is reachable, then retry",
+	}
+}

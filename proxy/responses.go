@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/compact"
+)
+
+// readBody reads a request body under the configured limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api.OpenAIError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &api.OpenAIError{
+				Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+				Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes),
+			}
+		}
+		return nil, api.InvalidRequest("", "", "compactd could not read the request body: "+err.Error())
+	}
+	return body, nil
+}
+
+// parseResponses reads and skims a Responses request body and applies the handoff of the latest
+// compaction item it carries. On failure it has answered the client.
+func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.ResponsesRequest, []api.Item, *opened, bool) {
+	body, e := s.readBody(w, r)
+	if e != nil {
+		e.Write(w)
+		return nil, nil, nil, false
+	}
+	req, err := api.ParseResponsesRequest(body)
+	if err != nil {
+		api.InvalidRequest("", "", "We could not parse the JSON body of your request: "+err.Error()).Write(w)
+		return nil, nil, nil, false
+	}
+	items := req.Items
+	if req.Trigger >= 0 {
+		if req.Trigger != len(items)-1 {
+			api.InvalidRequest(fmt.Sprintf("input[%d]", req.Trigger), "invalid_value",
+				"A compaction_trigger item must be the last item of input.").Write(w)
+			return nil, nil, nil, false
+		}
+		if gjson.GetBytes(items[req.Trigger].Raw, "id").Exists() {
+			api.InvalidRequest(fmt.Sprintf("input[%d].id", req.Trigger), "invalid_value",
+				"A compaction_trigger item must not carry an id.").Write(w)
+			return nil, nil, nil, false
+		}
+		items = items[:req.Trigger]
+	}
+	var prev *opened
+	if req.Compaction >= 0 && req.Compaction < len(items) {
+		o, e := s.openItem(items, req.Compaction)
+		if e != nil {
+			e.Write(w)
+			return nil, nil, nil, false
+		}
+		prev = o
+		items = s.expand(items, req.Compaction, o)
+	}
+	return req, items, prev, true
+}
+
+// handleResponses serves POST /v1/responses: handoff, threshold, compaction, forward, rewrite.
+func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
+	req, items, prev, ok := s.parseResponses(w, r)
+	if !ok {
+		return
+	}
+	if req.Trigger >= 0 {
+		s.handleTrigger(w, r, req, items, prev)
+		return
+	}
+	var th compact.Threshold
+	if req.ContextManagement != nil {
+		var err error
+		if th, err = compact.ParseContextManagement(req.ContextManagement); err != nil {
+			writeParamError(w, err, "context_management")
+			return
+		}
+	}
+	t := &turn{stream: req.Stream}
+	changed := prev != nil
+	if limit, _ := s.cfg.Policy.Effective(th); limit > 0 && req.PreviousResponseID == "" {
+		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
+		if total > limit {
+			var ka *keepAlive
+			if req.Stream {
+				ka = startKeepAlive(w, s.cfg.KeepAlive, func(bool) []byte { return []byte(": compactd is compacting the conversation\n\n") })
+			}
+			c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev})
+			t.committed = ka != nil && ka.Stop()
+			switch {
+			case errors.Is(err, errNothingToCompact):
+			case err != nil:
+				s.log.Warn("compaction failed", "err", err)
+				if e := summariserError(err); e != nil {
+					if t.committed {
+						_, _ = w.Write(e.SSE(0, ""))
+						return
+					}
+					e.Write(w)
+				}
+				return
+			default:
+				s.log.Info("compacted", "item", c.id, "tokens_before", c.payload.TokensBefore, "tokens_after", c.payload.TokensAfter, "items_replaced", c.payload.ItemsReplaced)
+				items, t.item, t.itemID, changed = c.items, c.item, c.id, true
+			}
+		}
+	}
+	out := req.Body
+	if changed || req.ContextManagement != nil || s.cfg.StripCodexFields {
+		if !changed && req.InputString {
+			out = req.Body // only context_management to drop; keep the string input as sent
+			out, _ = sjson.DeleteBytes(out, "context_management")
+		} else {
+			out = req.WithInput(rawItems(items, s.cfg.StripCodexFields), true)
+		}
+		if s.cfg.StripCodexFields {
+			out, _ = sjson.DeleteBytes(out, "client_metadata")
+		}
+	}
+	s.forwardBody(w, r, t, out)
+}
+
+// forwardBody sends body to the upstream in place of the client's and relays the answer.
+func (s *Server) forwardBody(w http.ResponseWriter, r *http.Request, t *turn, body []byte) {
+	out := r.Clone(withTurn(r.Context(), t))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	var rw http.ResponseWriter = w
+	if t.committed {
+		rw = committedWriter{w}
+	}
+	s.forward.ServeHTTP(rw, out)
+}
+
+// rawItems returns the items' JSON, without Codex-only metadata when strip is set.
+func rawItems(items []api.Item, strip bool) [][]byte {
+	out := make([][]byte, len(items))
+	for i, it := range items {
+		out[i] = it.Raw
+		if strip && bytes.Contains(it.Raw, []byte(`"internal_chat_message_metadata_passthrough"`)) {
+			out[i], _ = sjson.DeleteBytes(it.Raw, "internal_chat_message_metadata_passthrough")
+		}
+	}
+	return out
+}
+
+// writeParamError answers a validation error from package compact as an OpenAI 400.
+func writeParamError(w http.ResponseWriter, err error, fallbackParam string) {
+	var pe *compact.ParamError
+	if errors.As(err, &pe) {
+		api.InvalidRequest(pe.Param, "invalid_value", pe.Message).Write(w)
+		return
+	}
+	api.InvalidRequest(fallbackParam, "invalid_value", err.Error()).Write(w)
+}

@@ -1,0 +1,231 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/compactd/compactd/api"
+)
+
+// maxJSONResponse bounds a non-streaming response compactd reads whole to insert an item.
+const maxJSONResponse = 64 << 20
+
+// modifyResponse rewrites an upstream response for a turn that compacted: the compaction item goes
+// to output[0], in JSON or in the SSE stream.
+func (s *Server) modifyResponse(resp *http.Response) error {
+	t := turnFrom(resp.Request.Context())
+	if t == nil || !t.rewrite() {
+		return nil
+	}
+	isSSE := bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream"))
+	if resp.StatusCode/100 != 2 {
+		if t.committed {
+			// Headers are gone already: report the upstream's error inside the stream.
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			e := upstreamErrorFromBody(resp.StatusCode, body)
+			replaceBody(resp, e.SSE(t.seq, t.responseID))
+		}
+		return nil // passed through unchanged
+	}
+	if t.item == nil {
+		return nil
+	}
+	if isSSE {
+		resp.Body = newSSERewriter(resp.Body, t)
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if out, ok := api.PrependToArray(body, "output", t.item); ok {
+		body = out
+	}
+	replaceBody(resp, body)
+	return nil
+}
+
+func replaceBody(resp *http.Response, body []byte) {
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	resp.Header.Del("Content-Encoding")
+}
+
+// upstreamErrorFromBody keeps the upstream's own message and code when it sent an OpenAI envelope.
+func upstreamErrorFromBody(status int, body []byte) *api.OpenAIError {
+	e := &api.OpenAIError{Status: status, Type: "server_error", Message: fmt.Sprintf("upstream answered HTTP %d", status)}
+	if m := gjson.GetBytes(body, "error.message"); m.Exists() {
+		e.Message = m.String()
+		e.Type = gjson.GetBytes(body, "error.type").String()
+		e.Code = gjson.GetBytes(body, "error.code").String()
+	}
+	return e
+}
+
+// sseRewriter streams an upstream Responses SSE body through, one event at a time: it injects the
+// compaction item's output_item.added/done pair after response.created/in_progress, shifts every
+// later output_index by one, keeps sequence numbers monotonic, and puts the item in the final
+// response object's output. Nothing is buffered beyond the event being rewritten.
+type sseRewriter struct {
+	src  *bufio.Reader
+	body io.Closer
+	t    *turn
+
+	injected bool
+	shift    int // added to output_index once the item is in
+	seqDelta int // added to sequence_number once the item is in
+	out      []byte
+	err      error
+}
+
+func newSSERewriter(body io.ReadCloser, t *turn) *sseRewriter {
+	return &sseRewriter{src: bufio.NewReaderSize(body, 32<<10), body: body, t: t}
+}
+
+func (r *sseRewriter) Close() error { return r.body.Close() }
+
+func (r *sseRewriter) Read(p []byte) (int, error) {
+	for len(r.out) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		r.next()
+	}
+	n := copy(p, r.out)
+	r.out = r.out[n:]
+	return n, nil
+}
+
+// next reads one event (up to a blank line) and appends its rewritten form to r.out.
+func (r *sseRewriter) next() {
+	var ev []byte
+	for {
+		line, err := r.src.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// A long data line: collect it whole.
+			rest, err2 := r.src.ReadBytes('\n')
+			line = append(append([]byte{}, line...), rest...)
+			err = err2
+		}
+		ev = append(ev, line...)
+		if err != nil {
+			r.err = err
+			if len(ev) > 0 {
+				r.out = append(r.out, r.rewriteEvent(ev)...)
+			}
+			return
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			r.out = append(r.out, r.rewriteEvent(ev)...)
+			return
+		}
+	}
+}
+
+var dataPrefix = []byte("data:")
+
+// rewriteEvent rewrites one complete event (its lines including the blank terminator).
+func (r *sseRewriter) rewriteEvent(ev []byte) []byte {
+	i := bytes.Index(ev, dataPrefix)
+	if i < 0 || (i > 0 && ev[i-1] != '\n') {
+		return ev // a comment or keep-alive: pass through
+	}
+	end := bytes.IndexByte(ev[i:], '\n')
+	if end < 0 {
+		end = len(ev) - i
+	}
+	data := bytes.TrimSpace(ev[i+len(dataPrefix) : i+end])
+	if len(data) == 0 || data[0] != '{' {
+		return ev
+	}
+	typ := gjson.GetBytes(data, "type").String()
+	var pre []byte
+	if !r.injected {
+		switch typ {
+		case "response.created", "response.in_progress", "error", "response.failed":
+			// Before the first output event the item goes in; a failing stream gets no item, so
+			// the client retries the whole turn.
+			r.t.observeSeq(data)
+			return ev
+		}
+		pre = r.injectEvents(data)
+	}
+	newData := data
+	if r.seqDelta != 0 {
+		if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() {
+			newData, _ = sjson.SetBytes(newData, "sequence_number", sq.Int()+int64(r.seqDelta))
+		}
+	}
+	if oi := gjson.GetBytes(data, "output_index"); oi.Exists() {
+		newData, _ = sjson.SetBytes(newData, "output_index", oi.Int()+int64(r.shift))
+	}
+	if gjson.GetBytes(data, "response.output").IsArray() {
+		switch typ {
+		case "response.completed", "response.incomplete", "response.failed", "response.done":
+			newData, _ = api.PrependToArray(newData, "response.output", r.t.item)
+		}
+	}
+	r.t.observeSeq(newData)
+	if len(pre) == 0 && bytes.Equal(newData, data) {
+		return ev
+	}
+	out := make([]byte, 0, len(pre)+len(ev)+len(newData)-len(data)+8)
+	out = append(out, pre...)
+	out = append(out, ev[:i]...)
+	out = append(out, "data: "...)
+	out = append(out, newData...)
+	return append(out, ev[i+end:]...)
+}
+
+// injectEvents renders the compaction item's added/done pair, numbered from the sequence number
+// of the event they precede, and arms the shifting of everything after.
+func (r *sseRewriter) injectEvents(next []byte) []byte {
+	r.injected = true
+	seq := int(gjson.GetBytes(next, "sequence_number").Int())
+	hasSeq := gjson.GetBytes(next, "sequence_number").Exists()
+	if !hasSeq {
+		seq = r.t.seq
+	}
+	r.shift, r.seqDelta = 1, 2
+	return compactionItemEvents(nil, r.t.itemID, r.t.item, 0, seq)
+}
+
+// compactionItemEvents renders response.output_item.added (empty encrypted_content) and
+// response.output_item.done (the full item) for a compaction item at outputIndex.
+func compactionItemEvents(dst []byte, itemID string, item []byte, outputIndex, seq int) []byte {
+	added := []byte(`{"type":"response.output_item.added","output_index":0,"item":null,"sequence_number":0}`)
+	added, _ = sjson.SetBytes(added, "output_index", outputIndex)
+	added, _ = sjson.SetRawBytes(added, "item", api.CompactionItem(itemID, ""))
+	added, _ = sjson.SetBytes(added, "sequence_number", seq)
+	done := []byte(`{"type":"response.output_item.done","output_index":0,"item":null,"sequence_number":0}`)
+	done, _ = sjson.SetBytes(done, "output_index", outputIndex)
+	done, _ = sjson.SetRawBytes(done, "item", item)
+	done, _ = sjson.SetBytes(done, "sequence_number", seq+1)
+	dst = api.AppendSSE(dst, "response.output_item.added", added)
+	return api.AppendSSE(dst, "response.output_item.done", done)
+}
+
+// observeSeq remembers the next free sequence number and the response id, for errors compactd
+// has to append to a stream.
+func (t *turn) observeSeq(data []byte) {
+	if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() && int(sq.Int())+1 > t.seq {
+		t.seq = int(sq.Int()) + 1
+	}
+	if t.responseID == "" {
+		if id := gjson.GetBytes(data, "response.id"); id.Exists() {
+			t.responseID = id.String()
+		}
+	}
+}

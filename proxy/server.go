@@ -1,0 +1,112 @@
+// Package proxy is compactd's HTTP front: routes, pass-through to the upstream, and the request
+// path of a turn (handoff, threshold, compaction) with the response rewriting that goes with it.
+//
+// Everything compactd does not handle itself is reverse-proxied untouched, in the manner of
+// net/http/httputil.ReverseProxy, which it is built on: hop-by-hop headers dropped, SSE flushed
+// as it arrives, the upstream call cancelled when the client goes away.
+package proxy
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/compactd/compactd/compact"
+	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/crypto"
+)
+
+// Config is what a Server needs. Zero values take the documented defaults.
+type Config struct {
+	// Upstream is the Responses API backend, e.g. https://api.openai.com (no /v1).
+	Upstream *url.URL
+	// Transport reaches the upstream; nil means a tuned clone of http.DefaultTransport.
+	Transport http.RoundTripper
+
+	// Sealer seals and opens compaction items; the keyring.
+	Sealer crypto.Sealer
+	// Tenant is bound into every sealed item ("default" until proxy auth exists).
+	Tenant string
+
+	Summarizer summarizer.Summarizer
+	Counter    *compact.Counter
+	// Policy is the server-side threshold policy.
+	Policy compact.Policy
+	// RetainTokens is the budget of newest user messages kept verbatim (default 64000).
+	RetainTokens int
+
+	// MaxBodyBytes caps request bodies compactd reads (default 32 MiB).
+	MaxBodyBytes int64
+	// KeepAlive is how long a streaming turn may wait on the summariser before compactd commits
+	// the response and starts sending keep-alives (default 5s).
+	KeepAlive time.Duration
+	// StripCodexFields removes Codex-only fields (client_metadata,
+	// internal_chat_message_metadata_passthrough) before forwarding, for strict upstreams.
+	StripCodexFields bool
+
+	Logger *slog.Logger
+}
+
+// Server is the compactd HTTP handler.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	router  chi.Router
+	forward *httputil.ReverseProxy
+}
+
+// New builds a Server from cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Upstream == nil {
+		u, _ := url.Parse("https://api.openai.com")
+		cfg.Upstream = u
+	}
+	if cfg.Tenant == "" {
+		cfg.Tenant = "default"
+	}
+	if cfg.RetainTokens == 0 {
+		cfg.RetainTokens = 64_000
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 32 << 20
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = DefaultTransport()
+	}
+	if cfg.Counter == nil {
+		cfg.Counter = compact.NewCounter(compact.CounterOptions{})
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	s.forward = s.newReverseProxy()
+
+	r := chi.NewRouter()
+	r.Post("/v1/responses", s.handleResponses)
+	r.Post("/v1/responses/compact", s.handleCompact)
+	r.NotFound(s.forward.ServeHTTP)
+	r.MethodNotAllowed(s.forward.ServeHTTP)
+	s.router = r
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// DefaultTransport is http.DefaultTransport with timeouts suited to LLM upstreams: bounded dial
+// and TLS handshakes, a generous wait for response headers (a model may think before it answers),
+// and no overall timeout, so long streams are never cut.
+func DefaultTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	t.ResponseHeaderTimeout = 10 * time.Minute
+	return t
+}

@@ -1,0 +1,101 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// turn is the per-request state a rewriting route shares with the ReverseProxy hooks.
+type turn struct {
+	// item is the compaction item to put at output[0] of the upstream's response, or nil.
+	item   []byte
+	itemID string
+	stream bool
+
+	// committed is set once compactd has sent the response headers itself (keep-alives while the
+	// summariser ran); the upstream's status can then only be reported inside the stream.
+	committed  bool
+	responseID string
+	seq        int
+}
+
+func (t *turn) rewrite() bool { return t.item != nil || t.committed }
+
+func (t *turn) nextSeq() int { return t.seq }
+
+type turnKey struct{}
+
+func withTurn(ctx context.Context, t *turn) context.Context {
+	return context.WithValue(ctx, turnKey{}, t)
+}
+
+func turnFrom(ctx context.Context) *turn {
+	t, _ := ctx.Value(turnKey{}).(*turn)
+	return t
+}
+
+// keepAlive holds a streaming response open while compactd waits on the summariser. Nothing is
+// sent for the first interval, so a quick summariser (or a quick failure) still gets a proper
+// HTTP status; after that the headers are committed and tick's bytes (SSE comments, or
+// response.compaction.compacting events) are written every interval.
+type keepAlive struct {
+	mu        sync.Mutex
+	w         http.ResponseWriter
+	tick      func(first bool) []byte
+	committed bool
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+func startKeepAlive(w http.ResponseWriter, interval time.Duration, tick func(first bool) []byte) *keepAlive {
+	k := &keepAlive{w: w, tick: tick, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(k.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-k.stop:
+				return
+			case <-t.C:
+				k.mu.Lock()
+				first := !k.committed
+				if first {
+					h := w.Header()
+					h.Set("Content-Type", "text/event-stream; charset=utf-8")
+					h.Set("Cache-Control", "no-cache")
+					h.Set("X-Accel-Buffering", "no")
+					w.WriteHeader(http.StatusOK)
+					k.committed = true
+				}
+				_, err := w.Write(k.tick(first))
+				if err == nil {
+					err = http.NewResponseController(w).Flush()
+				}
+				k.mu.Unlock()
+				if err != nil {
+					return // client gone; the request context cancels the rest
+				}
+			}
+		}
+	}()
+	return k
+}
+
+// Stop ends the keep-alives and reports whether the response was committed. After Stop returns
+// no other goroutine writes to w.
+func (k *keepAlive) Stop() bool {
+	close(k.stop)
+	<-k.done
+	return k.committed
+}
+
+// committedWriter passes writes through but swallows the header write the ReverseProxy makes
+// after compactd has already committed a 200 stream.
+type committedWriter struct{ http.ResponseWriter }
+
+func (c committedWriter) WriteHeader(int) {}
+
+func (c committedWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
