@@ -116,7 +116,9 @@ func history(n, wordsPerMsg int) []map[string]any {
 	return items
 }
 
-func marker(kind string, i int) string { return kind + "-MARK-" + string(rune('a'+i%26)) + string(rune('a'+i/26)) }
+func marker(kind string, i int) string {
+	return kind + "-MARK-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+}
 
 func mustJSON(t testing.TB, v any) json.RawMessage {
 	t.Helper()
