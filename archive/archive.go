@@ -1,0 +1,190 @@
+// Package archive keeps the exact raw items that a compaction replaced, encrypted at rest and
+// searchable, so the model (through the recall tool) and operators can get them back: a summary
+// is lossy, the archive is not.
+//
+// # Encryption at rest with full-text search
+//
+// Segment content is sealed with the keyring (see Sealer) before it reaches the database, so the
+// database holds no plaintext of any archived string. Search works on a blind index: the text of
+// every item is tokenized (see Tokenize), each token is replaced by a keyed hash
+// (HMAC-SHA256 under a per-tenant key derived from Sealer.IndexKey, truncated to 50 bits and
+// written as "h"+10 base32 characters), and the space-separated set of hash words is indexed by
+// the database's own full-text engine (SQLite FTS5 with the unicode61 tokenizer, or PostgreSQL
+// to_tsvector('simple', …) with a GIN index). Queries are tokenized and hashed the same way.
+// After ranking, only the few winning segments are decrypted to cut excerpts.
+//
+// What the blind index still reveals to someone holding the database file: how many distinct
+// tokens a segment has and which segments share tokens (document frequency). It does not reveal
+// token order or repetition: each document is the sorted set of its hashes. Keys differ per
+// tenant, so tenants' hashes cannot be correlated. Conversation ids, kinds, times, sizes, the
+// lineage links and Meta are stored in the clear; keep secrets out of Meta.
+//
+// # Backends
+//
+// Open picks SQLite (embedded, pure Go, the default) or PostgreSQL from one DSN. Both share the
+// same schema shape and the same SQL code path (database/sql); only the search statement, the
+// index table and the migrations differ.
+package archive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Sealer is what the store needs from compactd's keyring. The integrator adapts crypto.Keyring to
+// it (Binding{Kind:"archive", ItemID:segmentID, Tenant:tenant}); this package does not import
+// crypto so the two can evolve separately.
+type Sealer interface {
+	// SealArchive encrypts and authenticates plaintext bound to (segmentID, tenant).
+	SealArchive(plaintext []byte, segmentID, tenant string) (string, error)
+	// OpenArchive reverses SealArchive; it must fail when blob, segmentID or tenant differ.
+	OpenArchive(blob, segmentID, tenant string) ([]byte, error)
+	// IndexKey is the 32-byte key for the blind-index HMAC. It must be stable across restarts:
+	// a new key makes every existing segment unsearchable (Get still works).
+	IndexKey() []byte
+}
+
+// Segment is one archived run of raw items: what one compaction replaced, or one session log.
+type Segment struct {
+	ID           string            // "seg_" + random, set by Put when empty
+	Tenant       string            // "default" when empty
+	Conversation string            // conversation id (required)
+	Kind         string            // "compaction" | "session"; "compaction" when empty
+	CreatedAt    time.Time         // set by Put when zero; stored in UTC with microsecond precision
+	Previous     string            // id of the previous segment in this conversation's lineage, or ""
+	Items        []json.RawMessage // the raw items exactly as received (byte-exact round trip)
+	Meta         map[string]string // small, unencrypted, non-secret labels; not searched, not integrity-protected
+}
+
+// Segment kinds.
+const (
+	KindCompaction = "compaction"
+	KindSession    = "session"
+)
+
+// DefaultTenant is used wherever a tenant is empty.
+const DefaultTenant = "default"
+
+// Ref names a stored segment. Hash is the hex SHA-256 of the canonical stored plaintext (header
+// and items, see encodePlain), so a lineage of Refs pins exact content.
+type Ref struct{ ID, Hash string }
+
+// Query is a full-text search. Text is tokenized like archived text; a segment matching all query
+// words ranks above one matching only some (words are OR-ed only when too few segments match all).
+type Query struct {
+	Text         string
+	Tenant       string // "default" when empty
+	Conversation string // optional filter
+	Kind         string // optional filter
+	Limit        int    // default 5, at most 100
+	ExcerptBytes int    // default 800
+}
+
+// Hit is one matching segment with an excerpt of its best item.
+type Hit struct {
+	SegmentID, Conversation, Kind string
+	CreatedAt                     time.Time
+	ItemIndex                     int     // index in Segment.Items of the best item (most query words)
+	Excerpt                       string  // plaintext excerpt (decrypted), centred on the match, valid UTF-8, ≤ ExcerptBytes
+	Score                         float64 // higher is better: query words matched + a (0,1) rank from bm25/ts_rank
+}
+
+// ConversationInfo summarises one conversation's archived segments.
+type ConversationInfo struct {
+	ID          string
+	Segments    int
+	Bytes       int64 // stored (sealed) bytes
+	First, Last time.Time
+}
+
+// Retention bounds the archive; zero fields are unlimited. Bytes are stored (sealed) bytes,
+// summed over all tenants.
+type Retention struct {
+	MaxAge   time.Duration
+	MaxBytes int64
+}
+
+// Store is the archive. Every method is scoped to one tenant except Prune, which enforces a global
+// budget. Implementations are safe for concurrent use.
+type Store interface {
+	Put(ctx context.Context, s Segment) (Ref, error)
+	// Get returns the segment after verifying its hash and sealed header; ErrNotFound, ErrIntegrity.
+	Get(ctx context.Context, tenant, id string) (Segment, error)
+	// Lineage walks Previous back to the root (or to the first pruned link), newest first.
+	Lineage(ctx context.Context, tenant, id string) ([]Ref, error)
+	Search(ctx context.Context, q Query) ([]Hit, error)
+	// Conversations lists the tenant's conversations, most recently archived first.
+	Conversations(ctx context.Context, tenant string) ([]ConversationInfo, error)
+	DeleteConversation(ctx context.Context, tenant, conversation string) (int, error)
+	// Prune deletes oldest segments first until within r; it returns how many it deleted.
+	Prune(ctx context.Context, r Retention) (int, error)
+	Close() error
+}
+
+var (
+	// ErrNotFound: no such segment for this tenant.
+	ErrNotFound = errors.New("archive: segment not found")
+	// ErrIntegrity: a stored segment failed to open or does not match its hash or columns.
+	ErrIntegrity = errors.New("archive: segment failed integrity check")
+	// ErrEmptyQuery: the query text has no searchable token.
+	ErrEmptyQuery = errors.New("archive: query has no searchable words")
+)
+
+// Limits that keep rows and queries bounded.
+const (
+	defaultLimit        = 5
+	maxLimit            = 100
+	defaultExcerptBytes = 800
+	maxMetaBytes        = 8 << 10
+)
+
+// Open selects the backend from a DSN:
+//   - "" → SQLite at DefaultPath()
+//   - "sqlite:PATH", or a bare PATH ending in ".db" → SQLite (WAL, busy timeout, file 0600,
+//     parent directory created 0700); "sqlite::memory:" is a private in-memory database
+//   - "postgres://…" or "postgresql://…" → PostgreSQL (pgx); extra runtime parameters such as
+//     search_path may be given as query parameters
+//
+// The schema is created or migrated on Open.
+func Open(ctx context.Context, dsn string, s Sealer) (Store, error) {
+	if s == nil {
+		return nil, errors.New("archive: nil Sealer")
+	}
+	if len(s.IndexKey()) < 32 {
+		return nil, errors.New("archive: index key must be at least 32 bytes")
+	}
+	switch {
+	case dsn == "":
+		p, err := DefaultPath()
+		if err != nil {
+			return nil, err
+		}
+		return openSQLite(ctx, p, s)
+	case strings.HasPrefix(dsn, "sqlite:"):
+		return openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"), s)
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return openPostgres(ctx, dsn, s)
+	case strings.HasSuffix(dsn, ".db"):
+		return openSQLite(ctx, dsn, s)
+	}
+	return nil, fmt.Errorf("archive: unrecognised DSN scheme (want sqlite:PATH, PATH.db or postgres://…)")
+}
+
+// DefaultPath is where the SQLite archive lives when no DSN is configured:
+// $XDG_STATE_HOME/compactd/archive.db, else ~/.local/state/compactd/archive.db.
+func DefaultPath() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "compactd", "archive.db"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("archive: no default path: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "compactd", "archive.db"), nil
+}

@@ -1,0 +1,465 @@
+package archive
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// dialect holds what differs between the backends; everything else is one code path over
+// database/sql. Statements are written with "?" placeholders and rebound for PostgreSQL.
+type dialect struct {
+	name string
+	// dollar: rewrite "?" placeholders as $1, $2, … (PostgreSQL).
+	dollar bool
+	// migrations[i] brings the schema from version i to i+1; each runs in one transaction.
+	migrations [][]string
+	// migrateLock, when set, runs first in the migration transaction (serialises concurrent Opens).
+	migrateLock string
+	// docInRow: the hashed document is a column of archive_segments (PostgreSQL) rather than a row
+	// of the separate FTS table archive_fts keyed by seq (SQLite).
+	docInRow bool
+	// search returns a statement selecting (id, conversation, kind, created_at, doc, rank) with
+	// placeholders (match, tenant, [conversation], [kind], limit), best rank first, rank ≥ 0.
+	search func(filters string) string
+	// and/or: boolean operators of the match language.
+	and, or string
+}
+
+type sqlStore struct {
+	db     *sql.DB
+	d      *dialect
+	sealer Sealer
+	ix     *blindIndex
+}
+
+func newSQLStore(ctx context.Context, db *sql.DB, d *dialect, s Sealer) (*sqlStore, error) {
+	st := &sqlStore{db: db, d: d, sealer: s, ix: newBlindIndex(s.IndexKey())}
+	if err := st.migrate(ctx); err != nil {
+		return nil, fmt.Errorf("archive: %s schema: %w", d.name, err)
+	}
+	return st, nil
+}
+
+// q rebinds "?" placeholders for the dialect.
+func (s *sqlStore) q(query string) string {
+	if !s.d.dollar {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(query[i])
+	}
+	return b.String()
+}
+
+func (s *sqlStore) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if s.d.migrateLock != "" {
+		if _, err := tx.ExecContext(ctx, s.d.migrateLock); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS archive_schema (version INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	var v int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM archive_schema`).Scan(&v); err != nil {
+		return err
+	}
+	if v > len(s.d.migrations) {
+		return fmt.Errorf("database schema version %d is newer than this build (%d)", v, len(s.d.migrations))
+	}
+	for i := v; i < len(s.d.migrations); i++ {
+		for _, stmt := range s.d.migrations[i] {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("migration %d: %w", i+1, err)
+			}
+		}
+	}
+	if v < len(s.d.migrations) {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM archive_schema`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO archive_schema (version) VALUES (?)`), len(s.d.migrations)); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func (s *sqlStore) Close() error { return s.db.Close() }
+
+func tenantOr(t string) string {
+	if t == "" {
+		return DefaultTenant
+	}
+	return t
+}
+
+// Put seals the segment, indexes it and stores both in one transaction.
+func (s *sqlStore) Put(ctx context.Context, seg Segment) (Ref, error) {
+	if seg.Conversation == "" {
+		return Ref{}, errors.New("archive: Put: conversation is required")
+	}
+	if seg.ID == "" {
+		seg.ID = newSegmentID()
+	}
+	seg.Tenant = tenantOr(seg.Tenant)
+	if seg.Kind == "" {
+		seg.Kind = KindCompaction
+	}
+	if seg.CreatedAt.IsZero() {
+		seg.CreatedAt = time.Now()
+	}
+	meta := []byte("{}")
+	if len(seg.Meta) > 0 {
+		var err error
+		if meta, err = json.Marshal(seg.Meta); err != nil {
+			return Ref{}, fmt.Errorf("archive: Put: meta: %w", err)
+		}
+		if len(meta) > maxMetaBytes {
+			return Ref{}, fmt.Errorf("archive: Put: meta is %d bytes, limit %d", len(meta), maxMetaBytes)
+		}
+	}
+	h := header{ID: seg.ID, Tenant: seg.Tenant, Conversation: seg.Conversation, Kind: seg.Kind,
+		Previous: seg.Previous, CreatedUS: seg.CreatedAt.UnixMicro()}
+	plain := encodePlain(h, seg.Items)
+	ref := Ref{ID: seg.ID, Hash: hashPlain(plain)}
+	sealed, err := s.sealer.SealArchive(pack(plain), seg.ID, seg.Tenant)
+	if err != nil {
+		return Ref{}, fmt.Errorf("archive: Put: seal: %w", err)
+	}
+	doc := s.ix.document(seg.Tenant, seg.Items)
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Ref{}, fmt.Errorf("archive: Put: %w", err)
+	}
+	defer tx.Rollback()
+	cols := `id, tenant, conversation, kind, created_at, previous, hash, bytes, meta, sealed`
+	args := []any{seg.ID, seg.Tenant, seg.Conversation, seg.Kind, h.CreatedUS, seg.Previous, ref.Hash,
+		int64(len(sealed)), string(meta), sealed}
+	if s.d.docInRow {
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO archive_segments (`+cols+`, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?)`),
+			append(args, doc)...)
+	} else {
+		var res sql.Result
+		res, err = tx.ExecContext(ctx, s.q(`INSERT INTO archive_segments (`+cols+`) VALUES (?,?,?,?,?,?,?,?,?,?)`), args...)
+		if err == nil {
+			var seq int64
+			if seq, err = res.LastInsertId(); err == nil {
+				_, err = tx.ExecContext(ctx, s.q(`INSERT INTO archive_fts (rowid, doc) VALUES (?, ?)`), seq, doc)
+			}
+		}
+	}
+	if err != nil {
+		return Ref{}, fmt.Errorf("archive: Put %s: %w", seg.ID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Ref{}, fmt.Errorf("archive: Put %s: %w", seg.ID, err)
+	}
+	return ref, nil
+}
+
+// load reads, opens and verifies one segment: the sealed blob must open under (id, tenant), hash
+// to the stored hash, and carry a header equal to the clear-text columns.
+func (s *sqlStore) load(ctx context.Context, tenant, id string) (Segment, error) {
+	var (
+		seg                = Segment{ID: id, Tenant: tenant}
+		createdUS          int64
+		hash, meta, sealed string
+	)
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT conversation, kind, created_at, previous, hash, meta, sealed
+		FROM archive_segments WHERE tenant = ? AND id = ?`), tenant, id).
+		Scan(&seg.Conversation, &seg.Kind, &createdUS, &seg.Previous, &hash, &meta, &sealed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Segment{}, ErrNotFound
+	}
+	if err != nil {
+		return Segment{}, fmt.Errorf("archive: get %s: %w", id, err)
+	}
+	packed, err := s.sealer.OpenArchive(sealed, id, tenant)
+	if err != nil {
+		return Segment{}, fmt.Errorf("%w: %s: cannot open: %v", ErrIntegrity, id, err)
+	}
+	plain, err := unpack(packed)
+	if err != nil {
+		return Segment{}, fmt.Errorf("%w: %s: %v", ErrIntegrity, id, err)
+	}
+	if hashPlain(plain) != hash {
+		return Segment{}, fmt.Errorf("%w: %s: hash mismatch", ErrIntegrity, id)
+	}
+	h, items, err := decodePlain(plain)
+	if err != nil {
+		return Segment{}, fmt.Errorf("%w: %s: %v", ErrIntegrity, id, err)
+	}
+	want := header{ID: id, Tenant: tenant, Conversation: seg.Conversation, Kind: seg.Kind, Previous: seg.Previous, CreatedUS: createdUS}
+	if h != want {
+		return Segment{}, fmt.Errorf("%w: %s: columns differ from sealed header", ErrIntegrity, id)
+	}
+	seg.CreatedAt = time.UnixMicro(createdUS).UTC()
+	seg.Items = items
+	if meta != "" && meta != "{}" {
+		if err := json.Unmarshal([]byte(meta), &seg.Meta); err != nil {
+			return Segment{}, fmt.Errorf("archive: get %s: meta: %w", id, err)
+		}
+	}
+	return seg, nil
+}
+
+func (s *sqlStore) Get(ctx context.Context, tenant, id string) (Segment, error) {
+	return s.load(ctx, tenantOr(tenant), id)
+}
+
+// maxLineage guards against a cycle or a runaway chain written by hand into the database.
+const maxLineage = 100_000
+
+func (s *sqlStore) Lineage(ctx context.Context, tenant, id string) ([]Ref, error) {
+	tenant = tenantOr(tenant)
+	var out []Ref
+	seen := map[string]bool{}
+	for id != "" && !seen[id] && len(out) < maxLineage {
+		seen[id] = true
+		var r Ref
+		var prev string
+		err := s.db.QueryRowContext(ctx, s.q(`SELECT id, hash, previous FROM archive_segments WHERE tenant = ? AND id = ?`),
+			tenant, id).Scan(&r.ID, &r.Hash, &prev)
+		if errors.Is(err, sql.ErrNoRows) {
+			if len(out) == 0 {
+				return nil, ErrNotFound
+			}
+			break // the rest of the chain was pruned or deleted
+		}
+		if err != nil {
+			return nil, fmt.Errorf("archive: lineage: %w", err)
+		}
+		out = append(out, r)
+		id = prev
+	}
+	return out, nil
+}
+
+type candidate struct {
+	id, conversation, kind string
+	createdUS              int64
+	score                  float64
+}
+
+// candidates runs one ranked full-text query and scores rows by query words matched (read from
+// the hashed document) plus the backend rank squashed into (0,1).
+func (s *sqlStore) candidates(ctx context.Context, q Query, hq []queryWord, match string, limit int) ([]candidate, error) {
+	var filters strings.Builder
+	args := []any{match, q.Tenant}
+	if q.Conversation != "" {
+		filters.WriteString(" AND s.conversation = ?")
+		args = append(args, q.Conversation)
+	}
+	if q.Kind != "" {
+		filters.WriteString(" AND s.kind = ?")
+		args = append(args, q.Kind)
+	}
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, s.q(s.d.search(filters.String())), args...)
+	if err != nil {
+		return nil, fmt.Errorf("archive: search: %w", err)
+	}
+	defer rows.Close()
+	var out []candidate
+	set := map[string]struct{}{}
+	for rows.Next() {
+		var c candidate
+		var doc string
+		var rank float64
+		if err := rows.Scan(&c.id, &c.conversation, &c.kind, &c.createdUS, &doc, &rank); err != nil {
+			return nil, fmt.Errorf("archive: search: %w", err)
+		}
+		clear(set)
+		for _, w := range strings.Fields(doc) {
+			set[w] = struct{}{}
+		}
+		rank = max(rank, 0)
+		c.score = float64(countMatches(hq, func(t string) bool { _, ok := set[t]; return ok })) + rank/(1+rank)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Search ranks segments that hold all query words first (bm25 / ts_rank among them); only when
+// fewer than Limit do, segments holding some of the words follow, ranked by how many they hold.
+// Then only the winners are decrypted to cut excerpts.
+func (s *sqlStore) Search(ctx context.Context, q Query) ([]Hit, error) {
+	q.Tenant = tenantOr(q.Tenant)
+	if q.Limit <= 0 {
+		q.Limit = defaultLimit
+	}
+	q.Limit = min(q.Limit, maxLimit)
+	if q.ExcerptBytes <= 0 {
+		q.ExcerptBytes = defaultExcerptBytes
+	}
+	plainQ := parseQuery(q.Text)
+	if len(plainQ) == 0 {
+		return nil, ErrEmptyQuery
+	}
+	hq := s.ix.hashQuery(q.Tenant, plainQ)
+	cands, err := s.candidates(ctx, q, hq, matchExpr(hq, s.d.and, s.d.or, s.d.and), q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if len(cands) < q.Limit && len(hq) > 1 {
+		more, err := s.candidates(ctx, q, hq, matchExpr(hq, s.d.and, s.d.or, s.d.or), 3*q.Limit+len(cands))
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range more {
+			if !slices.ContainsFunc(cands, func(x candidate) bool { return x.id == c.id }) {
+				cands = append(cands, c)
+			}
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.createdUS, a.createdUS)
+	})
+	if len(cands) > q.Limit {
+		cands = cands[:q.Limit]
+	}
+	hits := make([]Hit, 0, len(cands))
+	for _, c := range cands {
+		seg, err := s.load(ctx, q.Tenant, c.id)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted between the two queries
+		}
+		if err != nil {
+			return nil, err
+		}
+		idx, excerpt := bestExcerpt(plainQ, seg.Items, q.ExcerptBytes)
+		hits = append(hits, Hit{SegmentID: c.id, Conversation: c.conversation, Kind: c.kind,
+			CreatedAt: time.UnixMicro(c.createdUS).UTC(), ItemIndex: idx, Excerpt: excerpt, Score: c.score})
+	}
+	return hits, nil
+}
+
+func (s *sqlStore) Conversations(ctx context.Context, tenant string) ([]ConversationInfo, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT conversation, COUNT(*), CAST(SUM(bytes) AS BIGINT),
+		MIN(created_at), MAX(created_at) FROM archive_segments WHERE tenant = ?
+		GROUP BY conversation ORDER BY MAX(created_at) DESC, conversation`), tenantOr(tenant))
+	if err != nil {
+		return nil, fmt.Errorf("archive: conversations: %w", err)
+	}
+	defer rows.Close()
+	var out []ConversationInfo
+	for rows.Next() {
+		var c ConversationInfo
+		var first, last int64
+		if err := rows.Scan(&c.ID, &c.Segments, &c.Bytes, &first, &last); err != nil {
+			return nil, fmt.Errorf("archive: conversations: %w", err)
+		}
+		c.First, c.Last = time.UnixMicro(first).UTC(), time.UnixMicro(last).UTC()
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// DeleteConversation removes the conversation's segments and their index entries (SQLite: by
+// trigger; PostgreSQL: same row).
+func (s *sqlStore) DeleteConversation(ctx context.Context, tenant, conversation string) (int, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM archive_segments WHERE tenant = ? AND conversation = ?`),
+		tenantOr(tenant), conversation)
+	if err != nil {
+		return 0, fmt.Errorf("archive: delete conversation: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// pruneBatch bounds the IN list of one DELETE.
+const pruneBatch = 500
+
+func (s *sqlStore) Prune(ctx context.Context, r Retention) (int, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("archive: prune: %w", err)
+	}
+	defer tx.Rollback()
+	deleted := 0
+	if r.MaxAge > 0 {
+		cutoff := time.Now().Add(-r.MaxAge).UnixMicro()
+		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM archive_segments WHERE created_at < ?`), cutoff)
+		if err != nil {
+			return 0, fmt.Errorf("archive: prune by age: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		deleted += int(n)
+	}
+	if r.MaxBytes > 0 {
+		var total int64
+		if err := tx.QueryRowContext(ctx, `SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM archive_segments`).Scan(&total); err != nil {
+			return 0, fmt.Errorf("archive: prune by size: %w", err)
+		}
+		if total > r.MaxBytes {
+			seqs, err := oldestOver(ctx, tx, total-r.MaxBytes)
+			if err != nil {
+				return 0, fmt.Errorf("archive: prune by size: %w", err)
+			}
+			for len(seqs) > 0 {
+				batch := seqs[:min(len(seqs), pruneBatch)]
+				seqs = seqs[len(batch):]
+				args := make([]any, len(batch))
+				for i, v := range batch {
+					args[i] = v
+				}
+				ph := strings.TrimSuffix(strings.Repeat("?,", len(batch)), ",")
+				res, err := tx.ExecContext(ctx, s.q(`DELETE FROM archive_segments WHERE seq IN (`+ph+`)`), args...)
+				if err != nil {
+					return 0, fmt.Errorf("archive: prune by size: %w", err)
+				}
+				n, _ := res.RowsAffected()
+				deleted += int(n)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("archive: prune: %w", err)
+	}
+	return deleted, nil
+}
+
+// oldestOver returns the seqs of the oldest segments whose bytes add up to at least excess.
+func oldestOver(ctx context.Context, tx *sql.Tx, excess int64) ([]int64, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT seq, bytes FROM archive_segments ORDER BY created_at, seq`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var seqs []int64
+	for excess > 0 && rows.Next() {
+		var seq, n int64
+		if err := rows.Scan(&seq, &n); err != nil {
+			return nil, err
+		}
+		seqs = append(seqs, seq)
+		excess -= n
+	}
+	return seqs, rows.Err()
+}

@@ -1,0 +1,101 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	_ "modernc.org/sqlite" // pure-Go SQLite driver "sqlite", with FTS5
+)
+
+// sqliteDialect: segments in a rowid table, hashed documents in an FTS5 table sharing its rowid
+// (seq), kept in step by a delete trigger so every path that deletes segments drops their index.
+// FTS5 keeps the document (only hash words) so Search can count matched query words.
+var sqliteDialect = &dialect{
+	name: "sqlite",
+	migrations: [][]string{{
+		`CREATE TABLE archive_segments (
+			seq          INTEGER PRIMARY KEY,
+			id           TEXT    NOT NULL,
+			tenant       TEXT    NOT NULL,
+			conversation TEXT    NOT NULL,
+			kind         TEXT    NOT NULL,
+			created_at   INTEGER NOT NULL, -- unix microseconds
+			previous     TEXT    NOT NULL DEFAULT '',
+			hash         TEXT    NOT NULL, -- hex SHA-256 of the canonical plaintext
+			bytes        INTEGER NOT NULL, -- sealed size
+			meta         TEXT    NOT NULL DEFAULT '{}',
+			sealed       TEXT    NOT NULL,
+			UNIQUE (tenant, id)
+		)`,
+		`CREATE INDEX archive_segments_conversation ON archive_segments (tenant, conversation, created_at)`,
+		`CREATE INDEX archive_segments_created ON archive_segments (created_at)`,
+		`CREATE VIRTUAL TABLE archive_fts USING fts5(doc, tokenize = 'unicode61')`,
+		`CREATE TRIGGER archive_segments_delete AFTER DELETE ON archive_segments BEGIN
+			DELETE FROM archive_fts WHERE rowid = old.seq;
+		END`,
+	}},
+	search: func(filters string) string {
+		return `SELECT s.id, s.conversation, s.kind, s.created_at, archive_fts.doc, -bm25(archive_fts)
+			FROM archive_fts JOIN archive_segments s ON s.seq = archive_fts.rowid
+			WHERE archive_fts MATCH ? AND s.tenant = ?` + filters + `
+			ORDER BY bm25(archive_fts) LIMIT ?`
+	},
+	and: " AND ",
+	or:  " OR ",
+}
+
+// sqliteParams: WAL so readers never block the writer; a busy timeout instead of SQLITE_BUSY
+// under concurrent writers; BEGIN IMMEDIATE so a read-then-write transaction cannot deadlock on
+// lock upgrade; synchronous=NORMAL, durable in WAL except for the last commits on power loss;
+// secure_delete so freed pages (sealed blobs, index words) are zeroed rather than left behind.
+const sqliteParams = "?_busy_timeout=10000&_journal_mode=WAL&_synchronous=NORMAL" +
+	"&_pragma=secure_delete(1)&_txlock=immediate"
+
+func openSQLite(ctx context.Context, path string, s Sealer) (Store, error) {
+	if path == "" {
+		return nil, errors.New("archive: empty SQLite path")
+	}
+	if strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("archive: SQLite path may not contain '?' or '#' or be a file: URI")
+	}
+	memory := path == ":memory:"
+	if !memory {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("archive: %w", err)
+		}
+		// Create the file ourselves so it is 0600 from the start; SQLite gives the -wal and -shm
+		// files the same mode as the database.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("archive: %w", err)
+		}
+		f.Close()
+		if err := os.Chmod(path, 0o600); err != nil {
+			return nil, fmt.Errorf("archive: %w", err)
+		}
+	}
+	db, err := sql.Open("sqlite", path+sqliteParams)
+	if err != nil {
+		return nil, fmt.Errorf("archive: open sqlite: %w", err)
+	}
+	if memory {
+		db.SetMaxOpenConns(1) // every connection to :memory: is a separate database
+	} else {
+		db.SetMaxOpenConns(8)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("archive: open sqlite: %w", err)
+	}
+	st, err := newSQLStore(ctx, db, sqliteDialect, s)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return st, nil
+}
