@@ -402,3 +402,16 @@ func BenchmarkSealOpen(b *testing.B) {
 		})
 	}
 }
+
+// TestEncodeString cross-checks the SIMD encoder against encoding/base64 across chunk
+// boundaries and every length remainder.
+func TestEncodeString(t *testing.T) {
+	src := make([]byte, 3*1024*3+7)
+	crand.Read(src)
+	lengths := []int{0, 1, 2, 3, 4, 27, 28, 29, 31, 32, 33, 47, 48, 49, 95, 96, 97, 3071, 3072, 3073, 6144, 6145, len(src)}
+	for _, n := range lengths {
+		if got, want := encodeString(src[:n]), base64.RawURLEncoding.EncodeToString(src[:n]); got != want {
+			t.Fatalf("encodeString of %d bytes differs from encoding/base64", n)
+		}
+	}
+}

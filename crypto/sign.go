@@ -20,7 +20,7 @@ func (r *Keyring) Sign(msg []byte, b Binding) string {
 	raw = append(raw, envelopeV1, byte(len(e.id)))
 	raw = append(raw, e.id...)
 	raw = e.mac(raw, msg, b)
-	return b64.EncodeToString(raw)
+	return encodeString(raw)
 }
 
 // Verify checks a signature made by Sign with the same msg and binding, using the key
