@@ -39,6 +39,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 		e.Write(w)
 		return
 	}
+	s.compacted(r, "compact_endpoint", c)
 	// output: the retained user messages, then exactly one compaction item, last. The client sends
 	// [...output, new message] next, and the handoff rebuilds the same context from it.
 	output := make([]json.RawMessage, 0, len(c.window.Retained)+1)
@@ -70,7 +71,6 @@ func (s *Server) runExplicit(r *http.Request, req *api.ResponsesRequest, items [
 		}
 		return nil, &api.OpenAIError{Status: 499, Type: "invalid_request_error", Message: "client closed request"}
 	}
-	s.log.Info("compacted", "item", c.id, "tokens_before", c.payload.TokensBefore, "tokens_after", c.payload.TokensAfter, "items_replaced", c.payload.ItemsReplaced)
 	return c, nil
 }
 
@@ -111,6 +111,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 			e.Write(w)
 			return
 		}
+		s.compacted(r, "compaction_trigger", c)
 		body, _ := json.Marshal(response("completed", []json.RawMessage{c.item}, usageJSON(c.usage)))
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
@@ -154,7 +155,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 		}
 		return
 	}
-	s.log.Info("compacted", "trigger", "compaction_trigger", "item", c.id, "tokens_before", c.payload.TokensBefore, "tokens_after", c.payload.TokensAfter, "items_replaced", c.payload.ItemsReplaced)
+	s.compacted(r, "compaction_trigger", c)
 	var b []byte
 	if !committed {
 		h := w.Header()

@@ -91,7 +91,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	t := &turn{stream: req.Stream}
 	changed := prev != nil
-	if limit, _ := s.cfg.Policy.Effective(th); limit > 0 && req.PreviousResponseID == "" {
+	if limit, trigger := s.cfg.Policy.Effective(th); limit > 0 && req.PreviousResponseID == "" {
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
 		if total > limit {
 			var ka *keepAlive
@@ -113,7 +113,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 				}
 				return
 			default:
-				s.log.Info("compacted", "item", c.id, "tokens_before", c.payload.TokensBefore, "tokens_after", c.payload.TokensAfter, "items_replaced", c.payload.ItemsReplaced)
+				s.compacted(r, trigger, c)
 				items, t.item, t.itemID, changed = c.items, c.item, c.id, true
 			}
 		}

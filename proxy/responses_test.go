@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -450,4 +451,34 @@ func toAny(items []map[string]any) []any {
 		out[i] = it
 	}
 	return out
+}
+
+func TestStripCodexFields(t *testing.T) {
+	raw, err := os.ReadFile("../../shared/fixtures/codex-0.169/normal_turn_request.json")
+	if err != nil {
+		t.Skip("shared fixtures not present beside the checkout")
+	}
+	body := gjson.GetBytes(raw, "body").Raw
+	for _, strip := range []bool{false, true} {
+		h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) { c.StripCodexFields = strip })
+		resp, err := http.Post(h.proxyURL+"/v1/responses", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got := h.upstream(fakeupstream.KindResponses)[0].Body
+		has := strings.Contains(string(got), "internal_chat_message_metadata_passthrough") || gjson.GetBytes(got, "client_metadata").Exists()
+		if has == strip {
+			t.Errorf("strip=%v: Codex-only fields present=%v", strip, has)
+		}
+		if !strip && string(got) != body {
+			t.Error("without stripping the Codex body must be forwarded byte for byte")
+		}
+		for _, keep := range []string{"prompt_cache_key", "include", "store", "reasoning", "tools"} {
+			if !gjson.GetBytes(got, keep).Exists() {
+				t.Errorf("strip=%v dropped %s", strip, keep)
+			}
+		}
+	}
 }

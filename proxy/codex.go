@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/tidwall/gjson"
+)
+
+// clientTurn is what a client tells about a turn in its own headers. Codex CLI sends
+// x-codex-turn-metadata (JSON; request_kind "compaction" and a compaction object on compaction
+// turns) and session-id. Phase, Reason and Trigger are safe as metric labels (bounded, sanitised);
+// Session is for logs only, never a label.
+type clientTurn struct {
+	Session string
+	Kind    string // request_kind
+	Phase   string // compaction.phase: pre_turn, post_turn, …
+	Reason  string // compaction.reason: context_limit, user_requested, …
+	Trigger string // compaction.trigger: auto, manual, …
+}
+
+func clientTurnFrom(h http.Header) clientTurn {
+	ct := clientTurn{Session: h.Get("Session-Id")}
+	md := h.Get("X-Codex-Turn-Metadata")
+	if md == "" || !gjson.Valid(md) {
+		return ct
+	}
+	m := gjson.Parse(md)
+	if ct.Session == "" {
+		ct.Session = m.Get("session_id").Str
+	}
+	ct.Kind = label(m.Get("request_kind").Str)
+	ct.Phase = label(m.Get("compaction.phase").Str)
+	ct.Reason = label(m.Get("compaction.reason").Str)
+	ct.Trigger = label(m.Get("compaction.trigger").Str)
+	return ct
+}
+
+// label keeps a client-supplied value only if it looks like an enum word (lower-case letters,
+// digits and underscores, at most 32 bytes), so clients cannot blow up label cardinality.
+func label(s string) string {
+	if s == "" {
+		return ""
+	}
+	if len(s) > 32 {
+		return "other"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return "other"
+		}
+	}
+	return s
+}
+
+// LogAttrs renders the turn's client labels for a log line, omitting what is absent.
+func (ct clientTurn) LogAttrs() []any {
+	var a []any
+	add := func(k, v string) {
+		if v != "" {
+			a = append(a, slog.String(k, v))
+		}
+	}
+	add("session", ct.Session)
+	add("client_phase", ct.Phase)
+	add("client_reason", ct.Reason)
+	add("client_trigger", ct.Trigger)
+	return a
+}

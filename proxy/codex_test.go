@@ -1,0 +1,43 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"testing"
+)
+
+func TestClientTurnFromCodexHeaders(t *testing.T) {
+	raw, err := os.ReadFile("../../shared/fixtures/codex-0.169/remote_v2_compaction_request.json")
+	if err != nil {
+		t.Skip("shared fixtures not present beside the checkout")
+	}
+	var capture struct{ Headers map[string]string }
+	if err := json.Unmarshal(raw, &capture); err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	for k, v := range capture.Headers {
+		h.Set(k, v)
+	}
+	got := clientTurnFrom(h)
+	want := clientTurn{Session: "01a22679-79f0-7c11-bef8-f2764cce1ad3", Kind: "compaction", Phase: "pre_turn", Reason: "context_limit", Trigger: "auto"}
+	if got != want {
+		t.Errorf("clientTurnFrom = %+v, want %+v", got, want)
+	}
+}
+
+func TestLabelBoundsClientValues(t *testing.T) {
+	tests := map[string]string{
+		"":                   "",
+		"pre_turn":           "pre_turn",
+		"Pre-Turn":           "other",
+		"01a22679-79f0-7c11": "other",
+		"a_very_long_value_that_is_longer_than_32": "other",
+	}
+	for in, want := range tests {
+		if got := label(in); got != want {
+			t.Errorf("label(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
