@@ -11,7 +11,9 @@ var (
 	// ErrUnknownKey: well-formed, but names a key id that is not in the keyring
 	// (typically a key that was rotated out, or a blob from another deployment).
 	ErrUnknownKey = errors.New("crypto: unknown key id")
-	// ErrWrongTenant: sealed for a different tenant than the one presenting it.
+	// ErrWrongTenant: sealed for a different tenant than the one presenting it. The
+	// tenant tag is keyed, so a blob from another deployment whose key happens to
+	// share this key's id lands here too; the two cannot be told apart.
 	ErrWrongTenant = errors.New("crypto: sealed for another tenant")
 	// ErrTampered: authentication failed (modified bytes, or moved to another item
 	// id or kind).

@@ -48,13 +48,29 @@ type keyEntry struct {
 // allocations, which would otherwise be paid on every Seal/Open/Sign.
 type hmacPool struct{ p sync.Pool }
 
-func newHMACPool(key []byte) hmacPool {
-	k := append([]byte(nil), key...)
-	return hmacPool{p: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
+// macState is a keyed HMAC plus scratch space, so that feeding it a string and
+// reading the sum do not allocate either.
+type macState struct {
+	h       hash.Hash
+	scratch []byte
 }
 
-func (p *hmacPool) get() hash.Hash  { return p.p.Get().(hash.Hash) }
-func (p *hmacPool) put(h hash.Hash) { h.Reset(); p.p.Put(h) }
+func newHMACPool(key []byte) hmacPool {
+	k := append([]byte(nil), key...)
+	return hmacPool{p: sync.Pool{New: func() any {
+		return &macState{h: hmac.New(sha256.New, k), scratch: make([]byte, 0, 64)}
+	}}}
+}
+
+func (p *hmacPool) get() *macState { return p.p.Get().(*macState) }
+
+func (p *hmacPool) put(m *macState) {
+	m.h.Reset()
+	if cap(m.scratch) > 1<<10 { // do not pin a buffer grown by one huge input
+		m.scratch = make([]byte, 0, 64)
+	}
+	p.p.Put(m)
+}
 
 func newKeyEntry(k Key) (*keyEntry, error) {
 	if err := validKeyID(k.ID); err != nil {

@@ -52,12 +52,11 @@ func (r *Keyring) Verify(sig string, msg []byte, b Binding) error {
 // mac appends HMAC-SHA256(signKey, AD || msg). AD is self-delimiting (length-prefixed
 // fields), so the boundary between it and msg is unambiguous.
 func (e *keyEntry) mac(dst, msg []byte, b Binding) []byte {
-	var adBuf [128]byte
-	ad := appendAD(adBuf[:0], signDomain, e.id, b)
-	h := e.sigPool.get()
-	h.Write(ad)
-	h.Write(msg)
-	dst = h.Sum(dst)
-	e.sigPool.put(h)
+	m := e.sigPool.get()
+	m.scratch = appendAD(m.scratch[:0], signDomain, e.id, b)
+	m.h.Write(m.scratch)
+	m.h.Write(msg)
+	dst = m.h.Sum(dst)
+	e.sigPool.put(m)
 	return dst
 }
