@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -54,7 +56,9 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	if err := cmd.run(args); err != nil {
+	if err := cmd.run(args); errors.Is(err, flag.ErrHelp) {
+		return
+	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "compactd %s: %v\n", name, err)
 		os.Exit(1)
 	}
