@@ -239,6 +239,17 @@ func (s *scanner) scanLiteral(raw string) {
 	}
 	for i := 0; i < len(raw); i++ {
 		b := raw[i]
+		if b >= 'a' && b <= 'z' && s.wordLen > 0 && (s.prev == cLower || s.prev == cUpper) {
+			// fast path: lower-case letters continuing a word only lengthen it
+			j := i + 1
+			for j < len(raw) && raw[j] >= 'a' && raw[j] <= 'z' {
+				j++
+			}
+			s.wordLen += j - i
+			s.prev = cLower
+			i = j - 1
+			continue
+		}
 		switch {
 		case b == '\\' && i+1 < len(raw):
 			i++

@@ -240,8 +240,8 @@ func estimate(kind uint8, s string) int {
 	}
 	var sc scanner
 	special := 0
-	walkStrings(s, kind == kindTools,
-		func(_ string, v gjson.Result) { sc.scanLiteral(v.Raw) },
+	walkRawStrings(s, kind == kindTools,
+		func(lit string) { sc.scanLiteral(lit) },
 		func(t int) { special += t })
 	n := int(math.Round(sc.f.tokens())) + special
 	if kind == kindItem {
