@@ -6,7 +6,7 @@ package compact
 // one or more vocabulary tokens; common pieces are one token, long or rare ones several. One pass
 // over the bytes counts those piece classes, and a linear model fitted by least squares on real
 // text (see calibrate_test.go, COMPACT_CALIBRATE=1) turns the counts into tokens. It reads the
-// JSON string literals as they are (escapes decoded on the fly), so it allocates nothing.
+// JSON string literals as they are (escapes decoded on the fly), so it does not copy strings.
 //
 // Measured error against exact o200k_base counts (TestEstimateCalibration: ~160 chunks of 4 KiB
 // each, wrapped as function_call_output items; go1.26 GOROOT docs, Go/JS/Python code, JSON):
@@ -17,8 +17,10 @@ package compact
 //	json   -4.2%        8.9%              18.5%  20.8%
 //
 // So a whole request (hundreds of items whose errors partly cancel) is typically within ±5%, and
-// a single small item can be off by a fifth. Request's default margin (15%) is above the
-// aggregate error, so the near-threshold decision is always made on exact counts. The weights
+// a single small item can be off by a fifth. Request's default margin (15%) is above that
+// aggregate error, so near the threshold the decision is made on exact counts. Pathological text
+// defeats it (one long word repeated thousands of times is overestimated by half or more); such a
+// request is then counted by estimate until the background worker has counted it exactly. The weights
 // are a non-negative least-squares fit: they are not individually token costs (the fit folds the
 // newline pieces into the others), so refit rather than hand-tune them.
 
