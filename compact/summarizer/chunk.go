@@ -13,7 +13,7 @@ func EstimateTokens(s string) int { return (len(s) + 3) / 4 }
 
 // Chunk packs entries, in order, into chunks whose token count fits budget, counting the
 // separator between entries. An entry that alone exceeds budget is middle-truncated to fit (see
-// TruncateMiddle) and put in a chunk of its own. Empty input gives nil. A nil count means
+// TruncateMiddle), after which it packs like any other. Empty input gives nil. A nil count means
 // EstimateTokens; a budget below 1 is treated as 1.
 func Chunk(entries []string, budget int, count func(string) int) [][]string {
 	if count == nil {
@@ -120,5 +120,5 @@ func cutMiddle(s string, keep int) string {
 // elisionMarker tells the summariser (and, through it, the agent) that content is missing, so
 // the gap is not mistaken for the whole of the entry.
 func elisionMarker(chars int) string {
-	return "\n[… " + strconv.Itoa(chars) + " characters elided from the middle of this entry …]\n"
+	return "\n[… " + strconv.Itoa(chars) + " characters elided …]\n"
 }

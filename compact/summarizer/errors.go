@@ -109,8 +109,13 @@ func classify(parent context.Context, resp *http.Response, err error) error {
 	}
 	if resp != nil {
 		// A response arrived but could not be decoded: most often a wrong BaseURL answering
-		// with HTML, which a retry would not fix.
-		return &Error{Status: resp.StatusCode, Err: ErrMalformedResponse}
+		// with HTML, which a retry would not fix unless the status says otherwise.
+		e := &Error{Status: resp.StatusCode, Err: ErrMalformedResponse}
+		if resp.StatusCode >= http.StatusBadRequest {
+			e.Retryable = retryableStatus(resp.StatusCode, resp)
+			e.RetryAfter = retryAfter(resp.Header)
+		}
+		return e
 	}
 	return &Error{Retryable: true, Err: err}
 }
