@@ -523,3 +523,25 @@ func TestSummarizeWindowTooSmall(t *testing.T) {
 		t.Errorf("made %d calls, want 0", n)
 	}
 }
+
+func BenchmarkSummarize(b *testing.B) {
+	for _, api := range apis {
+		b.Run(api, func(b *testing.B) {
+			f := newFake(b, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
+				reply(w, c, "m", "## Goal\nShip it.", Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15})
+			})
+			s := mustNew(b, f.config(api))
+			entries := make([]string, 200)
+			for i := range entries {
+				entries[i] = "[tool output] " + strings.Repeat("line of output\n", 40)
+			}
+			req := Request{Model: "m", Entries: entries}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Summarize(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
