@@ -79,6 +79,7 @@ func (s *Server) openError(param string, err error) *api.OpenAIError {
 		reason = "malformed"
 	}
 	s.log.Warn("compaction item rejected", "reason", reason)
+	s.metrics.openFailure("openai", reason)
 	msg := map[string]string{
 		"malformed":    "The compaction item's encrypted_content is not a compaction item issued by compactd (it is truncated or not in compactd's format). Send the item back exactly as it was returned.",
 		"unknown_key":  "The compaction item was sealed with a key this compactd does not have. If keys were rotated, add the old key to the keyring as a retired key; otherwise start a new conversation.",
@@ -93,6 +94,7 @@ func (s *Server) openError(param string, err error) *api.OpenAIError {
 // kept), everything else before it is superseded and dropped, and the item itself becomes the
 // handoff message. Items after it are untouched. The result is what the upstream sees.
 func (s *Server) expand(items []api.Item, k int, o *opened) []api.Item {
+	s.metrics.handoffApplied("openai")
 	before := items[:k]
 	w := compact.Partition(before, s.cfg.RetainTokens, s.countItem)
 	out := make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1+len(items)-k-1)

@@ -19,4 +19,14 @@ func (s *Server) compacted(r *http.Request, trigger string, c *compaction) {
 	}
 	attrs = append(attrs, clientTurnFrom(r.Header).LogAttrs()...)
 	s.log.Info("compacted", attrs...)
+	s.metrics.compaction(compactionEvent{API: "openai", Trigger: trigger, Outcome: "ok", Model: c.payload.Model,
+		TokensBefore: c.payload.TokensBefore, TokensAfter: c.payload.TokensAfter})
+}
+
+// compactionFailed records a compaction that could not be completed (the turn was answered with
+// an error and nothing was changed).
+func (s *Server) compactionFailed(r *http.Request, trigger, model string, err error) {
+	attrs := append([]any{slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
+	s.log.Warn("compaction failed", attrs...)
+	s.metrics.compaction(compactionEvent{API: "openai", Trigger: trigger, Outcome: "failed", Model: model})
 }

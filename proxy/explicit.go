@@ -34,7 +34,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 			"compactd needs the conversation in input: previous_response_id chains keep their state upstream, where compactd cannot compact it.").Write(w)
 		return
 	}
-	c, e := s.runExplicit(r, req, items, prev)
+	c, e := s.runExplicit(r, "compact_endpoint", req, items, prev)
 	if e != nil {
 		e.Write(w)
 		return
@@ -61,11 +61,11 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 
 // runExplicit compacts for an explicit route. It never returns errNothingToCompact: with nothing to
 // summarise it still issues exactly one (empty) item, because clients require one.
-func (s *Server) runExplicit(r *http.Request, req *api.ResponsesRequest, items []api.Item, prev *opened) (*compaction, *api.OpenAIError) {
+func (s *Server) runExplicit(r *http.Request, trigger string, req *api.ResponsesRequest, items []api.Item, prev *opened) (*compaction, *api.OpenAIError) {
 	total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, 0)
 	c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, allowEmpty: true})
 	if err != nil {
-		s.log.Warn("explicit compaction failed", "err", err)
+		s.compactionFailed(r, trigger, req.Model, err)
 		if e := summariserError(err); e != nil {
 			return nil, e
 		}
@@ -106,7 +106,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 		}
 	}
 	if !req.Stream {
-		c, e := s.runExplicit(r, req, items, prev)
+		c, e := s.runExplicit(r, "compaction_trigger", req, items, prev)
 		if e != nil {
 			e.Write(w)
 			return
@@ -144,7 +144,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 	c, err := s.compactItems(r.Context(), r, compactRequest{id: itemID, model: req.Model, items: items, tokensBefore: total, prev: prev, allowEmpty: true})
 	committed := ka.Stop()
 	if err != nil {
-		s.log.Warn("compaction_trigger failed", "err", err)
+		s.compactionFailed(r, "compaction_trigger", req.Model, err)
 		e := summariserError(err)
 		switch {
 		case e == nil: // client gone

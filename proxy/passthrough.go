@@ -5,15 +5,27 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 
 	"github.com/compactd/compactd/api"
 )
 
-// newReverseProxy builds the one ReverseProxy every upstream call goes through. Routes that
-// rewrite a turn attach a *turn to the request context; ModifyResponse then rewrites the
+// dialect is the API family of a route: it decides the upstream and the error envelope.
+type dialect int
+
+const (
+	dialectOpenAI dialect = iota
+	dialectAnthropic
+)
+
+// newReverseProxy builds the ReverseProxy every upstream call of one API goes through. Routes
+// that rewrite a turn attach a *turn to the request context; ModifyResponse then rewrites the
 // response on its way back, as a stream.
-func (s *Server) newReverseProxy() *httputil.ReverseProxy {
-	target := s.cfg.Upstream
+func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReverseProxy {
+	errorHandler := s.upstreamError
+	if d == dialectAnthropic {
+		errorHandler = s.upstreamErrorAnthropic
+	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -29,7 +41,7 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 		Transport:      s.cfg.Transport,
 		FlushInterval:  -1, // flush every write: SSE must not sit in a buffer
 		ModifyResponse: s.modifyResponse,
-		ErrorHandler:   s.upstreamError,
+		ErrorHandler:   errorHandler,
 		ErrorLog:       nil,
 	}
 }
@@ -46,6 +58,21 @@ func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error
 		return
 	}
 	upstreamUnavailable().Write(w)
+}
+
+// upstreamErrorAnthropic is upstreamError in Anthropic's dialect.
+func (s *Server) upstreamErrorAnthropic(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	s.log.Warn("upstream request failed", "path", r.URL.Path, "err", err)
+	e := &api.AnthropicError{Status: http.StatusBadGateway, Type: "api_error",
+		Message: "compactd could not reach the upstream API; check the Anthropic upstream URL and that it is reachable, then retry"}
+	if t := turnFrom(r.Context()); t != nil && t.committed {
+		_, _ = w.Write(e.SSE())
+		return
+	}
+	e.Write(w)
 }
 
 func upstreamUnavailable() *api.OpenAIError {

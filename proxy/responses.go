@@ -103,7 +103,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case errors.Is(err, errNothingToCompact):
 			case err != nil:
-				s.log.Warn("compaction failed", "err", err)
+				s.compactionFailed(r, trigger, req.Model, err)
 				if e := summariserError(err); e != nil {
 					if t.committed {
 						_, _ = w.Write(e.SSE(0, ""))

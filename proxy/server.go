@@ -22,8 +22,12 @@ import (
 
 // Config is what a Server needs. Zero values take the documented defaults.
 type Config struct {
-	// Upstream is the Responses API backend, e.g. https://api.openai.com (no /v1).
+	// Upstream is the Responses API backend, e.g. https://api.openai.com (no /v1). Every path
+	// that is not Anthropic's goes there.
 	Upstream *url.URL
+	// AnthropicUpstream is the Messages API backend (default https://api.anthropic.com); the
+	// /v1/messages paths go there.
+	AnthropicUpstream *url.URL
 	// Transport reaches the upstream; nil means a tuned clone of http.DefaultTransport.
 	Transport http.RoundTripper
 
@@ -53,10 +57,12 @@ type Config struct {
 
 // Server is the compactd HTTP handler.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	router  chi.Router
-	forward *httputil.ReverseProxy
+	cfg    Config
+	log    *slog.Logger
+	router chi.Router
+	// forward and forwardAnthropic carry every upstream call of their API.
+	forward, forwardAnthropic *httputil.ReverseProxy
+	metrics                   *metrics
 }
 
 // New builds a Server from cfg.
@@ -64,6 +70,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Upstream == nil {
 		u, _ := url.Parse("https://api.openai.com")
 		cfg.Upstream = u
+	}
+	if cfg.AnthropicUpstream == nil {
+		u, _ := url.Parse("https://api.anthropic.com")
+		cfg.AnthropicUpstream = u
 	}
 	if cfg.Tenant == "" {
 		cfg.Tenant = "default"
@@ -86,12 +96,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Counter == nil {
 		cfg.Counter = compact.NewCounter(compact.CounterOptions{})
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
-	s.forward = s.newReverseProxy()
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg)}
+	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
+	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
 
+	// Routing is on the path only: Claude Code calls /v1/messages?beta=true.
 	r := chi.NewRouter()
 	r.Post("/v1/responses", s.handleResponses)
 	r.Post("/v1/responses/compact", s.handleCompact)
+	r.Post("/v1/messages", s.handleMessages)
+	r.Post("/v1/messages/count_tokens", s.handleCountTokens)
+	r.Handle("/v1/messages", s.forwardAnthropic)   // other methods
+	r.Handle("/v1/messages/*", s.forwardAnthropic) // batches and whatever comes next
 	r.NotFound(s.forward.ServeHTTP)
 	r.MethodNotAllowed(s.forward.ServeHTTP)
 	s.router = r
