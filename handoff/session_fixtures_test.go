@@ -93,7 +93,9 @@ func (s story) wantFiles() []string {
 // filler produces deterministic, realistic-looking tool output.
 type filler struct{ r *rand.Rand }
 
-func newFiller(seed uint64) *filler { return &filler{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))} }
+func newFiller(seed uint64) *filler {
+	return &filler{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
 
 var words = strings.Fields(`bucket limiter token refill rate burst window request client key
 	config store redis cache shard metric counter handler route header retry backoff deadline
@@ -291,7 +293,7 @@ func codexRollout(s story) string {
 	turnContext := func() {
 		rec("turn_context", obj{"cwd": s.cwd, "approval_policy": "on-request",
 			"sandbox_policy": obj{"type": "workspace-write", "network_access": false, "exclude_tmpdir_env_var": false, "exclude_slash_tmp": false},
-			"model": "gpt-5.1-codex", "effort": "medium", "summary": "auto"})
+			"model":          "gpt-5.1-codex", "effort": "medium", "summary": "auto"})
 	}
 	tokens := 4000
 	call := func(name, args string, output string) {
