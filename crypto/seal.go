@@ -45,14 +45,20 @@ const (
 // empty plaintext.
 const minEnvelope = 2 + 1 + tenantTagLen + gcmNonceLen + gcmTagLen
 
-// b64 decodes: strict base64url without padding. Strict matters: a lenient decoder
-// accepts several spellings of the same bytes, so a mutated blob could still open.
-// It is deliberately encoding/base64 and not the SIMD package, whose decoder accepts
-// '/' for '_' in the URL alphabet (found by TestOpenCharMutations).
+// b64 is the reference encoding: base64url without padding. It is used for length
+// arithmetic; the hot paths use the SIMD package below.
 var b64 = base64.RawURLEncoding.Strict()
 
-// b64enc encodes; its output is byte-identical to b64's encoder (TestEncodeString).
+// b64enc encodes; its output is byte-identical to b64's (TestEncodeString).
 var b64enc = simdb64.RawURLEncoding
+
+// simdDecoder is fast but lenient: it accepts '/' for '_' (found by
+// TestOpenCharMutations), and like encoding/base64 it skips CR and LF. A lenient
+// decoder would let a mutated blob open, so decodeEnvelope never trusts it alone: it
+// re-encodes what was decoded and requires the exact input back (isEncodingOf). That
+// makes the accepted text canonical whatever the decoder does, and still costs less
+// than encoding/base64's decoder.
+var simdDecoder = simdb64.RawURLEncoding.Strict()
 
 // Seal encrypts plaintext under the active key for binding b and returns the
 // base64url envelope. Each call draws a fresh random 96-bit nonce; a key must not seal
@@ -100,6 +106,26 @@ func encodeString(raw []byte) string {
 // encodeChunk is a multiple of 3, so every chunk but the last encodes to whole
 // base64 quanta and the concatenation equals encoding the whole input at once.
 const encodeChunk = 3 * 1024
+
+// isEncodingOf reports whether s is exactly the base64url encoding of raw, encoding
+// chunk by chunk into pooled scratch so that the check allocates nothing.
+func isEncodingOf(s string, raw []byte) bool {
+	if b64.EncodedLen(len(raw)) != len(s) {
+		return false
+	}
+	buf := encodeScratch.Get().(*[4 * encodeChunk / 3]byte)
+	defer encodeScratch.Put(buf)
+	for len(raw) > 0 {
+		n := min(len(raw), encodeChunk)
+		m := b64.EncodedLen(n)
+		b64enc.Encode(buf[:m], raw[:n])
+		if string(buf[:m]) != s[:m] {
+			return false
+		}
+		raw, s = raw[n:], s[m:]
+	}
+	return true
+}
 
 var encodeScratch = sync.Pool{New: func() any { return new([4 * encodeChunk / 3]byte) }}
 
@@ -150,12 +176,8 @@ func decodeEnvelope(s string, minRaw, maxText int) ([]byte, error) {
 	case len(s) < b64.EncodedLen(minRaw):
 		return nil, fmt.Errorf("%w: too short", ErrMalformed)
 	}
-	raw, err := b64.DecodeString(s)
-	// encoding/base64 silently skips CR and LF even in strict mode. Insisting that the
-	// text is exactly as long as the canonical encoding of what it decoded to refuses
-	// them (without a second pass over the input), so each envelope has exactly one
-	// spelling and a mutated blob cannot open.
-	if err != nil || b64.EncodedLen(len(raw)) != len(s) {
+	raw, err := simdDecoder.DecodeString(s)
+	if err != nil || !isEncodingOf(s, raw) {
 		return nil, fmt.Errorf("%w: not base64url", ErrMalformed)
 	}
 	return raw, nil

@@ -426,3 +426,43 @@ func TestEncodeString(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeEnvelopeCanonical: only the exact canonical base64url text of some bytes
+// is accepted, whatever leniency the underlying decoder has.
+func TestDecodeEnvelopeCanonical(t *testing.T) {
+	raw := bytes.Repeat([]byte{0xFB, 0xEF, 0xBE, 0xFF, 0xFF, 0xFF}, 10) // "----____…"
+	raw = append(raw, 0xFF)                                             // and a partial final quantum
+	canon := base64.RawURLEncoding.EncodeToString(raw)
+	if !strings.Contains(canon, "_") || !strings.Contains(canon, "-") {
+		t.Fatalf("test input %q lacks '-' or '_'", canon)
+	}
+	tests := []struct {
+		name string
+		in   string
+		ok   bool
+	}{
+		{"canonical", canon, true},
+		{"slash for underscore", strings.Replace(canon, "_", "/", 1), false},
+		{"plus for dash", strings.Replace(canon, "-", "+", 1), false},
+		{"LF inside", canon[:8] + "\n" + canon[8:], false},
+		{"CRLF inside", canon[:8] + "\r\n" + canon[8:], false},
+		{"LF at end", canon + "\n", false},
+		{"padding", canon + "==", false},
+		{"non-zero trailing bits", canon[:len(canon)-1] + "_", false},
+		{"space", canon[:8] + " " + canon[8:], false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeEnvelope(tt.in, 1, 1<<20)
+			if tt.ok {
+				if err != nil || !bytes.Equal(got, raw) {
+					t.Fatalf("decodeEnvelope(canonical) = %x, %v", got, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("decodeEnvelope accepted a non-canonical spelling (err %v)", err)
+			}
+		})
+	}
+}
