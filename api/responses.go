@@ -26,6 +26,7 @@ type ResponsesRequest struct {
 	Model              string
 	Stream             bool
 	PreviousResponseID string
+	PromptCacheKey     string
 
 	// Instructions and Tools are the raw JSON values of those fields, nil when absent.
 	Instructions []byte
@@ -74,6 +75,8 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			r.Stream = value.Type == gjson.True
 		case "previous_response_id":
 			r.PreviousResponseID = value.Str
+		case "prompt_cache_key":
+			r.PromptCacheKey = value.Str
 		case "instructions":
 			if value.Type != gjson.Null {
 				r.Instructions = body[value.Index : value.Index+len(value.Raw)]

@@ -32,6 +32,9 @@ type Payload struct {
 type ArchiveRef struct {
 	ID   string `json:"id"`
 	Hash string `json:"hash"`
+	// Conversation is the archive conversation the segment belongs to; later compactions of the
+	// same conversation inherit it through the lineage when the client names none.
+	Conversation string `json:"conversation,omitempty"`
 }
 
 // Encoding tags: the first byte of a marshalled payload.
@@ -149,6 +152,10 @@ func (p *Payload) appendJSON(b []byte) []byte {
 		b = appendJSONString(b, p.Archive.ID)
 		b = append(b, `,"hash":`...)
 		b = appendJSONString(b, p.Archive.Hash)
+		if p.Archive.Conversation != "" {
+			b = append(b, `,"conversation":`...)
+			b = appendJSONString(b, p.Archive.Conversation)
+		}
 		b = append(b, '}')
 	}
 	if p.Ledger != "" {
@@ -245,6 +252,9 @@ func parsePayload(js []byte) (*Payload, error) {
 				p.Archive = &ArchiveRef{}
 				str("archive.id", r.Get("id"), &p.Archive.ID)
 				str("archive.hash", r.Get("hash"), &p.Archive.Hash)
+				if c := r.Get("conversation"); c.Exists() {
+					str("archive.conversation", c, &p.Archive.Conversation)
+				}
 			} else if r.Type != gjson.Null {
 				err = errors.New("archive: not an object")
 			}
