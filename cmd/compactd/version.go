@@ -1,0 +1,24 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+)
+
+// version is stamped at build time by deploy/build.sh (-ldflags "-X main.version=…"), so a
+// running image can say exactly which build it is; a plain `go build` says "dev".
+var version = "dev"
+
+func init() {
+	register("version", "print the build version", runVersion)
+}
+
+func runVersion(args []string) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	fmt.Printf("compactd %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}
