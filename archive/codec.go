@@ -76,6 +76,9 @@ func decodePlain(b []byte) (header, []json.RawMessage, error) {
 		}
 		fields[i] = string(v)
 	}
+	if fields[5] != "" { // reserved for a later frame version
+		return h, nil, errFrame
+	}
 	h.ID, h.Tenant, h.Conversation, h.Kind, h.Previous = fields[0], fields[1], fields[2], fields[3], fields[4]
 	t, k := binary.Varint(b)
 	if k <= 0 {

@@ -41,10 +41,14 @@ var postgresDialect = &dialect{
 	search: func(filters string) string {
 		// Normalisation 1 divides the rank by 1+log(length), like bm25's preference for short
 		// documents; every word occurs once per document, so frequency carries no signal.
-		return `SELECT s.id, s.conversation, s.kind, s.created_at, s.doc, ts_rank(s.tsv, q.q, 1)::float8 AS rank
-			FROM archive_segments s, to_tsquery('simple', ?) AS q(q)
-			WHERE s.tsv @@ q.q AND s.tenant = ?` + filters + `
-			ORDER BY rank DESC LIMIT ?`
+		// As in SQLite, documents are read for the winners only, not carried through the sort.
+		return `SELECT s.id, s.conversation, s.kind, s.created_at, s.doc, m.rank
+			FROM (SELECT s.seq, ts_rank(s.tsv, q.q, 1)::float8 AS rank
+				FROM archive_segments s, to_tsquery('simple', ?) AS q(q)
+				WHERE s.tsv @@ q.q AND s.tenant = ?` + filters + `
+				ORDER BY rank DESC LIMIT ?) m
+			JOIN archive_segments s ON s.seq = m.seq
+			ORDER BY m.rank DESC`
 	},
 	and: " & ",
 	or:  " | ",

@@ -34,16 +34,25 @@ var sqliteDialect = &dialect{
 		)`,
 		`CREATE INDEX archive_segments_conversation ON archive_segments (tenant, conversation, created_at)`,
 		`CREATE INDEX archive_segments_created ON archive_segments (created_at)`,
-		`CREATE VIRTUAL TABLE archive_fts USING fts5(doc, tokenize = 'unicode61')`,
+		// detail=none: no positions (there are no phrase queries over hash words, and each word
+		// occurs once per document, so bm25 loses nothing); a much smaller index.
+		`CREATE VIRTUAL TABLE archive_fts USING fts5(doc, tokenize = 'unicode61', detail = none)`,
 		`CREATE TRIGGER archive_segments_delete AFTER DELETE ON archive_segments BEGIN
 			DELETE FROM archive_fts WHERE rowid = old.seq;
 		END`,
 	}},
+	// The inner query ranks and limits carrying only (seq, rank); documents and columns are read
+	// for the winners only. Selecting them in one flat query made SQLite carry every matching
+	// document through the sort: 200 ms instead of a few for a common word over 10k segments.
 	search: func(filters string) string {
-		return `SELECT s.id, s.conversation, s.kind, s.created_at, archive_fts.doc, -bm25(archive_fts)
-			FROM archive_fts JOIN archive_segments s ON s.seq = archive_fts.rowid
-			WHERE archive_fts MATCH ? AND s.tenant = ?` + filters + `
-			ORDER BY bm25(archive_fts) LIMIT ?`
+		return `SELECT s.id, s.conversation, s.kind, s.created_at,
+				(SELECT doc FROM archive_fts d WHERE d.rowid = m.seq), m.r
+			FROM (SELECT s.seq AS seq, -bm25(archive_fts) AS r
+				FROM archive_fts JOIN archive_segments s ON s.seq = archive_fts.rowid
+				WHERE archive_fts MATCH ? AND s.tenant = ?` + filters + `
+				ORDER BY bm25(archive_fts) LIMIT ?) m
+			JOIN archive_segments s ON s.seq = m.seq
+			ORDER BY m.r DESC`
 	},
 	and: " AND ",
 	or:  " OR ",
