@@ -47,10 +47,7 @@ func (c *call) serveMessages() {
 	var text string
 	var fc *toolCall
 	if c.in.summary {
-		var ok bool
-		if text, ok = c.summaryText(); !ok {
-			return
-		}
+		text = c.summaryText()
 	} else {
 		n := c.srv.nMessages.Add(1)
 		if fc = c.in.call; fc == nil {
@@ -105,8 +102,8 @@ func (c *call) serveMessages() {
 		return
 	}
 	for i, p := range pieces {
-		if i > 0 && !c.sleep(c.srv.opt.TokenDelay) {
-			return
+		if i > 0 {
+			c.sleep(c.srv.opt.TokenDelay)
 		}
 		delta := obj{"type": "text_delta", "text": p}
 		if fc != nil {

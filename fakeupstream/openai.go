@@ -155,10 +155,7 @@ func (c *call) serveResponses() {
 	var text string
 	var fc *toolCall
 	if c.in.summary {
-		var ok bool
-		if text, ok = c.summaryText(); !ok {
-			return
-		}
+		text = c.summaryText()
 	} else {
 		n := c.srv.nResponses.Add(1)
 		if fc = c.in.call; fc == nil {
@@ -211,8 +208,8 @@ func (c *call) streamResponse(resp *oaiResponse, item any, text string) {
 			return
 		}
 		for i, d := range splitDeltas(text, c.srv.opt.Deltas) {
-			if i > 0 && !c.sleep(c.srv.opt.TokenDelay) {
-				return
+			if i > 0 {
+				c.sleep(c.srv.opt.TokenDelay)
 			}
 			if !emit("response.output_text.delta", ids(map[string]any{"delta": d, "logprobs": []any{}})) {
 				return
@@ -233,8 +230,8 @@ func (c *call) streamResponse(resp *oaiResponse, item any, text string) {
 			return
 		}
 		for i, d := range splitDeltas(it.Arguments, c.srv.opt.Deltas) {
-			if i > 0 && !c.sleep(c.srv.opt.TokenDelay) {
-				return
+			if i > 0 {
+				c.sleep(c.srv.opt.TokenDelay)
 			}
 			if !emit("response.function_call_arguments.delta", ids(map[string]any{"delta": d})) {
 				return
@@ -338,10 +335,7 @@ func (c *call) serveChat() {
 	var text string
 	var fc *toolCall
 	if c.in.summary {
-		var ok bool
-		if text, ok = c.summaryText(); !ok {
-			return
-		}
+		text = c.summaryText()
 	} else {
 		n := c.srv.nChat.Add(1)
 		if fc = c.in.call; fc == nil {
@@ -403,8 +397,8 @@ func (c *call) serveChat() {
 		return
 	}
 	for i, p := range pieces {
-		if i > 0 && !c.sleep(c.srv.opt.TokenDelay) {
-			return
+		if i > 0 {
+			c.sleep(c.srv.opt.TokenDelay)
 		}
 		d := chatDelta{}
 		if fc != nil {

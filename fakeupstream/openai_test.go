@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -274,5 +275,31 @@ func TestOpenAIErrorsThroughSDK(t *testing.T) {
 	}
 	if got != 3 || stream.Err() == nil {
 		t.Errorf("cut after 3: got %d events, err %v", got, stream.Err())
+	}
+}
+
+// TestDelayedSummaryStream: a summariser call streamed through the SDK with every delay set.
+func TestDelayedSummaryStream(t *testing.T) {
+	s, base := start(t, Options{FirstByteDelay: time.Millisecond, TokenDelay: time.Millisecond, SummaryDelay: time.Millisecond})
+	client := openaiClient(base)
+	stream := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{
+		Model:        "summariser",
+		Instructions: openai.String("summarise"),
+		Input:        responses.ResponseNewParamsInputUnion{OfString: openai.String("<conversation>\n[user] fix it\n\n[assistant] done\n</conversation>")},
+	})
+	var final responses.Response
+	for stream.Next() {
+		if ev := stream.Current(); ev.Type == "response.completed" {
+			final = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "FAKE-SUMMARY: 1 user entry\nuser: \"fix it\"\nEntries: 2."; final.OutputText() != want {
+		t.Errorf("summary %q, want %q", final.OutputText(), want)
+	}
+	if r := s.Requests(); len(r) != 1 || r[0].Kind != KindSummary {
+		t.Errorf("log %+v", r)
 	}
 }

@@ -19,6 +19,7 @@
 package fakeupstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -105,11 +106,18 @@ func New(o Options) *Server {
 	return &Server{opt: o}
 }
 
-// Requests returns a copy of the request log in arrival order. Safe for concurrent use.
+// Requests returns a deep copy of the request log in arrival order (headers and bodies too, so
+// a test may modify what it gets). Safe for concurrent use.
 func (s *Server) Requests() []Recorded {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Recorded(nil), s.log...)
+	out := make([]Recorded, len(s.log))
+	for i, r := range s.log {
+		r.Header = r.Header.Clone()
+		r.Body = bytes.Clone(r.Body)
+		out[i] = r
+	}
+	return out
 }
 
 // Reset clears the request log and restarts the turn counters at 1.
@@ -178,9 +186,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.parse()
 	s.record(r, body, c.kind())
 
-	if !c.sleep(s.opt.FirstByteDelay) {
-		return
-	}
+	c.sleep(s.opt.FirstByteDelay)
 	if code := r.Header.Get(HeaderStatus); code != "" {
 		if n, err := strconv.Atoi(code); err == nil && n >= 400 && n <= 599 {
 			c.fail(n, "", "injected fault: status "+code)
@@ -290,18 +296,18 @@ func (c *call) kind() string {
 	return KindOther
 }
 
-// sleep waits d unless the request or the server is cancelled first; false means give up.
-func (c *call) sleep(d time.Duration) bool {
+// sleep waits d. If the client leaves or the server stops first, it aborts the handler with
+// http.ErrAbortHandler: returning normally would let net/http send an empty 200.
+func (c *call) sleep(d time.Duration) {
 	if d <= 0 {
-		return c.ctx.Err() == nil
+		return
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
 	case <-c.ctx.Done():
-		return false
+		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -321,14 +327,12 @@ func (c *call) id(prefix, salt string) string {
 }
 
 // summaryText answers a summariser call, after the extra SummaryDelay.
-func (c *call) summaryText() (string, bool) {
-	if !c.sleep(c.srv.opt.SummaryDelay) {
-		return "", false
-	}
+func (c *call) summaryText() string {
+	c.sleep(c.srv.opt.SummaryDelay)
 	if f := c.srv.opt.Summaries; f != nil {
-		return f(c.in.transcript), true
+		return f(c.in.transcript)
 	}
-	return DefaultSummary(c.in.transcript), true
+	return DefaultSummary(c.in.transcript)
 }
 
 // replyText is the deterministic answer to an ordinary turn.

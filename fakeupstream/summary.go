@@ -10,9 +10,10 @@ import (
 // (inside a sealed compaction item, behind the handoff prompt, in a later transcript).
 const SummaryPrefix = "FAKE-SUMMARY: "
 
-// entryMarker is the start of a transcript entry: a role in brackets at the start of a line,
-// e.g. "[user] fix the build" or "[assistant]\n…".
-var entryMarker = regexp.MustCompile(`(?m)^\[([A-Za-z_][A-Za-z0-9_\-]*)\][ \t]*`)
+// entryMarker is the start of a transcript entry: a label in brackets at the start of a line, as
+// compact.RenderEntry writes them: "[user] fix the build", "[tool call] shell(…)",
+// "[tool output call_1] …".
+var entryMarker = regexp.MustCompile(`(?m)^\[([A-Za-z_][A-Za-z0-9_ .\-]*)\][ \t]*`)
 
 // DefaultSummary is the summariser's answer when Options.Summaries is nil:
 //
