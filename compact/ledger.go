@@ -328,7 +328,7 @@ func (c *ledgerCollector) output(out string) {
 		}
 		line = strings.TrimLeft(line, " \t")
 		body := line
-		if m := grepPrefixRe.FindStringSubmatchIndex(line); m != nil && hasKnownExt(line[m[2]:m[3]]) {
+		if m := matchGrepPrefix(line); m != nil && hasKnownExt(line[m[2]:m[3]]) {
 			// "path/x.go:123:content" (grep -n, compiler output): a line reference, then the content
 			if vals < maxValuesPerOut && c.addCode(catValue, line[m[2]:m[5]], maxFactBytes) {
 				vals++
@@ -337,8 +337,10 @@ func (c *ledgerCollector) output(out string) {
 				paths++
 			}
 			body = line[m[1]:]
-		} else if m := lineNumPrefixRe.FindStringIndex(line); m != nil {
-			body = line[m[1]:] // cat -n, nl
+		} else if line != "" && line[0] >= '0' && line[0] <= '9' {
+			if m := lineNumPrefixRe.FindStringIndex(line); m != nil {
+				body = line[m[1]:] // cat -n, nl
+			}
 		}
 		trimmed := strings.TrimSpace(body)
 		if trimmed == "" {
@@ -357,7 +359,7 @@ func (c *ledgerCollector) output(out string) {
 		if vals < maxValuesPerOut {
 			vals += c.values(body, maxValuesPerOut-vals)
 		}
-		if paths < maxPathsPerSource && strings.IndexByte(body, '.') >= 0 {
+		if paths < maxPathsPerSource && hasKnownExtWord(body) {
 			for _, p := range outputPathRe.FindAllString(body, maxPathsPerSource-paths) {
 				if c.addCode(catPath, p, maxFactBytes) {
 					paths++
@@ -398,18 +400,18 @@ func (c *ledgerCollector) values(line string, max int) int {
 	}
 	hasColon, hasEq := strings.IndexByte(line, ':') >= 0, strings.IndexByte(line, '=') >= 0
 	if (hasColon || hasEq) && len(line) <= 160 {
-		if m := configLineRe.FindStringSubmatch(line); m != nil && !configStopKeys[strings.ToLower(m[1])] &&
-			!strings.ContainsAny(m[2], "(){}") && !strings.HasSuffix(m[2], ",") && !strings.HasSuffix(m[2], ";") {
+		if key, val, ok := configLine(line); ok && !configStopKeys[strings.ToLower(key)] &&
+			!strings.ContainsAny(val, "(){}") && !strings.HasSuffix(val, ",") && !strings.HasSuffix(val, ";") {
 			add(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "- ")))
 			return n
 		}
 	}
-	if hasEq {
+	if hasEq && hasEnvAssign(line) {
 		for _, m := range envAssignRe.FindAllString(line, max) {
 			add(m)
 		}
 	}
-	if hasColon {
+	if hasColon && hasColonDigit(line) {
 		for _, m := range fileLineRe.FindAllStringSubmatch(line, max) {
 			if hasKnownExt(m[1]) {
 				add(m[0])
@@ -419,7 +421,7 @@ func (c *ledgerCollector) values(line string, max int) int {
 			add(m)
 		}
 	}
-	if strings.IndexByte(line, '.') >= 0 {
+	if hasDottedDigits(line) {
 		for _, m := range versionRe.FindAllStringSubmatchIndex(line, max) {
 			if e := m[3]; e+1 < len(line) && line[e] == '.' && line[e+1] >= '0' && line[e+1] <= '9' {
 				continue // part of an IPv4 address or a longer dotted number
@@ -427,13 +429,154 @@ func (c *ledgerCollector) values(line string, max int) int {
 			add(line[m[2]:m[3]])
 		}
 	}
-	if m := durationRe.FindString(line); m != "" {
-		add(m)
+	if containsAnyFold(line, durationWords) {
+		if m := durationRe.FindString(line); m != "" {
+			add(m)
+		}
 	}
-	if m := portRe.FindString(line); m != "" {
-		add(m)
+	if containsFold(line, "port") {
+		if m := portRe.FindString(line); m != "" {
+			add(m)
+		}
 	}
 	return n
+}
+
+var durationWords = []string{"timeout", "interval", "ttl", "deadline", "delay", "backoff", "period"}
+
+// configLine parses a `key: value` or `key = value` line (YAML, TOML, INI, .env): an optional
+// "- ", an optionally quoted key of identifier characters, then a non-empty value of at most 80
+// bytes. It is hand-written because the equivalent regexp backtracks on every output line.
+func configLine(line string) (key, val string, ok bool) {
+	s := strings.TrimSpace(line)
+	s = strings.TrimPrefix(s, "- ")
+	if s != "" && (s[0] == '"' || s[0] == '\'') {
+		s = s[1:]
+	}
+	i := 0
+	for i < len(s) && i <= 48 {
+		c := s[i]
+		if c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && (c == '.' || c == '-' || '0' <= c && c <= '9') {
+			i++
+			continue
+		}
+		break
+	}
+	if i == 0 || i > 48 {
+		return "", "", false
+	}
+	key, s = s[:i], s[i:]
+	if s != "" && (s[0] == '"' || s[0] == '\'') {
+		s = s[1:]
+	}
+	s = strings.TrimLeft(s, " \t")
+	if s == "" || (s[0] != ':' && s[0] != '=') {
+		return "", "", false
+	}
+	val = strings.TrimSpace(s[1:])
+	if val == "" || len(val) > 80 || strings.HasPrefix(val, "=") || strings.HasPrefix(val, "//") {
+		return "", "", false
+	}
+	return key, val, true
+}
+
+// hasEnvAssign reports whether some '=' follows an upper-case letter, digit or underscore.
+func hasEnvAssign(s string) bool {
+	for i := 1; i < len(s); i++ {
+		if s[i] == '=' {
+			c := s[i-1]
+			if 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasColonDigit reports whether some ':' is followed by a digit (line refs, ports).
+func hasColonDigit(s string) bool {
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] == ':' && '0' <= s[i+1] && s[i+1] <= '9' {
+			return true
+		}
+	}
+	return false
+}
+
+// hasDottedDigits reports whether s holds digit '.' digit (a version or an address).
+func hasDottedDigits(s string) bool {
+	for i := 1; i+1 < len(s); i++ {
+		if s[i] == '.' && '0' <= s[i-1] && s[i-1] <= '9' && '0' <= s[i+1] && s[i+1] <= '9' {
+			return true
+		}
+	}
+	return false
+}
+
+// hasKnownExtWord reports whether s holds ".ext" for a known extension, followed by a non-word
+// byte: the cheap test before the path regexp.
+func hasKnownExtWord(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '.' || i == 0 {
+			continue
+		}
+		j := i + 1
+		for j < len(s) && (s[j] >= 'a' && s[j] <= 'z' || s[j] >= '0' && s[j] <= '9') {
+			j++
+		}
+		if j > i+1 && (j == len(s) || !isWordByte(s[j])) && knownExtSet[s[i+1:j]] {
+			return true
+		}
+	}
+	return false
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// matchGrepPrefix is grepPrefixRe behind a cheap test: a path character first, then a ':' soon.
+func matchGrepPrefix(line string) []int {
+	if line == "" || !(isWordByte(line[0]) || line[0] == '.' || line[0] == '/') {
+		return nil
+	}
+	c := strings.IndexByte(line[:min(len(line), 300)], ':')
+	if c <= 0 || c+1 >= len(line) || line[c+1] < '0' || line[c+1] > '9' {
+		return nil
+	}
+	return grepPrefixRe.FindStringSubmatchIndex(line)
+}
+
+// containsFold reports whether s contains the lower-case ASCII needle, ignoring ASCII case,
+// without allocating.
+func containsFold(s, needle string) bool {
+	n := len(needle)
+	if n == 0 {
+		return true
+	}
+	first := needle[0]
+	for i := 0; i+n <= len(s); i++ {
+		if s[i]|0x20 != first {
+			continue
+		}
+		j := 1
+		for j < n && s[i+j]|0x20 == needle[j] {
+			j++
+		}
+		if j == n {
+			return true
+		}
+	}
+	return false
+}
+
+func containsAnyFold(s string, needles []string) bool {
+	for _, w := range needles {
+		if containsFold(s, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // decisions records the sentences of a user message that state a decision or a rule.
@@ -552,7 +695,6 @@ var (
 	outputPathRe = regexp.MustCompile(`(?:\.{0,2}/)?(?:[\w@+-][\w@+.-]*/)*[\w@+-][\w@+.-]*\.(?:` + knownExts + `)\b`)
 	fileLineRe   = regexp.MustCompile(`((?:\.{0,2}/)?[\w@+-][\w@+./-]*\.[A-Za-z]\w{0,9}):(\d+)\b`)
 	envAssignRe  = regexp.MustCompile(`\b[A-Z][A-Z0-9]*_[A-Z0-9_]*=(?:"[^"]*"|'[^']*'|[^\s,;'"]+)|\b[A-Z]{2,}[A-Z0-9]*=(?:"[^"]*"|'[^']*'|[^\s,;'"]+)`)
-	configLineRe = regexp.MustCompile(`^\s*(?:-\s+)?["']?([A-Za-z_][\w.-]{0,48})["']?\s*(?::|=)\s*(\S(?:.{0,78}\S)?)\s*$`)
 	hostPortRe   = regexp.MustCompile(`\b(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]*\]):\d{2,5}\b`)
 	portRe       = regexp.MustCompile(`(?i)\bport\s*[:=]?\s*\d{2,5}\b`)
 	versionRe    = regexp.MustCompile(`(?:^|[^\w.])(v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?|go\d+\.\d+(?:\.\d+)?)\b`)
@@ -634,7 +776,7 @@ func looksLikePath(s string) bool {
 // FAIL, fatal, exception or Traceback, or a FooError/FooException name, and not a line of source
 // code or a zero count.
 func isErrorLine(line string) bool {
-	if !errorRe.MatchString(line) {
+	if !containsAnyFold(line, errorStems) || !errorRe.MatchString(line) {
 		return false
 	}
 	low := strings.ToLower(line)
@@ -651,6 +793,9 @@ func isErrorLine(line string) bool {
 	return true
 }
 
+// errorStems gate errorRe: every word it matches contains one of them.
+var errorStems = []string{"rror", "anic", "fail", "fatal", "xception", "traceback", "segmentation"}
+
 var exitRe = regexp.MustCompile(`(?i)(?:exit code:?|process exited with code|exit status|"exit_code"\s*:)\s*(-?\d+)`)
 
 // exitStatus finds a command's exit status in its output: Codex exec_command ("Process exited
@@ -660,6 +805,9 @@ func exitStatus(out string) string {
 		if ec := gjson.Get(out, "metadata.exit_code"); ec.Type == gjson.Number {
 			return "exit " + ec.Raw
 		}
+	}
+	if !containsFold(out, "exit") {
+		return ""
 	}
 	head := out[:min(len(out), 1024)]
 	if m := exitRe.FindStringSubmatch(head); m != nil {

@@ -168,7 +168,7 @@ func TestLedgerCategories(t *testing.T) {
 				callOutput("c3", codexExecOutput(1, "    budget_test.go:217: retry budget exhausted after 3 attempts\nrequires github.com/acme/lib v1.4.2-rc.1")),
 			},
 			section: "Values",
-			want: []string{"`PORT=8088`", "`GOFLAGS=-mod=mod`", "`127.0.0.1:8088`", "`go1.26.8`", "`read_timeout: 37s`", "`max_body = 4MiB`", "`level: debug`", "`budget_test.go:217`", "`v1.4.2-rc.1`"},
+			want:    []string{"`PORT=8088`", "`GOFLAGS=-mod=mod`", "`127.0.0.1:8088`", "`go1.26.8`", "`read_timeout: 37s`", "`max_body = 4MiB`", "`level: debug`", "`budget_test.go:217`", "`v1.4.2-rc.1`"},
 			notWant: []string{"Chunk ID", "Wall time", "Original token count"},
 		},
 		{
