@@ -3,8 +3,6 @@ package fakeupstream
 import (
 	"encoding/json"
 	"net/http"
-
-	"github.com/tidwall/gjson"
 )
 
 // Wire types of the OpenAI Responses API, trimmed to what a completed text or function-call turn
@@ -92,12 +90,20 @@ func outputText(text string) oaiOutputText {
 	return oaiOutputText{Type: "output_text", Annotations: []any{}, Logprobs: []any{}, Text: text}
 }
 
-// rawOr returns the request's value at path as raw JSON, or def when absent.
-func rawOr(body []byte, path, def string) json.RawMessage {
-	if r := gjson.GetBytes(body, path); r.Exists() {
+// rawOr returns the request's top-level field key as raw JSON, or def when absent.
+func (c *call) rawOr(key, def string) json.RawMessage {
+	if r := c.in.top[key]; r.Exists() {
 		return json.RawMessage(r.Raw)
 	}
 	return json.RawMessage(def)
+}
+
+// boolOr returns the request's top-level boolean key, or def when absent.
+func (c *call) boolOr(key string, def bool) bool {
+	if r := c.in.top[key]; r.Exists() {
+		return r.Bool()
+	}
+	return def
 }
 
 func (c *call) model(def string) string {
@@ -114,15 +120,15 @@ func (c *call) newResponse(id string) *oaiResponse {
 		Object:            "response",
 		CreatedAt:         createdAt,
 		Status:            "in_progress",
-		Instructions:      rawOr(c.body, "instructions", "null"),
+		Instructions:      c.rawOr("instructions", "null"),
 		Model:             c.model("fake-model"),
 		Output:            []any{},
-		ParallelToolCalls: gjson.GetBytes(c.body, "parallel_tool_calls").Bool() || !gjson.GetBytes(c.body, "parallel_tool_calls").Exists(),
+		ParallelToolCalls: c.boolOr("parallel_tool_calls", true),
 		ServiceTier:       "default",
-		Store:             gjson.GetBytes(c.body, "store").Bool() || !gjson.GetBytes(c.body, "store").Exists(),
+		Store:             c.boolOr("store", true),
 		Temperature:       1,
-		ToolChoice:        rawOr(c.body, "tool_choice", `"auto"`),
-		Tools:             rawOr(c.body, "tools", "[]"),
+		ToolChoice:        c.rawOr("tool_choice", `"auto"`),
+		Tools:             c.rawOr("tools", "[]"),
 		TopP:              1,
 		Truncation:        "disabled",
 		Metadata:          map[string]any{},
@@ -371,7 +377,7 @@ func (c *call) serveChat() {
 		return
 	}
 
-	includeUsage := gjson.GetBytes(c.body, "stream_options.include_usage").Bool()
+	includeUsage := c.in.top["stream_options"].Get("include_usage").Bool()
 	s := c.startSSE()
 	chunk := func(d chatDelta, finish any) bool {
 		ch := chatChunk{ID: id, Object: "chat.completion.chunk", Created: createdAt,

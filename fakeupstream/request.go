@@ -1,6 +1,7 @@
 package fakeupstream
 
 import (
+	"crypto/sha256"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -21,6 +22,11 @@ type parsed struct {
 	inputToks  int64  // estimate: text content bytes / 4, at least 1
 	compaction string // why a backend without compaction would refuse this, or ""
 	call       *toolCall
+
+	// top holds the body's top-level fields, found in one pass: each gjson path lookup from the
+	// root would rescan a multi-megabyte body.
+	top      map[string]gjson.Result
+	bodyHash [32]byte
 }
 
 type toolCall struct{ name, args string }
@@ -35,22 +41,24 @@ func (c *call) parse() {
 	if !gjson.ValidBytes(body) {
 		return
 	}
-	root := gjson.ParseBytes(body)
 	p := &c.in
 	p.valid = true
-	p.model = root.Get("model").String()
-	p.stream = root.Get("stream").Bool()
+	p.bodyHash = sha256.Sum256(body)
+	p.top = topFields(gjson.ParseBytes(body))
+	root := p.top
+	p.model = root["model"].String()
+	p.stream = root["stream"].Bool()
 	p.inputToks = estimateTokens(root)
 
 	var users []string
 	switch c.route {
 	case routeResponses:
-		users, p.toolResult = responsesUsers(root.Get("input"))
+		users, p.toolResult = responsesUsers(root["input"])
 		p.compaction = responsesCompaction(root)
 	case routeChat:
-		users, p.toolResult = chatUsers(root.Get("messages"))
+		users, p.toolResult = chatUsers(root["messages"])
 	case routeMessages, routeCountTokens:
-		users, p.toolResult = messagesUsers(root.Get("messages"))
+		users, p.toolResult = messagesUsers(root["messages"])
 		if c.route == routeMessages {
 			p.compaction = messagesCompaction(root)
 		}
@@ -161,12 +169,12 @@ func contentText(content gjson.Result) string {
 }
 
 // responsesCompaction reports why a backend without compaction support would refuse the body.
-func responsesCompaction(root gjson.Result) string {
-	if root.Get("context_management").Exists() {
+func responsesCompaction(root map[string]gjson.Result) string {
+	if root["context_management"].Exists() {
 		return "Unsupported parameter: 'context_management'."
 	}
 	reason := ""
-	root.Get("input").ForEach(func(_, it gjson.Result) bool {
+	root["input"].ForEach(func(_, it gjson.Result) bool {
 		switch t := it.Get("type").Str; t {
 		case "compaction_trigger", "compaction", "compaction_summary":
 			reason = "Invalid input item type: '" + t + "'. This backend does not support compaction."
@@ -179,12 +187,12 @@ func responsesCompaction(root gjson.Result) string {
 
 // messagesCompaction is the Anthropic counterpart: a compaction content block, a compact_*
 // context-management edit, or an on-demand "compaction" request.
-func messagesCompaction(root gjson.Result) string {
-	if root.Get("compaction").Exists() {
+func messagesCompaction(root map[string]gjson.Result) string {
+	if root["compaction"].Exists() {
 		return "compaction: Extra inputs are not permitted"
 	}
 	reason := ""
-	root.Get("context_management.edits").ForEach(func(_, e gjson.Result) bool {
+	root["context_management"].Get("edits").ForEach(func(_, e gjson.Result) bool {
 		if t := e.Get("type").Str; strings.HasPrefix(t, "compact_") {
 			reason = "context_management.edits: unsupported edit type '" + t + "'"
 			return false
@@ -194,7 +202,7 @@ func messagesCompaction(root gjson.Result) string {
 	if reason != "" {
 		return reason
 	}
-	root.Get("messages").ForEach(func(i, m gjson.Result) bool {
+	root["messages"].ForEach(func(i, m gjson.Result) bool {
 		m.Get("content").ForEach(func(_, b gjson.Result) bool {
 			if b.Get("type").Str == "compaction" {
 				reason = "messages." + i.String() + ".content: unsupported content block type 'compaction'"
@@ -205,6 +213,16 @@ func messagesCompaction(root gjson.Result) string {
 		return reason == ""
 	})
 	return reason
+}
+
+// topFields maps each top-level key of a JSON object to its value.
+func topFields(root gjson.Result) map[string]gjson.Result {
+	m := make(map[string]gjson.Result, 16)
+	root.ForEach(func(k, v gjson.Result) bool {
+		m[k.Str] = v
+		return true
+	})
+	return m
 }
 
 // extractTranscript returns the text between <conversation> and </conversation> (or the end).
@@ -244,10 +262,10 @@ var structuralKeys = map[string]bool{
 }
 
 // estimateTokens is a realistic input-token count: bytes of text content / 4, at least 1.
-func estimateTokens(root gjson.Result) int64 {
+func estimateTokens(root map[string]gjson.Result) int64 {
 	n := 0
 	for _, k := range [...]string{"instructions", "input", "messages", "system", "tools"} {
-		n += textLen(root.Get(k))
+		n += textLen(root[k])
 	}
 	return max(1, int64(n/4))
 }

@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"io"
 	"net"
@@ -169,7 +170,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	body, err := readBody(r)
 	if err != nil {
 		return // client went away mid-upload; nothing to answer
 	}
@@ -212,6 +213,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		c.fail(http.StatusNotFound, "", "Invalid URL ("+r.Method+" "+r.URL.Path+")")
 	}
+}
+
+// readBody reads at most maxBody+1 bytes, sized up front from Content-Length so a large history
+// is not copied through repeated buffer growth.
+func readBody(r *http.Request) ([]byte, error) {
+	lr := io.LimitReader(r.Body, maxBody+1)
+	if r.ContentLength <= 0 || r.ContentLength > maxBody {
+		return io.ReadAll(lr)
+	}
+	buf := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(lr, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
 }
 
 func (s *Server) record(r *http.Request, body []byte, kind string) {
@@ -315,14 +330,12 @@ func (c *call) sleep(d time.Duration) {
 // request, yet identical across runs that send the same requests in the same order.
 func (c *call) id(prefix, salt string) string {
 	h := sha256.New()
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(c.seq >> (8 * i))
-	}
-	h.Write([]byte{byte(c.route)})
+	var b [9]byte
+	b[0] = byte(c.route)
+	binary.LittleEndian.PutUint64(b[1:], uint64(c.seq))
 	h.Write(b[:])
 	h.Write([]byte(salt))
-	h.Write(c.body)
+	h.Write(c.in.bodyHash[:])
 	return prefix + hex.EncodeToString(h.Sum(nil)[:12])
 }
 

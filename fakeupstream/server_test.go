@@ -454,7 +454,7 @@ func TestParseHelpers(t *testing.T) {
 		{`{"system":"` + strings.Repeat("c", 40) + `","messages":[{"role":"user","content":"` + strings.Repeat("d", 40) + `"}]}`, 20},
 	}
 	for _, tc := range toks {
-		if got := estimateTokens(gjson.Parse(tc.body)); got != tc.want {
+		if got := estimateTokens(topFields(gjson.Parse(tc.body))); got != tc.want {
 			t.Errorf("estimateTokens(%.40s…) = %d, want %d", tc.body, got, tc.want)
 		}
 	}
