@@ -170,6 +170,7 @@ type compactRequest struct {
 	tokensBefore int
 	prev         *opened // the compaction item this one supersedes, if any
 	instructions string  // replaces the default summarisation prompt when set
+	conversation string  // archive conversation id
 	// allowEmpty issues an item with an empty summary when there is nothing to summarise (the
 	// explicit compaction routes must answer with exactly one item); otherwise that is
 	// errNothingToCompact.
@@ -206,6 +207,10 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 		c.items = append(c.items, api.Item{Raw: handoff.ResponsesMessage(res.Summary, ""), Type: "message", Role: "user", Handoff: true})
 	}
 	tokensBefore, prev := cr.tokensBefore, cr.prev
+	ref, err := s.archiveReplaced(ctx, cr.conversation, cr.id, res.Model, items, w, prev)
+	if err != nil {
+		return nil, err
+	}
 	c.payload = &compact.Payload{
 		V:             1,
 		Summary:       res.Summary,
@@ -218,6 +223,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	if prev != nil {
 		c.payload.Previous = prev.id
 	}
+	c.payload.Archive = ref
 	plain, err := c.payload.Marshal()
 	if err != nil {
 		return nil, err

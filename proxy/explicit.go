@@ -63,7 +63,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 // summarise it still issues exactly one (empty) item, because clients require one.
 func (s *Server) runExplicit(r *http.Request, trigger string, req *api.ResponsesRequest, items []api.Item, prev *opened) (*compaction, *api.OpenAIError) {
 	total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, 0)
-	c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, allowEmpty: true})
+	c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), allowEmpty: true})
 	if err != nil {
 		s.compactionFailed(r, trigger, req.Model, err)
 		if e := summariserError(err); e != nil {
@@ -141,7 +141,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 		return event(b, "response.compaction.compacting", map[string]any{"item_id": itemID, "output_index": 0})
 	})
 	total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, 0)
-	c, err := s.compactItems(r.Context(), r, compactRequest{id: itemID, model: req.Model, items: items, tokensBefore: total, prev: prev, allowEmpty: true})
+	c, err := s.compactItems(r.Context(), r, compactRequest{id: itemID, model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), allowEmpty: true})
 	committed := ka.Stop()
 	if err != nil {
 		s.compactionFailed(r, "compaction_trigger", req.Model, err)

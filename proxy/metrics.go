@@ -23,3 +23,6 @@ func (m *metrics) openFailure(api, reason string) {}
 
 // handoffApplied counts a request whose compaction item was opened and expanded.
 func (m *metrics) handoffApplied(api string) {}
+
+// recall counts one recall search and its hits.
+func (m *metrics) recall(ok bool, hits int) {}

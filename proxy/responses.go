@@ -91,6 +91,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	t := &turn{stream: req.Stream}
 	changed := prev != nil
+	var c *compaction
 	if limit, trigger := s.cfg.Policy.Effective(th); limit > 0 && req.PreviousResponseID == "" {
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
 		if total > limit {
@@ -98,7 +99,8 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			if req.Stream {
 				ka = startKeepAlive(w, s.cfg.KeepAlive, func(bool) []byte { return []byte(": compactd is compacting the conversation\n\n") })
 			}
-			c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev})
+			var err error
+			c, err = s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev)})
 			t.committed = ka != nil && ka.Stop()
 			switch {
 			case errors.Is(err, errNothingToCompact):
@@ -117,6 +119,10 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 				items, t.item, t.itemID, changed = c.items, c.item, c.id, true
 			}
 		}
+	}
+	if rt := s.recallFor(req, prev, c); rt != nil {
+		s.forwardRecall(w, r, t, rt, rawItems(items, s.cfg.StripCodexFields))
+		return
 	}
 	out := req.Body
 	if changed || req.ContextManagement != nil || s.cfg.StripCodexFields {

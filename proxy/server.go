@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/compactd/compactd/archive"
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/crypto"
@@ -37,6 +38,14 @@ type Config struct {
 	Tenant string
 
 	Summarizer summarizer.Summarizer
+	// Archive keeps the raw items every compaction replaced (nil = off). When set, a compaction
+	// whose originals cannot be archived fails rather than lose them.
+	Archive archive.Store
+	// Recall configures the recall tool compactd offers the model after a compaction.
+	Recall RecallConfig
+	// AdminToken enables the admin API (/v1/compactd/…) for callers presenting it as a bearer
+	// token; empty turns the API off.
+	AdminToken string
 	Counter    *compact.Counter
 	// Policy is the server-side threshold policy.
 	Policy compact.Policy
@@ -104,6 +113,7 @@ func New(cfg Config) (*Server, error) {
 	r := chi.NewRouter()
 	r.Post("/v1/responses", s.handleResponses)
 	r.Post("/v1/responses/compact", s.handleCompact)
+	s.routeAdmin(r)
 	r.Post("/v1/messages", s.handleMessages)
 	r.Post("/v1/messages/count_tokens", s.handleCountTokens)
 	r.Handle("/v1/messages", s.forwardAnthropic)   // other methods

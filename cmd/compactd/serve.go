@@ -45,6 +45,12 @@ type serveConfig struct {
 	stripCodexFields                               bool
 
 	logFormat, logLevel string
+
+	archiveDSN, archiveIndexKey string
+	archiveMaxAge               time.Duration
+	archiveMaxBytes             int64
+	adminToken                  string
+	recall                      proxy.RecallConfig
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -71,6 +77,17 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.keepAlive, "keepalive", 5*time.Second, "while summarising a streamed turn, commit the stream and send keep-alives after this long")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests and streams may take to finish")
 	fs.BoolVar(&c.stripCodexFields, "strip-codex-fields", false, "remove Codex-only fields (client_metadata, internal_chat_message_metadata_passthrough) for strict upstreams")
+	fs.StringVar(&c.archiveDSN, "archive", "", "archive of replaced history: \"\" = SQLite in the data dir, a .db path, postgres://…, or \"off\"")
+	fs.StringVar(&c.archiveIndexKey, "archive-index-key", "", "key id the archive's search index is derived from (default: the active key; pin it before rotating keys)")
+	fs.DurationVar(&c.archiveMaxAge, "archive-max-age", 0, "delete archived history older than this (0: keep)")
+	fs.Int64Var(&c.archiveMaxBytes, "archive-max-bytes", 0, "delete the oldest archived history past this many bytes (0: unlimited)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…); the API is off without it")
+	fs.BoolVar(&c.recall.Disabled, "recall-off", false, "do not offer the model the recall tool after a compaction")
+	fs.StringVar(&c.recall.ToolName, "recall-tool-name", "compactd_recall", "name of the recall tool")
+	fs.StringVar(&c.recall.Description, "recall-tool-description", "", "description of the recall tool (default: built in)")
+	fs.IntVar(&c.recall.MaxRounds, "recall-max-rounds", 3, "recall rounds per turn")
+	fs.IntVar(&c.recall.TopK, "recall-top-k", 5, "excerpts per recall search")
+	fs.IntVar(&c.recall.ExcerptBytes, "recall-excerpt-bytes", 1200, "bytes per recall excerpt")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
@@ -122,7 +139,14 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	store, err := c.openArchive(ring, log)
+	if err != nil {
+		return nil, err
+	}
 	return proxy.New(proxy.Config{
+		Archive:          store,
+		Recall:           c.recall,
+		AdminToken:       c.adminToken,
 		Upstream:         up,
 		Transport:        transport,
 		Sealer:           ring,

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/handoff"
+)
+
+func init() {
+	register("sessions", "index agent session logs and search across them (sessions index DIR | search \"query\")", runSessions)
+}
+
+// Session logs go into the same encrypted full-text store as the compaction archive, one segment
+// per session (kind "session"), under the conversation "session:<id>" so that they never mix with
+// a compaction archive that uses the same session id.
+const sessionConvPrefix = "session:"
+
+func runSessions(args []string) error {
+	fset := flag.NewFlagSet("sessions", flag.ContinueOnError)
+	var af archiveFlags
+	af.register(fset)
+	format := fset.String("format", "auto", "index: session log format, codex, claude or auto")
+	limit := fset.Int("k", 10, "search: number of results")
+	excerpt := fset.Int("excerpt-bytes", 400, "search: bytes per excerpt")
+	if err := parseFlags(fset, args); err != nil {
+		return err
+	}
+	rest := fset.Args()
+	if len(rest) < 2 || (rest[0] != "index" && rest[0] != "search") {
+		return errors.New(`usage: compactd sessions index DIR… | compactd sessions search "query"`)
+	}
+	store, err := af.open()
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ctx := context.Background()
+	if rest[0] == "search" {
+		return searchSessions(ctx, store, af.tenant, strings.Join(rest[1:], " "), *limit, *excerpt)
+	}
+	f, err := handoff.ParseFormat(*format)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, dir := range rest[1:] {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".jsonl") {
+				return err
+			}
+			id, err := indexSession(ctx, store, af.tenant, path, f)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "sessions: skipping %s: %v\n", path, err)
+				return nil
+			}
+			n++
+			fmt.Printf("indexed %s  %s\n", id, path)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "sessions: indexed %d session logs\n", n)
+	return nil
+}
+
+// indexSession (re)indexes one log: the previous copy of the same session is replaced, so
+// indexing a growing session again is safe.
+func indexSession(ctx context.Context, store archive.Store, tenant, path string, f handoff.Format) (string, error) {
+	sess, err := handoff.ParseSessionFile(path, f)
+	if err != nil {
+		return "", err
+	}
+	id := sess.ID
+	if id == "" {
+		id = strings.TrimSuffix(filepath.Base(path), ".jsonl")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var items []json.RawMessage
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	for sc.Scan() {
+		if line := bytes.TrimSpace(sc.Bytes()); json.Valid(line) {
+			items = append(items, append(json.RawMessage(nil), line...))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	created := time.Now()
+	if t, err := time.Parse(time.RFC3339Nano, sess.Start); err == nil {
+		created = t
+	}
+	conv := sessionConvPrefix + id
+	if _, err := store.DeleteConversation(ctx, tenant, conv); err != nil {
+		return "", err
+	}
+	_, err = store.Put(ctx, archive.Segment{
+		Tenant: tenant, Conversation: conv, Kind: archive.KindSession, CreatedAt: created, Items: items,
+		Meta: map[string]string{"format": string(sess.Format), "path": path},
+	})
+	return id, err
+}
+
+func searchSessions(ctx context.Context, store archive.Store, tenant, query string, limit, excerpt int) error {
+	hits, err := store.Search(ctx, archive.Query{Text: query, Tenant: tenant, Kind: archive.KindSession, Limit: limit, ExcerptBytes: excerpt})
+	if err != nil {
+		return err
+	}
+	if len(hits) == 0 {
+		fmt.Fprintf(os.Stderr, "no indexed session matches %q\n", query)
+		return nil
+	}
+	for _, h := range hits {
+		fmt.Printf("%s  %s\n  %s\n\n", strings.TrimPrefix(h.Conversation, sessionConvPrefix), h.CreatedAt.UTC().Format(time.RFC3339),
+			strings.ReplaceAll(h.Excerpt, "\n", "\n  "))
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/archive"
+)
+
+// The admin API lets operators search and delete a conversation's archived history. It is off
+// unless Config.AdminToken is set, and every call must present it as a bearer token.
+//
+//	GET    /v1/compactd/conversations/{id}/search?q=…&k=5
+//	DELETE /v1/compactd/conversations/{id}
+
+func (s *Server) routeAdmin(r chi.Router) {
+	r.Route("/v1/compactd", func(r chi.Router) {
+		r.Use(s.adminAuth)
+		r.Get("/conversations/{id}/search", s.handleConversationSearch)
+		r.Delete("/conversations/{id}", s.handleConversationDelete)
+	})
+}
+
+func (s *Server) adminAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.AdminToken == "" {
+			(&api.OpenAIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "admin_api_disabled",
+				Message: "compactd's admin API is off; start compactd with --admin-token (COMPACTD_ADMIN_TOKEN) to enable it"}).Write(w)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
+			(&api.OpenAIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+				Message: "the admin API needs 'Authorization: Bearer <admin token>'"}).Write(w)
+			return
+		}
+		if s.cfg.Archive == nil {
+			(&api.OpenAIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "archive_disabled",
+				Message: "the archive is off on this compactd (--archive off)"}).Write(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query().Get("q")
+	if strings.TrimSpace(q) == "" {
+		api.InvalidRequest("q", "missing_required_parameter", "Missing query parameter 'q'.").Write(w)
+		return
+	}
+	k, _ := strconv.Atoi(r.URL.Query().Get("k"))
+	hits, err := s.cfg.Archive.Search(r.Context(), archive.Query{
+		Text: q, Tenant: s.cfg.Tenant, Conversation: chi.URLParam(r, "id"), Limit: k,
+		ExcerptBytes: s.cfg.Recall.withDefaults().ExcerptBytes,
+	})
+	if err != nil {
+		s.log.Warn("admin search failed", "err", err)
+		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive search failed"}).Write(w)
+		return
+	}
+	type hit struct {
+		Segment   string  `json:"segment"`
+		Item      int     `json:"item"`
+		CreatedAt int64   `json:"created_at"`
+		Score     float64 `json:"score"`
+		Excerpt   string  `json:"excerpt"`
+	}
+	out := struct {
+		Object string `json:"object"`
+		Data   []hit  `json:"data"`
+	}{Object: "list", Data: []hit{}}
+	for _, h := range hits {
+		out.Data = append(out.Data, hit{h.SegmentID, h.ItemIndex, h.CreatedAt.Unix(), h.Score, h.Excerpt})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func (s *Server) handleConversationDelete(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	n, err := s.cfg.Archive.DeleteConversation(r.Context(), s.cfg.Tenant, id)
+	if err != nil {
+		s.log.Warn("admin delete failed", "err", err)
+		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive delete failed"}).Write(w)
+		return
+	}
+	s.log.Info("archived conversation deleted", "conversation", id, "segments", n)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "object": "conversation.deleted", "deleted": true, "segments": n})
+}

@@ -1,0 +1,482 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/archive"
+)
+
+// Recall gives the model its memory back. After a compaction, compactd offers the upstream model
+// a function tool; when the model calls it, compactd searches the conversation's archive itself,
+// answers with the best raw excerpts, and calls the upstream again. The client never sees these
+// rounds — not in JSON, not in SSE — and the usage it gets is the sum of all of them.
+
+// RecallConfig bounds the recall tool.
+type RecallConfig struct {
+	Disabled     bool   // no recall tool even when an archive is configured
+	ToolName     string // default "compactd_recall"
+	Description  string // default: defaultRecallDescription
+	MaxRounds    int    // recall rounds per turn (default 3); the last round is offered no tool
+	TopK         int    // excerpts per search (default 5)
+	ExcerptBytes int    // bytes per excerpt (default 1200)
+}
+
+const defaultRecallDescription = "Search the verbatim history of this conversation from before it was compacted " +
+	"(file contents, command output, error messages, exact values, earlier decisions). Use it whenever the " +
+	"summary lacks a detail you need; prefer exact identifiers, paths, or error words as the query."
+
+func (c RecallConfig) withDefaults() RecallConfig {
+	if c.ToolName == "" {
+		c.ToolName = "compactd_recall"
+	}
+	if c.Description == "" {
+		c.Description = defaultRecallDescription
+	}
+	if c.MaxRounds <= 0 {
+		c.MaxRounds = 3
+	}
+	if c.TopK <= 0 {
+		c.TopK = 5
+	}
+	if c.ExcerptBytes <= 0 {
+		c.ExcerptBytes = 1200
+	}
+	return c
+}
+
+// toolJSON is the Responses function tool definition.
+func (c RecallConfig) toolJSON() []byte {
+	b, _ := json.Marshal(map[string]any{
+		"type": "function", "name": c.ToolName, "description": c.Description, "strict": true,
+		"parameters": map[string]any{
+			"type":                 "object",
+			"additionalProperties": false,
+			"required":             []string{"query"},
+			"properties": map[string]any{
+				"query": map[string]any{"type": "string", "description": "words to search for: identifiers, paths, error text, values"},
+			},
+		},
+	})
+	return b
+}
+
+// recallTurn is a turn that offers the recall tool.
+type recallTurn struct {
+	cfg          RecallConfig
+	conversation string
+	req          *api.ResponsesRequest
+	items        [][]byte // the upstream input so far
+	strip        bool
+}
+
+// recallFor returns the recall state for a turn, or nil when recall does not apply: no archive,
+// recall off, no archived history for this conversation yet, previous_response_id chains, or a
+// client that brings its own tool of the same name.
+func (s *Server) recallFor(req *api.ResponsesRequest, prev *opened, c *compaction) *recallTurn {
+	cfg := s.cfg.Recall.withDefaults()
+	if s.cfg.Archive == nil || cfg.Disabled || req.PreviousResponseID != "" {
+		return nil
+	}
+	conv := ""
+	switch {
+	case c != nil && c.payload.Archive != nil:
+		conv = c.payload.Archive.Conversation
+	case prev != nil && prev.payload.Archive != nil:
+		conv = prev.payload.Archive.Conversation
+	}
+	if conv == "" {
+		return nil
+	}
+	if req.Tools != nil {
+		clash := false
+		gjson.ParseBytes(req.Tools).ForEach(func(_, t gjson.Result) bool {
+			clash = t.Get("name").Str == cfg.ToolName
+			return !clash
+		})
+		if clash {
+			return nil
+		}
+	}
+	return &recallTurn{cfg: cfg, conversation: conv, req: req, strip: s.cfg.StripCodexFields}
+}
+
+// body renders the upstream request for the current round.
+func (rt *recallTurn) body(withTool bool) []byte {
+	out := rt.req.WithInput(rt.items, true)
+	if rt.strip {
+		out, _ = sjson.DeleteBytes(out, "client_metadata")
+	}
+	if withTool {
+		out, _ = sjson.SetRawBytes(out, "tools.-1", rt.cfg.toolJSON())
+	}
+	return out
+}
+
+// isRecallCall reports whether an output item is a call of the recall tool.
+func (rt *recallTurn) isRecallCall(item gjson.Result) bool {
+	return item.Get("type").Str == "function_call" && item.Get("name").Str == rt.cfg.ToolName
+}
+
+// answer runs the searches a round asked for and appends the round's output and the tool
+// results to the upstream input.
+func (s *Server) answer(ctx context.Context, rt *recallTurn, output []gjson.Result) {
+	for _, it := range output {
+		rt.items = append(rt.items, []byte(it.Raw))
+		if !rt.isRecallCall(it) {
+			continue
+		}
+		query := gjson.Get(it.Get("arguments").Str, "query").Str
+		result := s.recallSearch(ctx, rt, query)
+		out := []byte(`{"type":"function_call_output","call_id":"","output":""}`)
+		out, _ = sjson.SetBytes(out, "call_id", it.Get("call_id").Str)
+		out, _ = sjson.SetBytes(out, "output", result)
+		rt.items = append(rt.items, out)
+	}
+}
+
+// recallSearch searches the archive and renders the excerpts for the model.
+func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string) string {
+	if strings.TrimSpace(query) == "" {
+		return "Empty query: call the tool again with the words to search for."
+	}
+	hits, err := s.cfg.Archive.Search(ctx, archive.Query{
+		Text: query, Tenant: s.cfg.Tenant, Conversation: rt.conversation,
+		Limit: rt.cfg.TopK, ExcerptBytes: rt.cfg.ExcerptBytes,
+	})
+	s.metrics.recall(err == nil, len(hits))
+	if err != nil {
+		s.log.Warn("recall search failed", "err", err)
+		return "The archive could not be searched just now; continue from the summary."
+	}
+	if len(hits) == 0 {
+		return fmt.Sprintf("No archived history of this conversation matches %q.", query)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Verbatim excerpts from this conversation's archived history matching %q, best first:\n", query)
+	for i, h := range hits {
+		fmt.Fprintf(&b, "\n[%d] archived %s, item %d:\n%s\n", i+1, h.CreatedAt.UTC().Format("2006-01-02 15:04"), h.ItemIndex, h.Excerpt)
+	}
+	return b.String()
+}
+
+// upstreamCall sends one round to the upstream with the client's headers.
+func (s *Server) upstreamCall(r *http.Request, body []byte) (*http.Response, error) {
+	u := *s.cfg.Upstream
+	u.Path = strings.TrimRight(u.Path, "/") + r.URL.Path
+	u.RawQuery = r.URL.RawQuery
+	out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawQuery: u.RawQuery}).String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range r.Header {
+		switch http.CanonicalHeaderKey(k) {
+		case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Accept-Encoding", "Content-Length", "Host":
+			continue
+		}
+		out.Header[k] = v
+	}
+	out.ContentLength = int64(len(body))
+	return s.cfg.Transport.RoundTrip(out)
+}
+
+// usageSum adds Responses usage objects.
+type usageSum struct{ input, cached, output, reasoning, total int64 }
+
+func (u *usageSum) add(v gjson.Result) {
+	u.input += v.Get("input_tokens").Int()
+	u.cached += v.Get("input_tokens_details.cached_tokens").Int()
+	u.output += v.Get("output_tokens").Int()
+	u.reasoning += v.Get("output_tokens_details.reasoning_tokens").Int()
+	u.total += v.Get("total_tokens").Int()
+}
+
+// apply writes the sum into the usage object at path of doc.
+func (u *usageSum) apply(doc []byte, path string) []byte {
+	for k, v := range map[string]int64{
+		"input_tokens": u.input, "input_tokens_details.cached_tokens": u.cached, "output_tokens": u.output,
+		"output_tokens_details.reasoning_tokens": u.reasoning, "total_tokens": u.total,
+	} {
+		doc, _ = sjson.SetBytes(doc, path+"."+k, v)
+	}
+	return doc
+}
+
+// hideTool removes the recall tool from the tools array at path: responses echo the request's
+// tools, and the client must not learn of one it did not send.
+func (rt *recallTurn) hideTool(doc []byte, path string) []byte {
+	tools := gjson.GetBytes(doc, path)
+	if !tools.IsArray() {
+		return doc
+	}
+	kept := make([][]byte, 0, len(tools.Array()))
+	found := false
+	for _, t := range tools.Array() {
+		if t.Get("name").Str == rt.cfg.ToolName && t.Get("type").Str == "function" {
+			found = true
+			continue
+		}
+		kept = append(kept, []byte(t.Raw))
+	}
+	if !found {
+		return doc
+	}
+	return withOutput(doc, path, kept)
+}
+
+// withOutput replaces the output array at path with items.
+func withOutput(doc []byte, path string, items [][]byte) []byte {
+	arr := append([]byte{'['}, bytes.Join(items, []byte{','})...)
+	arr = append(arr, ']')
+	doc, _ = sjson.SetRawBytes(doc, path, arr)
+	return doc
+}
+
+// forwardRecall runs a turn that offers the recall tool: up to MaxRounds hidden rounds, then the
+// answer the client sees.
+func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, rt *recallTurn, items [][]byte) {
+	rt.items = items
+	if t.stream {
+		s.streamRecall(w, r, t, rt)
+		return
+	}
+	var usage usageSum
+	var visible [][]byte
+	if t.item != nil {
+		visible = append(visible, t.item)
+	}
+	for round := 0; ; round++ {
+		last := round == rt.cfg.MaxRounds
+		resp, err := s.upstreamCall(r, rt.body(!last))
+		if err != nil {
+			s.upstreamError(w, r, err)
+			return
+		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
+		resp.Body.Close()
+		if err != nil {
+			s.upstreamError(w, r, err)
+			return
+		}
+		if resp.StatusCode != http.StatusOK {
+			copyHeader(w.Header(), resp.Header)
+			w.WriteHeader(resp.StatusCode)
+			_, _ = w.Write(data)
+			return
+		}
+		usage.add(gjson.GetBytes(data, "usage"))
+		output := gjson.GetBytes(data, "output").Array()
+		calls := 0
+		for _, it := range output {
+			if rt.isRecallCall(it) {
+				calls++
+			} else {
+				visible = append(visible, []byte(it.Raw))
+			}
+		}
+		if calls == 0 || last {
+			data = withOutput(data, "output", visible)
+			data = usage.apply(data, "usage")
+			data = rt.hideTool(data, "tools")
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+			_, _ = w.Write(data)
+			return
+		}
+		s.answer(r.Context(), rt, output)
+	}
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		switch k {
+		case "Content-Length", "Connection", "Transfer-Encoding", "Content-Encoding":
+			continue
+		}
+		dst[k] = v
+	}
+}
+
+// streamRecall is forwardRecall for SSE: each round's events are relayed as they arrive, except
+// those of recall calls and the interim rounds' created/in_progress/completed events; output
+// indices and sequence numbers are renumbered so the client sees one ordinary response.
+func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, rt *recallTurn) {
+	rc := http.NewResponseController(w)
+	var usage usageSum
+	var visible [][]byte
+	seq, base := 0, 0
+	headersSent := t.committed
+	emit := func(event string, data []byte) bool {
+		data, _ = sjson.SetBytes(data, "sequence_number", seq)
+		seq++
+		if _, err := w.Write(api.AppendSSE(nil, event, data)); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	injected := t.item == nil
+	inject := func() bool {
+		injected = true
+		if _, err := w.Write(compactionItemEvents(nil, t.itemID, t.item, 0, seq)); err != nil {
+			return false
+		}
+		seq += 2
+		visible = append(visible, t.item)
+		base = 1
+		return rc.Flush() == nil
+	}
+	for round := 0; ; round++ {
+		last := round == rt.cfg.MaxRounds
+		resp, err := s.upstreamCall(r, rt.body(!last))
+		if err != nil {
+			if headersSent {
+				_, _ = w.Write(upstreamUnavailable().SSE(seq, t.responseID))
+				return
+			}
+			s.upstreamError(w, r, err)
+			return
+		}
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if headersSent {
+				_, _ = w.Write(upstreamErrorFromBody(resp.StatusCode, data).SSE(seq, t.responseID))
+				return
+			}
+			copyHeader(w.Header(), resp.Header)
+			w.WriteHeader(resp.StatusCode)
+			_, _ = w.Write(data)
+			return
+		}
+		if !headersSent {
+			copyHeader(w.Header(), resp.Header)
+			w.WriteHeader(http.StatusOK)
+			headersSent = true
+		}
+		hidden := map[int64]bool{}
+		roundVisible := 0
+		var final gjson.Result
+		ok := true
+		br := bufio.NewReaderSize(resp.Body, 32<<10)
+		for ok {
+			event, data, err := readSSE(br)
+			if err != nil {
+				break
+			}
+			if data == nil {
+				continue
+			}
+			typ := gjson.GetBytes(data, "type").Str
+			if t.responseID == "" {
+				if id := gjson.GetBytes(data, "response.id"); id.Exists() {
+					t.responseID = id.Str
+				}
+			}
+			switch typ {
+			case "response.created", "response.in_progress":
+				if round == 0 {
+					ok = emit(event, rt.hideTool(data, "response.tools"))
+				}
+				continue
+			case "response.completed", "response.incomplete":
+				final = gjson.ParseBytes(append([]byte(nil), data...))
+				ok = false // handled after the loop
+				continue
+			case "error", "response.failed":
+				emit(event, rt.hideTool(data, "response.tools"))
+				resp.Body.Close()
+				return
+			}
+			if !injected {
+				if ok = inject(); !ok {
+					break
+				}
+			}
+			oi := gjson.GetBytes(data, "output_index")
+			if typ == "response.output_item.added" && rt.isRecallCall(gjson.GetBytes(data, "item")) {
+				hidden[oi.Int()] = true
+			}
+			if oi.Exists() {
+				if hidden[oi.Int()] {
+					continue
+				}
+				below := 0
+				for h := range hidden {
+					if h < oi.Int() {
+						below++
+					}
+				}
+				data, _ = sjson.SetBytes(data, "output_index", int64(base)+oi.Int()-int64(below))
+				if typ == "response.output_item.added" {
+					roundVisible++
+				}
+			}
+			ok = emit(event, data)
+		}
+		resp.Body.Close()
+		if !final.Exists() {
+			if r.Context().Err() == nil {
+				_, _ = w.Write(upstreamUnavailable().SSE(seq, t.responseID))
+			}
+			return
+		}
+		usage.add(final.Get("response.usage"))
+		output := final.Get("response.output").Array()
+		calls := 0
+		for _, it := range output {
+			if rt.isRecallCall(it) {
+				calls++
+			} else {
+				visible = append(visible, []byte(it.Raw))
+			}
+		}
+		if calls == 0 || last {
+			if !injected {
+				inject()
+			}
+			data := withOutput([]byte(final.Raw), "response.output", visible)
+			data = usage.apply(data, "response.usage")
+			data = rt.hideTool(data, "response.tools")
+			emit(gjson.GetBytes(data, "type").Str, data)
+			return
+		}
+		base += roundVisible
+		s.answer(r.Context(), rt, output)
+	}
+}
+
+// readSSE reads one event: its event name and its data (nil for comments and keep-alives).
+func readSSE(br *bufio.Reader) (event string, data []byte, err error) {
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil && len(line) == 0 {
+			return "", nil, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(line) == 0:
+			if data != nil || event != "" {
+				return event, data, nil
+			}
+		case bytes.HasPrefix(line, []byte("event:")):
+			event = string(bytes.TrimSpace(line[len("event:"):]))
+		case bytes.HasPrefix(line, dataPrefix):
+			data = append(data, bytes.TrimSpace(line[len(dataPrefix):])...)
+		}
+		if err != nil {
+			return event, data, nil
+		}
+	}
+}

@@ -1,0 +1,282 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/proxy"
+)
+
+// plantedFact sits in a tool output that the summary (the fake's quotes of user messages) loses.
+const plantedFact = "listen port is 8443 per ZETA-PLANT config"
+
+// withArchive gives the harness a SQLite archive keyed by its own keyring.
+func withArchive(t *testing.T, more func(*proxy.Config)) func(*proxy.Config) {
+	return func(c *proxy.Config) {
+		sealer, err := archive.KeyringSealer(c.Sealer.(*crypto.Keyring), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := archive.Open(context.Background(), filepath.Join(t.TempDir(), "archive.db"), sealer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		c.Archive, c.RetainTokens = st, 1000
+		if more != nil {
+			more(c)
+		}
+	}
+}
+
+// recallHistory is a history long enough to compact whose tool output holds the planted fact.
+func recallHistory() []any {
+	items := toAny(history(6, 400))
+	return append(items[:3:3], append([]any{
+		map[string]any{"type": "function_call", "call_id": "call_cfg", "name": "shell", "arguments": `{"cmd":["cat","config.yaml"]}`},
+		map[string]any{"type": "function_call_output", "call_id": "call_cfg", "output": "server:\n  " + plantedFact + "\n"},
+	}, items[3:]...)...)
+}
+
+// compactThenAsk compacts a history and returns the next turn's input, whose last user message
+// makes the fake model call the recall tool.
+func compactThenAsk(t *testing.T, h *harness) []any {
+	t.Helper()
+	items := recallHistory()
+	resp, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
+		option.WithJSONSet("input", items), threshold(2000), option.WithHeader("X-Compactd-Session", "conv-recall"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Output[0].Type != "compaction" {
+		t.Fatal("first turn did not compact")
+	}
+	for _, o := range resp.Output {
+		items = append(items, json.RawMessage(o.RawJSON()))
+	}
+	return append(items, map[string]any{"role": "user", "content": `Which port? [[call:compactd_recall {"query":"ZETA-PLANT port"}]]`})
+}
+
+// assertRecallRound checks what the upstream saw: the recall tool offered, then its result fed back.
+func assertRecallRound(t *testing.T, h *harness, firstTurnRequests int) {
+	t.Helper()
+	up := h.upstream(fakeupstream.KindResponses)[firstTurnRequests:]
+	if len(up) != 2 {
+		t.Fatalf("turn two made %d upstream calls, want 2 (recall round + answer)", len(up))
+	}
+	if gjson.GetBytes(up[0].Body, `tools.#(name=="compactd_recall")`).Raw == "" {
+		t.Error("recall tool not offered to the upstream")
+	}
+	out := gjson.GetBytes(up[1].Body, `input.#(type=="function_call_output").output`).Str
+	if !strings.Contains(out, plantedFact) {
+		t.Errorf("recall result fed back upstream lacks the planted fact: %.300q", out)
+	}
+}
+
+func TestRecallJSONIsInvisibleToTheClient(t *testing.T) {
+	h := newHarness(t, fakeupstream.Options{}, withArchive(t, nil))
+	next := compactThenAsk(t, h)
+	before := len(h.upstream(fakeupstream.KindResponses))
+	resp, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range resp.Output {
+		if o.Type == "function_call" {
+			t.Errorf("client saw a recall item: %s", o.RawJSON())
+		}
+	}
+	if !strings.HasPrefix(resp.OutputText(), "MOCK-REPLY") {
+		t.Errorf("answer = %q", resp.OutputText())
+	}
+	if strings.Contains(resp.RawJSON(), `"name":"compactd_recall"`) {
+		t.Error("the response names the recall tool")
+	}
+	assertRecallRound(t, h, before)
+
+	// Usage is the sum of both rounds: replay the recorded rounds against a fresh fake.
+	var want int64
+	fresh := fakeupstream.New(fakeupstream.Options{})
+	for _, r := range h.upstream(fakeupstream.KindResponses)[before:] {
+		rec := httptestRecorder(fresh, r.Body)
+		want += gjson.GetBytes(rec, "usage.input_tokens").Int()
+	}
+	if resp.Usage.InputTokens != want {
+		t.Errorf("usage.input_tokens = %d, want the sum of both rounds %d", resp.Usage.InputTokens, want)
+	}
+}
+
+func TestRecallSSEIsInvisibleToTheClient(t *testing.T) {
+	h := newHarness(t, fakeupstream.Options{Deltas: 3}, withArchive(t, nil))
+	next := compactThenAsk(t, h)
+	before := len(h.upstream(fakeupstream.KindResponses))
+	stream := h.client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next))
+	seq := int64(-1)
+	var text strings.Builder
+	var completed responses.Response
+	created := 0
+	for stream.Next() {
+		ev := stream.Current()
+		if strings.Contains(ev.RawJSON(), `"name":"compactd_recall"`) {
+			t.Errorf("client saw a recall event: %s", ev.RawJSON())
+		}
+		if ev.SequenceNumber != seq+1 {
+			t.Errorf("%s: sequence_number %d after %d", ev.Type, ev.SequenceNumber, seq)
+		}
+		seq = ev.SequenceNumber
+		switch ev.Type {
+		case "response.created":
+			created++
+		case "response.output_text.delta":
+			if ev.OutputIndex != 0 {
+				t.Errorf("answer at output_index %d, want 0", ev.OutputIndex)
+			}
+			text.WriteString(ev.Delta)
+		case "response.completed":
+			completed = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if created != 1 {
+		t.Errorf("%d response.created events, want 1", created)
+	}
+	if !strings.HasPrefix(text.String(), "MOCK-REPLY") || len(completed.Output) != 1 || completed.Output[0].Type != "message" {
+		t.Errorf("final response: text %q, output %v", text.String(), completed.Output)
+	}
+	assertRecallRound(t, h, before)
+}
+
+func TestRecallOffWithoutArchiveOrWhenDisabled(t *testing.T) {
+	for name, mutate := range map[string]func(*proxy.Config){
+		"no archive": retain(1000),
+		"disabled":   withArchive(t, func(c *proxy.Config) { c.Recall.Disabled = true }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, fakeupstream.Options{}, mutate)
+			next := compactThenAsk(t, h)
+			before := len(h.upstream(fakeupstream.KindResponses))
+			if _, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next)); err != nil {
+				t.Fatal(err)
+			}
+			up := h.upstream(fakeupstream.KindResponses)[before:]
+			if len(up) != 1 || strings.Contains(string(up[0].Body), `"compactd_recall","description"`) {
+				t.Errorf("recall offered or run: %d upstream calls", len(up))
+			}
+		})
+	}
+}
+
+func TestArchiveLineageAcrossCompactions(t *testing.T) {
+	var store archive.Store
+	h := newHarness(t, fakeupstream.Options{}, withArchive(t, func(c *proxy.Config) { store = c.Archive; c.Recall.Disabled = true }))
+	var items []any
+	var lastItem string
+	for round := 0; round < 3; round++ {
+		items = append(items, toAny(history(6, 400))...)
+		req := option.WithHeader("X-Compactd-Session", "conv-lineage")
+		resp, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", items), threshold(2000), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Output[0].Type != "compaction" {
+			t.Fatalf("round %d did not compact", round)
+		}
+		lastItem = resp.Output[0].AsCompaction().ID
+		for _, o := range resp.Output {
+			items = append(items, json.RawMessage(o.RawJSON()))
+		}
+	}
+	convs, err := store.Conversations(context.Background(), "")
+	if err != nil || len(convs) != 1 || convs[0].ID != "conv-lineage" || convs[0].Segments != 3 {
+		t.Fatalf("conversations = %+v, err %v", convs, err)
+	}
+	hits, err := store.Search(context.Background(), archive.Query{Text: marker("A", 0), Conversation: "conv-lineage", Limit: 10})
+	if err != nil || len(hits) == 0 {
+		t.Fatalf("search: %v hits, err %v", len(hits), err)
+	}
+	// Walk back from the newest segment: three segments, linked.
+	refs, err := store.Lineage(context.Background(), "", newestSegment(t, store, hits))
+	if err != nil || len(refs) != 3 {
+		t.Errorf("lineage = %v (err %v), want 3 linked segments (last item %s)", refs, err, lastItem)
+	}
+}
+
+func newestSegment(t *testing.T, st archive.Store, hits []archive.Hit) string {
+	t.Helper()
+	newest := hits[0]
+	for _, h := range hits {
+		if h.CreatedAt.After(newest.CreatedAt) {
+			newest = h
+		}
+	}
+	return newest.SegmentID
+}
+
+func TestAdminAPI(t *testing.T) {
+	h := newHarness(t, fakeupstream.Options{}, withArchive(t, func(c *proxy.Config) { c.AdminToken = "s3cret-admin" }))
+	compactThenAsk(t, h)
+	do := func(method, path, token string) (int, []byte) {
+		req, _ := http.NewRequest(method, h.proxyURL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	search := "/v1/compactd/conversations/conv-recall/search?q=ZETA-PLANT"
+	for _, tok := range []string{"", "wrong", "s3cret-admin-but-longer"} {
+		if code, _ := do("GET", search, tok); code != http.StatusUnauthorized {
+			t.Errorf("token %q: status %d, want 401", tok, code)
+		}
+	}
+	code, body := do("GET", search, "s3cret-admin")
+	if code != 200 || !strings.Contains(gjson.GetBytes(body, "data.0.excerpt").Str, plantedFact) {
+		t.Fatalf("search: %d %s", code, body)
+	}
+	if code, body := do("DELETE", "/v1/compactd/conversations/conv-recall", "s3cret-admin"); code != 200 || gjson.GetBytes(body, "segments").Int() != 1 {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	if _, body := do("GET", search, "s3cret-admin"); len(gjson.GetBytes(body, "data").Array()) != 0 {
+		t.Errorf("deleted history still found: %s", body)
+	}
+	// Without a token configured the API does not exist.
+	off := newHarness(t, fakeupstream.Options{}, withArchive(t, nil))
+	req, _ := http.NewRequest("GET", off.proxyURL+search, nil)
+	req.Header.Set("Authorization", "Bearer anything")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("admin API without a token configured: %d, want 404", resp.StatusCode)
+	}
+}
+
+// httptestRecorder serves body to h as a POST /v1/responses and returns the response body.
+func httptestRecorder(h http.Handler, body []byte) []byte {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/responses", bytes.NewReader(body)))
+	return rec.Body.Bytes()
+}
