@@ -38,7 +38,7 @@ var postgresDialect = &dialect{
 		`CREATE INDEX archive_segments_created ON archive_segments (created_at)`,
 		`CREATE INDEX archive_segments_tsv ON archive_segments USING GIN (tsv)`,
 	}},
-	search: func(filters string) string {
+	search: func(filters string) (string, bool) {
 		// Normalisation 1 divides the rank by 1+log(length), like bm25's preference for short
 		// documents; every word occurs once per document, so frequency carries no signal.
 		// As in SQLite, documents are read for the winners only, not carried through the sort.
@@ -48,7 +48,7 @@ var postgresDialect = &dialect{
 				WHERE s.tsv @@ q.q AND s.tenant = ?` + filters + `
 				ORDER BY rank DESC LIMIT ?) m
 			JOIN archive_segments s ON s.seq = m.seq
-			ORDER BY m.rank DESC`
+			ORDER BY m.rank DESC`, false
 	},
 	and: " & ",
 	or:  " | ",

@@ -27,8 +27,9 @@ type dialect struct {
 	// of the separate FTS table archive_fts keyed by seq (SQLite).
 	docInRow bool
 	// search returns a statement selecting (id, conversation, kind, created_at, doc, rank) with
-	// placeholders (match, tenant, [conversation], [kind], limit), best rank first, rank ≥ 0.
-	search func(filters string) string
+	// placeholders (match, tenant, [conversation], [kind], limit), best rank first, rank ≥ 0;
+	// limitFirst moves limit right after match.
+	search func(filters string) (query string, limitFirst bool)
 	// and/or: boolean operators of the match language.
 	and, or string
 }
@@ -277,8 +278,13 @@ func (s *sqlStore) candidates(ctx context.Context, q Query, hq []queryWord, matc
 		filters.WriteString(" AND s.kind = ?")
 		args = append(args, q.Kind)
 	}
-	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, s.q(s.d.search(filters.String())), args...)
+	query, limitFirst := s.d.search(filters.String())
+	if limitFirst {
+		args = append([]any{match, limit}, args[1:]...)
+	} else {
+		args = append(args, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("archive: search: %w", err)
 	}

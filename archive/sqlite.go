@@ -36,23 +36,34 @@ var sqliteDialect = &dialect{
 		`CREATE INDEX archive_segments_created ON archive_segments (created_at)`,
 		// detail=none: no positions (there are no phrase queries over hash words, and each word
 		// occurs once per document, so bm25 loses nothing); a much smaller index.
-		`CREATE VIRTUAL TABLE archive_fts USING fts5(doc, tokenize = 'unicode61', detail = none)`,
+		`CREATE VIRTUAL TABLE archive_fts USING fts5(doc, tokenize = 'unicode61')`,
 		`CREATE TRIGGER archive_segments_delete AFTER DELETE ON archive_segments BEGIN
 			DELETE FROM archive_fts WHERE rowid = old.seq;
 		END`,
 	}},
 	// The inner query ranks and limits carrying only (seq, rank); documents and columns are read
-	// for the winners only. Selecting them in one flat query made SQLite carry every matching
-	// document through the sort: 200 ms instead of a few for a common word over 10k segments.
-	search: func(filters string) string {
+	// for the winners only. Without conversation/kind filters the inner query does not join at
+	// all: hash words are keyed per tenant, so a MATCH only finds the query tenant's documents
+	// (the outer tenant check is a guard against 50-bit collisions), and the join per matching
+	// row was most of the cost for common words.
+	search: func(filters string) (string, bool) {
+		if filters == "" {
+			return `SELECT s.id, s.conversation, s.kind, s.created_at,
+					(SELECT doc FROM archive_fts d WHERE d.rowid = m.seq), m.r
+				FROM (SELECT rowid AS seq, -bm25(archive_fts) AS r FROM archive_fts
+					WHERE archive_fts MATCH ? ORDER BY bm25(archive_fts) LIMIT ?) m
+				JOIN archive_segments s ON s.seq = m.seq
+				WHERE s.tenant = ?
+				ORDER BY m.r DESC`, true
+		}
 		return `SELECT s.id, s.conversation, s.kind, s.created_at,
 				(SELECT doc FROM archive_fts d WHERE d.rowid = m.seq), m.r
 			FROM (SELECT s.seq AS seq, -bm25(archive_fts) AS r
-				FROM archive_fts JOIN archive_segments s ON s.seq = archive_fts.rowid
+				FROM archive_fts CROSS JOIN archive_segments s ON s.seq = archive_fts.rowid
 				WHERE archive_fts MATCH ? AND s.tenant = ?` + filters + `
 				ORDER BY bm25(archive_fts) LIMIT ?) m
 			JOIN archive_segments s ON s.seq = m.seq
-			ORDER BY m.r DESC`
+			ORDER BY m.r DESC`, false
 	},
 	and: " AND ",
 	or:  " OR ",
