@@ -96,9 +96,9 @@ func (c *call) serveMessages() {
 		startBlock = antBlock{Type: "tool_use", ID: block.ID, Name: block.Name, Input: json.RawMessage("{}")}
 	}
 	type obj = map[string]any
-	if !s.event("message_start", obj{"type": "message_start", "message": start}) ||
-		!s.event("content_block_start", obj{"type": "content_block_start", "index": 0, "content_block": startBlock}) ||
-		!s.event("ping", obj{"type": "ping"}) {
+	if !s.event("message_start", -1, obj{"message": start}) ||
+		!s.event("content_block_start", -1, obj{"index": 0, "content_block": startBlock}) ||
+		!s.event("ping", -1, obj{}) {
 		return
 	}
 	for i, p := range pieces {
@@ -109,18 +109,18 @@ func (c *call) serveMessages() {
 		if fc != nil {
 			delta = obj{"type": "input_json_delta", "partial_json": p}
 		}
-		if !s.event("content_block_delta", obj{"type": "content_block_delta", "index": 0, "delta": delta}) {
+		if !s.event("content_block_delta", -1, obj{"index": 0, "delta": delta}) {
 			return
 		}
 	}
 	final := msg.Usage
 	final.ServiceTier = ""
-	if !s.event("content_block_stop", obj{"type": "content_block_stop", "index": 0}) ||
-		!s.event("message_delta", obj{"type": "message_delta",
+	if !s.event("content_block_stop", -1, obj{"index": 0}) ||
+		!s.event("message_delta", -1, obj{
 			"delta": obj{"stop_reason": msg.StopReason, "stop_sequence": nil}, "usage": final}) {
 		return
 	}
-	s.event("message_stop", obj{"type": "message_stop"})
+	s.event("message_stop", -1, obj{})
 }
 
 func (c *call) serveCountTokens() {

@@ -191,10 +191,8 @@ func (c *call) streamResponse(resp *oaiResponse, item any, text string) {
 	s := c.startSSE()
 	seq := int64(0)
 	emit := func(typ string, fields map[string]any) bool {
-		fields["type"] = typ
-		fields["sequence_number"] = seq
 		seq++
-		return s.event(typ, fields)
+		return s.event(typ, seq-1, fields)
 	}
 	if !emit("response.created", map[string]any{"response": resp}) ||
 		!emit("response.in_progress", map[string]any{"response": resp}) {

@@ -51,10 +51,24 @@ func (c *call) startSSE() *sse {
 	return s
 }
 
-// event writes "event: name" (omitted when name is "") and "data: <json>". It returns false when
-// the client has gone, so the caller stops producing.
-func (s *sse) event(name string, v any) bool {
-	return s.raw(name, marshal(v))
+// event writes an event whose "type" is name (on the event: line and first in the JSON, as the
+// real APIs order it), then "sequence_number" when seq >= 0, then fields in key order. It returns
+// false when the client has gone, so the caller stops producing.
+func (s *sse) event(name string, seq int64, fields map[string]any) bool {
+	delete(fields, "type")
+	delete(fields, "sequence_number")
+	b := append([]byte(`{"type":`), marshal(name)...)
+	if seq >= 0 {
+		b = append(b, `,"sequence_number":`...)
+		b = strconv.AppendInt(b, seq, 10)
+	}
+	if rest := marshal(fields); len(rest) > 2 {
+		b = append(b, ',')
+		b = append(b, rest[1:]...)
+	} else {
+		b = append(b, '}')
+	}
+	return s.raw(name, b)
 }
 
 func (s *sse) raw(name string, data []byte) bool {

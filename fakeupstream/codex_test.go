@@ -1,0 +1,65 @@
+package fakeupstream
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestCodexFixtures replays the bodies Codex CLI 0.169 really sent: an ordinary turn is answered,
+// and a remote (v2) compaction turn is refused the way a backend without compaction refuses it.
+// shared/ sits beside the repository; the test skips where it does not.
+func TestCodexFixtures(t *testing.T) {
+	dir := filepath.Join("..", "..", "shared", "fixtures", "codex-0.169")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("no fixtures: %v", err)
+	}
+	cases := []struct {
+		file   string
+		status int
+		check  func(t *testing.T, sse []byte)
+	}{
+		{"normal_turn_request.json", 200, func(t *testing.T, sse []byte) {
+			done := lastData(sse)
+			if gjson.GetBytes(done, "type").String() != "response.completed" ||
+				gjson.GetBytes(done, "response.output.0.content.0.text").String() != "MOCK-REPLY 1: hello first turn" ||
+				gjson.GetBytes(done, "response.usage.input_tokens").Int() < 100 { // several kB of instructions
+				t.Errorf("completed event %s", done)
+			}
+		}},
+		{"remote_v2_compaction_request.json", 400, nil},
+		{"remote_v2_post_compaction_turn_request.json", 400, nil}, // carries the compaction item back
+	}
+	_, base := start(t, Options{})
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join(dir, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			status, _, body := post(t, base+gjson.GetBytes(raw, "path").String(), gjson.GetBytes(raw, "body").Raw)
+			if status != tc.status {
+				t.Fatalf("status %d: %.300s", status, body)
+			}
+			if tc.check != nil {
+				tc.check(t, body)
+			}
+		})
+	}
+}
+
+// lastData returns the JSON of the last "data:" line of an SSE body.
+func lastData(sse []byte) []byte {
+	i := bytes.LastIndex(sse, []byte("\ndata: "))
+	if i < 0 {
+		return nil
+	}
+	rest := sse[i+len("\ndata: "):]
+	if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
+}
