@@ -16,6 +16,8 @@
 //
 //	X-Fake-Status: 429   answer that status with an error body in the route's dialect
 //	X-Fake-Cut: 3        cut an SSE stream after 3 whole events, mid-event, by aborting the connection
+//
+// X-Fake-Cut has no effect on JSON (non-stream) replies.
 package fakeupstream
 
 import (
