@@ -1,0 +1,51 @@
+package workload
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+func TestRequestShape(t *testing.T) {
+	for _, size := range []int{2 << 10, 10 << 10, 200 << 10, 2 << 20} {
+		for _, stream := range []bool{false, true} {
+			body := Request(size, BodyOptions{Stream: stream, CompactThreshold: 1 << 30})
+			var req struct {
+				Stream            bool              `json:"stream"`
+				Input             []json.RawMessage `json:"input"`
+				ContextManagement []map[string]any  `json:"context_management"`
+			}
+			if err := json.Unmarshal(body, &req); err != nil {
+				t.Fatalf("size %d: invalid JSON: %v", size, err)
+			}
+			if req.Stream != stream || len(req.ContextManagement) != 1 || len(req.Input) < 2 {
+				t.Errorf("size %d: stream=%v cm=%v items=%d", size, req.Stream, req.ContextManagement, len(req.Input))
+			}
+			// Within a step's size (~12 KB) of the target, and never wildly under it.
+			if len(body) < size*8/10 || len(body) > size+16<<10 {
+				t.Errorf("size %d: body is %d bytes", size, len(body))
+			}
+		}
+	}
+}
+
+func TestDeterministicAndDistinct(t *testing.T) {
+	if !bytes.Equal(Request(100<<10, BodyOptions{}), Request(100<<10, BodyOptions{})) {
+		t.Error("same size gave different bodies")
+	}
+	seen := map[string]int{}
+	for i := range 200 {
+		for _, it := range Step(i) {
+			if !json.Valid(it) {
+				t.Fatalf("step %d: invalid item %s", i, it)
+			}
+			if j, dup := seen[string(it)]; dup {
+				t.Errorf("steps %d and %d share an item", j, i)
+			}
+			seen[string(it)] = i
+		}
+	}
+	if bytes.Equal(NewItem(1), NewItem(2)) || !json.Valid(NewItem(3)) {
+		t.Error("NewItem not distinct or not JSON")
+	}
+}
