@@ -237,7 +237,8 @@ func AnthropicMessage(role string, blocks [][]byte) []byte {
 	b = append(b, `{"role":`...)
 	b = AppendString(b, role)
 	b = append(b, `,"content":`...)
-	return append(b, JSONArray(blocks)...)
+	b = append(b, JSONArray(blocks)...)
+	return append(b, '}')
 }
 
 // NewMessage builds a Message from a role and blocks, with Raw rendered.

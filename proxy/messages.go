@@ -1,14 +1,291 @@
 package proxy
 
-import "net/http"
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 
-// handleMessages serves POST /v1/messages. Until Messages-side compaction lands it is plain
-// pass-through to the Anthropic upstream.
-func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	s.forwardAnthropic.ServeHTTP(w, r)
+	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/compact/summarizer"
+)
+
+// The Anthropic Messages routes. A request that carries nothing compactd acts on (no compaction
+// block, no compact_20260112 edit, no on-demand `compaction`, and no context-editing edit compactd
+// is configured to apply) is forwarded byte for byte, and so is its response: Claude Code's
+// traffic, pings and upstream error bodies included. Everything else goes through the same
+// engine as the Responses side: handoff of the latest compaction block, threshold or on-demand
+// summarisation, sealing, and a rewrite of the response that puts the compaction block first.
+
+// msgTurn is the state a rewritten Messages request shares with the response hook.
+type msgTurn struct {
+	t *turn // the dialect-neutral part: committed stream, for the shared error handler
+
+	// block is the compaction block to put at content[0], nil when this turn did not compact.
+	block          []byte
+	summary, ecStr string
+	compUsage      summarizer.Usage
+	// applied are the context-editing edits compactd applied, reported in context_management.
+	applied []api.AppliedEdit
+
+	// countTokens marks a count_tokens call: its answer gains
+	// context_management.original_input_tokens = input_tokens + removed.
+	countTokens bool
+	removed     int
 }
 
-// handleCountTokens serves POST /v1/messages/count_tokens.
+func (mt *msgTurn) rewrites() bool {
+	return mt.block != nil || len(mt.applied) > 0 || mt.countTokens || mt.t.committed
+}
+
+type msgTurnKey struct{}
+
+func msgTurnFrom(r *http.Request) *msgTurn {
+	mt, _ := r.Context().Value(msgTurnKey{}).(*msgTurn)
+	return mt
+}
+
+// handleMessages serves POST /v1/messages.
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	body, req, ok := s.readMessages(w, r)
+	if !ok {
+		return
+	}
+	if req == nil || !s.messagesNeedCompactd(req) {
+		s.forwardMessages(w, r, nil, body)
+		return
+	}
+	cm, e := api.ParseMessagesContextManagement(req.ContextManagement)
+	if e != nil {
+		s.writeAnthropicError(w, nil, e)
+		return
+	}
+	onDemand := req.Compaction != nil && string(bytes.TrimSpace(req.Compaction)) != "null"
+	var instructions string
+	if onDemand {
+		if instructions, e = api.ParseCompactionConfig(req.Compaction); e != nil {
+			s.writeAnthropicError(w, nil, e)
+			return
+		}
+	}
+	view, e := s.resolveBlocks(req)
+	if e != nil {
+		s.writeAnthropicError(w, nil, e)
+		return
+	}
+	if onDemand {
+		s.compactOnDemand(w, r, req, view, instructions)
+		return
+	}
+
+	mt := &msgTurn{t: &turn{stream: req.Stream}}
+	msgs, changed := view.msgs, view.changed
+	if s.cfg.AnthropicApplyEdits && cm != nil {
+		var edited bool
+		msgs, mt.applied, edited = s.applyEdits(req, cm, msgs)
+		changed = changed || edited
+	}
+	if cm != nil && cm.Compact != nil {
+		total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, cm.Compact.Trigger)
+		if total >= cm.Compact.Trigger {
+			c, done := s.compactThreshold(w, r, req, mt, msgComprReq{msgs: msgs, prev: view.prev, instructions: cm.Compact.Instructions, tokensBefore: total})
+			if done {
+				return
+			}
+			if c != nil {
+				if cm.Compact.Pause {
+					s.writeCompactionMessage(w, req, mt, c, false)
+					return
+				}
+				msgs, changed = []api.Message{c.handoff}, true
+				mt.block, mt.summary, mt.ecStr, mt.compUsage = c.block, c.summary, c.ec, c.usage
+			}
+		}
+	}
+
+	var changes []api.Member
+	if changed {
+		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.RawMessages(msgs))})
+	}
+	if req.ContextManagement != nil {
+		var keep []byte // nil removes context_management
+		if !s.cfg.AnthropicApplyEdits {
+			keep = cm.OthersJSON()
+		}
+		changes = append(changes, api.Member{Key: "context_management", Value: keep})
+	}
+	out := body
+	if len(changes) > 0 {
+		out = req.Rewrite(changes...)
+	}
+	s.forwardMessages(w, r, mt, out)
+}
+
+// readMessages reads and skims a Messages body. A body compactd cannot skim is returned with a
+// nil request: it is forwarded as is, so the upstream answers it in its own words. On a read
+// failure it has answered the client.
+func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *api.MessagesRequest, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.writeAnthropicError(w, nil, &api.AnthropicError{Status: http.StatusRequestEntityTooLarge, Type: "request_too_large",
+				Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes)})
+			return nil, nil, false
+		}
+		s.writeAnthropicError(w, nil, &api.AnthropicError{Status: http.StatusBadRequest, Type: "invalid_request_error",
+			Message: "compactd could not read the request body: " + err.Error()})
+		return nil, nil, false
+	}
+	req, err := api.ParseMessagesRequest(body)
+	if err != nil {
+		return body, nil, true
+	}
+	return body, req, true
+}
+
+// messagesNeedCompactd reports whether compactd has anything to do with the request.
+func (s *Server) messagesNeedCompactd(req *api.MessagesRequest) bool {
+	if len(req.Blocks) > 0 || req.Compaction != nil {
+		return true
+	}
+	cm := gjson.ParseBytes(req.ContextManagement)
+	if len(req.ContextManagement) == 0 || cm.Type == gjson.Null {
+		return false
+	}
+	if s.cfg.AnthropicApplyEdits {
+		return true
+	}
+	found := !cm.Get("edits").IsArray() // malformed: compactd validates it
+	cm.Get("edits").ForEach(func(_, e gjson.Result) bool {
+		t := e.Get("type").Str
+		found = found || (t != api.EditClearThinking && t != api.EditClearToolUses)
+		return !found
+	})
+	return found
+}
+
+// applyEdits applies the context-editing edits compactd is configured to apply.
+func (s *Server) applyEdits(req *api.MessagesRequest, cm *api.ContextManagement, msgs []api.Message) ([]api.Message, []api.AppliedEdit, bool) {
+	count := func(raw []byte) int { return s.cfg.Counter.Item(raw) }
+	var applied []api.AppliedEdit
+	if cm.ClearToolUses != nil {
+		total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, cm.ClearToolUses.TriggerInputTokens)
+		var ae *api.AppliedEdit
+		if msgs, ae = cm.ClearToolUses.Apply(msgs, total, count); ae != nil {
+			applied = append(applied, *ae)
+		}
+	}
+	if cm.ClearThinking != nil {
+		var ae *api.AppliedEdit
+		if msgs, ae = cm.ClearThinking.Apply(msgs, count); ae != nil {
+			applied = append(applied, *ae)
+		}
+	}
+	return msgs, applied, len(applied) > 0
+}
+
+// forwardMessages sends body to the Anthropic upstream in place of the client's. mt is nil for
+// pass-through; otherwise the compaction betas (which only compactd implements) are dropped
+// from anthropic-beta, and the context-management beta too when compactd applied the edits.
+func (s *Server) forwardMessages(w http.ResponseWriter, r *http.Request, mt *msgTurn, body []byte) {
+	ctx := r.Context()
+	if mt != nil {
+		ctx = withTurn(ctx, mt.t)
+		ctx = contextWithMsgTurn(ctx, mt)
+	}
+	out := r.Clone(ctx)
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	var rw http.ResponseWriter = w
+	if mt != nil {
+		drop := []string{api.BetaCompact, api.BetaCompactOnDemand}
+		if s.cfg.AnthropicApplyEdits {
+			drop = append(drop, api.BetaContextManagement)
+		}
+		api.DropBetas(out.Header, drop...)
+		if mt.rewrites() {
+			// compactd reads the response to rewrite it: let the transport negotiate (and undo)
+			// compression itself.
+			out.Header.Del("Accept-Encoding")
+		}
+		if mt.t.committed {
+			rw = committedWriter{w}
+		}
+	}
+	s.forwardAnthropic.ServeHTTP(rw, out)
+}
+
+// handleCountTokens serves POST /v1/messages/count_tokens: compaction blocks are applied (the
+// count is of what the upstream would see), context-editing edits too when compactd applies
+// them, and compaction is never triggered. When context management changed anything the answer
+// carries context_management.original_input_tokens.
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	s.forwardAnthropic.ServeHTTP(w, r)
+	body, req, ok := s.readMessages(w, r)
+	if !ok {
+		return
+	}
+	if req == nil || !s.messagesNeedCompactd(req) {
+		s.forwardMessages(w, r, nil, body)
+		return
+	}
+	cm, e := api.ParseMessagesContextManagement(req.ContextManagement)
+	if e != nil {
+		s.writeAnthropicError(w, nil, e)
+		return
+	}
+	view, e := s.resolveBlocks(req)
+	if e != nil {
+		s.writeAnthropicError(w, nil, e)
+		return
+	}
+	msgs, changed := view.msgs, view.changed
+	if s.cfg.AnthropicApplyEdits && cm != nil {
+		var edited bool
+		msgs, _, edited = s.applyEdits(req, cm, msgs)
+		changed = changed || edited
+	}
+	mt := &msgTurn{t: &turn{}, countTokens: true}
+	if changed {
+		before, _ := s.cfg.Counter.Request(req.System, api.CountItems(req.Messages), req.Tools, 0)
+		after, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, 0)
+		mt.removed = max(0, before-after)
+	}
+	changes := []api.Member{{Key: "compaction", Value: nil}}
+	if changed {
+		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.RawMessages(msgs))})
+	}
+	if req.ContextManagement != nil {
+		var keep []byte
+		if !s.cfg.AnthropicApplyEdits {
+			keep = cm.OthersJSON()
+		}
+		changes = append(changes, api.Member{Key: "context_management", Value: keep})
+	}
+	s.forwardMessages(w, r, mt, req.Rewrite(changes...))
+}
+
+// writeAnthropicError answers e, as an HTTP response or, once mt's stream is committed, as an
+// SSE error event. Errors compactd produces carry a request id of their own.
+func (s *Server) writeAnthropicError(w http.ResponseWriter, mt *msgTurn, e *api.AnthropicError) {
+	if e.RequestID == "" {
+		e.RequestID = newID("req_compactd_")
+	}
+	if mt != nil && mt.t.committed {
+		_, _ = w.Write(e.SSE())
+		_ = http.NewResponseController(w).Flush()
+		return
+	}
+	e.Write(w)
+}
+
+// compactionError is the Anthropic error with details.error_code for the on-demand error codes.
+func compactionError(status int, typ, code, msg string) *api.AnthropicError {
+	return &api.AnthropicError{Status: status, Type: typ, ErrorCode: code, Message: msg}
 }

@@ -1,0 +1,322 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/compact/summarizer"
+)
+
+// modifyMessagesResponse rewrites an Anthropic upstream response for a turn compactd changed:
+// the compaction block goes to content[0] (JSON) or is streamed as block 0 with the upstream's
+// blocks re-indexed (SSE); usage gains iterations; applied edits are reported; a count_tokens
+// answer gains original_input_tokens. Pass-through responses (no msgTurn) are not touched, nor
+// are upstream errors, unless compactd already committed a stream, when the upstream's error
+// body becomes an SSE error event.
+func (s *Server) modifyMessagesResponse(resp *http.Response) error {
+	mt := msgTurnFrom(resp.Request)
+	if mt == nil || !mt.rewrites() {
+		return nil
+	}
+	if resp.StatusCode/100 != 2 {
+		if mt.t.committed {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			replaceBody(resp, upstreamErrorEvent(resp.StatusCode, body))
+		}
+		return nil
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		if mt.block != nil || len(mt.applied) > 0 {
+			resp.Body = &msgSSERewriter{src: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body, mt: mt}
+			resp.Header.Del("Content-Length")
+			resp.ContentLength = -1
+		}
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if mt.countTokens {
+		body = withOriginalInputTokens(body, mt.removed)
+	} else {
+		body = rewriteMessageJSON(body, mt)
+	}
+	replaceBody(resp, body)
+	return nil
+}
+
+// upstreamErrorEvent carries an upstream error into a stream compactd already committed: the
+// upstream's own error envelope when it sent one (Claude Code matches on its wording), else an
+// api_error naming the status.
+func upstreamErrorEvent(status int, body []byte) []byte {
+	var compacted bytes.Buffer
+	if gjson.GetBytes(body, "type").Str == "error" && json.Compact(&compacted, body) == nil {
+		return api.AppendSSE(nil, "error", compacted.Bytes())
+	}
+	e := &api.AnthropicError{Status: status, Type: "api_error", Message: "upstream answered HTTP " + strconv.Itoa(status)}
+	return e.SSE()
+}
+
+func withOriginalInputTokens(body []byte, removed int) []byte {
+	n := gjson.GetBytes(body, "input_tokens")
+	if !n.Exists() {
+		return body
+	}
+	orig := n.Int() + int64(removed)
+	if o := gjson.GetBytes(body, "context_management.original_input_tokens"); o.Exists() {
+		orig = o.Int() + int64(removed) // the upstream applied edits of its own too
+	}
+	out, err := sjson.SetBytes(body, "context_management.original_input_tokens", orig)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// rewriteMessageJSON puts the compaction block first in content, adds usage.iterations and
+// reports applied edits.
+func rewriteMessageJSON(body []byte, mt *msgTurn) []byte {
+	if mt.block != nil {
+		if out, ok := api.PrependToArray(body, "content", mt.block); ok {
+			body = out
+		}
+		u := gjson.GetBytes(body, "usage")
+		iters := iterationsJSON(mt.compUsage, messageIteration(u, u, gjson.GetBytes(body, "model").Str))
+		if out, err := sjson.SetRawBytes(body, "usage.iterations", iters); err == nil {
+			body = out
+		}
+	}
+	if len(mt.applied) > 0 {
+		if out, err := sjson.SetRawBytes(body, "context_management", api.AppliedEditsJSON(mt.applied)); err == nil {
+			body = out
+		}
+	}
+	return body
+}
+
+// compactionIteration renders the summariser's usage as a usage.iterations entry.
+func compactionIteration(u summarizer.Usage) []byte {
+	b := []byte(`{"type":"compaction","input_tokens":`)
+	b = strconv.AppendInt(b, u.InputTokens, 10)
+	b = append(b, `,"output_tokens":`...)
+	b = strconv.AppendInt(b, u.OutputTokens, 10)
+	b = append(b, `,"cache_creation_input_tokens":0,"cache_read_input_tokens":`...)
+	b = strconv.AppendInt(b, u.CachedTokens, 10)
+	return append(b, `,"cache_creation":{"ephemeral_1h_input_tokens":0,"ephemeral_5m_input_tokens":0}}`...)
+}
+
+// messageIteration renders the upstream's sampling as a usage.iterations entry: input and cache
+// figures from start (message_start's usage, or the JSON usage), output from final.
+func messageIteration(start, final gjson.Result, model string) []byte {
+	in := start.Get("input_tokens").Int()
+	if v := final.Get("input_tokens"); v.Exists() {
+		in = v.Int()
+	}
+	b := []byte(`{"type":"message","input_tokens":`)
+	b = strconv.AppendInt(b, in, 10)
+	b = append(b, `,"output_tokens":`...)
+	b = strconv.AppendInt(b, final.Get("output_tokens").Int(), 10)
+	b = append(b, `,"cache_creation_input_tokens":`...)
+	b = strconv.AppendInt(b, start.Get("cache_creation_input_tokens").Int(), 10)
+	b = append(b, `,"cache_read_input_tokens":`...)
+	b = strconv.AppendInt(b, start.Get("cache_read_input_tokens").Int(), 10)
+	b = append(b, `,"model":`...)
+	b = api.AppendString(b, model)
+	return append(b, '}')
+}
+
+func iterationsJSON(u summarizer.Usage, message []byte) []byte {
+	elems := [][]byte{compactionIteration(u)}
+	if message != nil {
+		elems = append(elems, message)
+	}
+	return api.JSONArray(elems)
+}
+
+// msgSSERewriter streams an upstream Messages SSE body through one event at a time: after
+// message_start it inserts the compaction block as block 0 (content_block_start with null
+// content, one compaction_delta, content_block_stop), shifts every later block index by one,
+// and completes message_delta's usage with iterations and context_management with applied
+// edits. Nothing is buffered beyond the event being rewritten; pings and unknown events pass
+// untouched.
+type msgSSERewriter struct {
+	src  *bufio.Reader
+	body io.Closer
+	mt   *msgTurn
+
+	startUsage gjson.Result
+	model      string
+	out        []byte
+	err        error
+}
+
+func (r *msgSSERewriter) Close() error { return r.body.Close() }
+
+func (r *msgSSERewriter) Read(p []byte) (int, error) {
+	for len(r.out) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		ev, err := readSSEEvent(r.src)
+		if len(ev) > 0 {
+			r.out = append(r.out, r.rewrite(ev)...)
+		}
+		r.err = err
+	}
+	n := copy(p, r.out)
+	r.out = r.out[n:]
+	return n, nil
+}
+
+// readSSEEvent reads one event, its lines through the blank line that ends it.
+func readSSEEvent(src *bufio.Reader) ([]byte, error) {
+	var ev []byte
+	for {
+		line, err := src.ReadBytes('\n')
+		ev = append(ev, line...)
+		if err != nil {
+			return ev, err
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return ev, nil
+		}
+	}
+}
+
+// rewrite rewrites one complete event.
+func (r *msgSSERewriter) rewrite(ev []byte) []byte {
+	i := bytes.Index(ev, dataPrefix)
+	if i < 0 || (i > 0 && ev[i-1] != '\n') {
+		return ev
+	}
+	end := bytes.IndexByte(ev[i:], '\n')
+	if end < 0 {
+		end = len(ev) - i
+	}
+	data := bytes.TrimSpace(ev[i+len(dataPrefix) : i+end])
+	v := gjson.ParseBytes(data)
+	newData := data
+	var after []byte
+	switch v.Get("type").Str {
+	case "message_start":
+		r.startUsage = gjson.Parse(v.Get("message.usage").Raw)
+		r.model = v.Get("message.model").Str
+		if r.mt.block != nil {
+			after = compactionBlockEvents(nil, r.mt.summary, r.mt.ecStr, "")
+		}
+	case "content_block_start", "content_block_delta", "content_block_stop":
+		if r.mt.block != nil {
+			newData, _ = sjson.SetBytes(data, "index", v.Get("index").Int()+1)
+		}
+	case "message_delta":
+		if r.mt.block != nil {
+			iters := iterationsJSON(r.mt.compUsage, messageIteration(r.startUsage, v.Get("usage"), r.model))
+			newData, _ = sjson.SetRawBytes(newData, "usage.iterations", iters)
+		}
+		if len(r.mt.applied) > 0 {
+			newData, _ = sjson.SetRawBytes(newData, "context_management", api.AppliedEditsJSON(r.mt.applied))
+		}
+	}
+	if bytes.Equal(newData, data) {
+		return append(ev, after...)
+	}
+	out := make([]byte, 0, len(ev)+len(newData)-len(data)+len(after)+8)
+	out = append(out, ev[:i]...)
+	out = append(out, "data: "...)
+	out = append(out, newData...)
+	out = append(out, ev[i+end:]...)
+	return append(out, after...)
+}
+
+// compactionBlockEvents renders the compaction block as block 0 of a stream: start with null
+// content, one compaction_delta with the summary and encrypted_content, a signature_delta when
+// signed, stop.
+func compactionBlockEvents(dst []byte, summary, ec, sig string) []byte {
+	dst = api.AppendSSE(dst, "content_block_start",
+		[]byte(`{"type":"content_block_start","index":0,"content_block":`+api.CompactionBlockStart+`}`))
+	d := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":`)
+	d = api.AppendString(d, summary)
+	d = append(d, `,"encrypted_content":`...)
+	d = api.AppendString(d, ec)
+	dst = api.AppendSSE(dst, "content_block_delta", append(d, "}}"...))
+	if sig != "" {
+		d = append(d[:0], `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":`...)
+		d = api.AppendString(d, sig)
+		dst = api.AppendSSE(dst, "content_block_delta", append(d, "}}"...))
+	}
+	return api.AppendSSE(dst, "content_block_stop", []byte(`{"type":"content_block_stop","index":0}`))
+}
+
+// writeCompactionMessage answers a turn that ends with the compaction (pause_after_compaction,
+// or on-demand): a message whose only block is the compaction block, stop_reason "compaction",
+// and usage whose only iteration is the compaction's (top-level counts are of sampling, which did
+// not happen).
+func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.MessagesRequest, mt *msgTurn, c *msgCompaction, signed bool) {
+	sig := ""
+	if signed {
+		sig = c.sig
+	}
+	id := newID("msg_")
+	usage := []byte(`{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"iterations":`)
+	usage = append(append(usage, iterationsJSON(c.usage, nil)...), '}')
+	var cm []byte
+	if len(mt.applied) > 0 {
+		cm = api.AppliedEditsJSON(mt.applied)
+	}
+	head := func(content string, stop string) []byte {
+		b := []byte(`{"id":`)
+		b = api.AppendString(b, id)
+		b = append(b, `,"type":"message","role":"assistant","model":`...)
+		b = api.AppendString(b, req.Model)
+		b = append(b, `,"content":`...)
+		b = append(b, content...)
+		b = append(b, `,"stop_reason":`...)
+		b = append(b, stop...)
+		return append(b, `,"stop_sequence":null`...)
+	}
+	if !req.Stream {
+		b := head("["+string(api.CompactionBlock(c.summary, c.ec, sig))+"]", `"compaction"`)
+		b = append(append(b, `,"usage":`...), usage...)
+		if cm != nil {
+			b = append(append(b, `,"context_management":`...), cm...)
+		}
+		b = append(b, '}')
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+		return
+	}
+	if !mt.t.committed {
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+	}
+	start := head("[]", "null")
+	start = append(start, `,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`...)
+	b := api.AppendSSE(nil, "message_start", append(append([]byte(`{"type":"message_start","message":`), start...), '}'))
+	b = compactionBlockEvents(b, c.summary, c.ec, sig)
+	delta := []byte(`{"type":"message_delta","delta":{"stop_reason":"compaction","stop_sequence":null},"usage":`)
+	delta = append(delta, usage...)
+	if cm != nil {
+		delta = append(append(delta, `,"context_management":`...), cm...)
+	}
+	b = api.AppendSSE(b, "message_delta", append(delta, '}'))
+	b = api.AppendSSE(b, "message_stop", []byte(`{"type":"message_stop"}`))
+	_, _ = w.Write(b)
+	_ = http.NewResponseController(w).Flush()
+}
