@@ -29,6 +29,15 @@ type Config struct {
 	// AnthropicUpstream is the Messages API backend (default https://api.anthropic.com); the
 	// /v1/messages paths go there.
 	AnthropicUpstream *url.URL
+	// AnthropicApplyEdits makes compactd apply the Messages context-editing edits
+	// (clear_thinking_20251015, clear_tool_uses_20250919) itself and report them in
+	// context_management.applied_edits, for Anthropic upstreams that do not support them; when
+	// false they are forwarded for the upstream to apply.
+	AnthropicApplyEdits bool
+	// AllowEditedSummaries accepts an Anthropic compaction block whose readable content was
+	// changed by the client, using the edited text as the summary; otherwise such a block is a
+	// 400 compaction_content_mismatch.
+	AllowEditedSummaries bool
 	// Transport reaches the upstream; nil means a tuned clone of http.DefaultTransport.
 	Transport http.RoundTripper
 
@@ -108,16 +117,18 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg)}
 	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
 	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
+	s.forwardAnthropic.ModifyResponse = s.modifyMessagesResponse
 
 	// Routing is on the path only: Claude Code calls /v1/messages?beta=true.
 	r := chi.NewRouter()
 	r.Post("/v1/responses", s.handleResponses)
 	r.Post("/v1/responses/compact", s.handleCompact)
 	s.routeAdmin(r)
-	r.Post("/v1/messages", s.handleMessages)
-	r.Post("/v1/messages/count_tokens", s.handleCountTokens)
+	// chi's Handle registers every method, so it comes first and the POST routes override it.
 	r.Handle("/v1/messages", s.forwardAnthropic)   // other methods
 	r.Handle("/v1/messages/*", s.forwardAnthropic) // batches and whatever comes next
+	r.Post("/v1/messages", s.handleMessages)
+	r.Post("/v1/messages/count_tokens", s.handleCountTokens)
 	r.NotFound(s.forward.ServeHTTP)
 	r.MethodNotAllowed(s.forward.ServeHTTP)
 	s.router = r
