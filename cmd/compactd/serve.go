@@ -30,6 +30,9 @@ type serveConfig struct {
 	listen   string
 	upstream string
 
+	anthropicUpstream                         string
+	anthropicApplyEdits, allowEditedSummaries bool
+
 	summarizerURL, summarizerModel, summarizerKey, summarizerAPI string
 	summarizerContextTokens, summarizerMaxOutput                 int
 	summarizerTimeout                                            time.Duration
@@ -56,6 +59,9 @@ type serveConfig struct {
 func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&c.upstream, "upstream", "https://api.openai.com", "Responses API upstream base URL (without /v1)")
+	fs.StringVar(&c.anthropicUpstream, "anthropic-upstream", "https://api.anthropic.com", "Messages API upstream base URL (without /v1); /v1/messages* goes there")
+	fs.BoolVar(&c.anthropicApplyEdits, "anthropic-apply-edits", false, "apply clear_thinking/clear_tool_uses context edits in compactd (for Messages upstreams without context editing) instead of forwarding them")
+	fs.BoolVar(&c.allowEditedSummaries, "allow-edited-summaries", false, "accept Anthropic compaction blocks whose readable summary the client edited (otherwise 400 compaction_content_mismatch)")
 	fs.StringVar(&c.summarizerURL, "summarizer-url", "", "summariser base URL including /v1 (default: the upstream's /v1)")
 	fs.StringVar(&c.summarizerModel, "summarizer-model", "", "summariser model (default: the request's own model)")
 	fs.StringVar(&c.summarizerKey, "summarizer-key", "", "summariser API key (default: forward the caller's credentials)")
@@ -113,6 +119,10 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil || up.Scheme == "" || up.Host == "" {
 		return nil, fmt.Errorf("--upstream %q is not an absolute URL", c.upstream)
 	}
+	antUp, err := url.Parse(c.anthropicUpstream)
+	if err != nil || antUp.Scheme == "" || antUp.Host == "" {
+		return nil, fmt.Errorf("--anthropic-upstream %q is not an absolute URL", c.anthropicUpstream)
+	}
 	ring, src, err := crypto.LoadKeyring(crypto.LoadOptions{Env: c.keys, File: c.keyFile, DataDir: c.dataDir, Generate: true})
 	if err != nil {
 		return nil, err
@@ -144,20 +154,23 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		return nil, err
 	}
 	return proxy.New(proxy.Config{
-		Archive:          store,
-		Recall:           c.recall,
-		AdminToken:       c.adminToken,
-		Upstream:         up,
-		Transport:        transport,
-		Sealer:           ring,
-		Summarizer:       sum,
-		Counter:          counter,
-		Policy:           compact.Policy{Threshold: c.compactThreshold, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
-		RetainTokens:     c.retainTokens,
-		MaxBodyBytes:     c.maxBodyBytes,
-		KeepAlive:        c.keepAlive,
-		StripCodexFields: c.stripCodexFields,
-		Logger:           log,
+		Archive:              store,
+		Recall:               c.recall,
+		AdminToken:           c.adminToken,
+		Upstream:             up,
+		AnthropicUpstream:    antUp,
+		AnthropicApplyEdits:  c.anthropicApplyEdits,
+		AllowEditedSummaries: c.allowEditedSummaries,
+		Transport:            transport,
+		Sealer:               ring,
+		Summarizer:           sum,
+		Counter:              counter,
+		Policy:               compact.Policy{Threshold: c.compactThreshold, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
+		RetainTokens:         c.retainTokens,
+		MaxBodyBytes:         c.maxBodyBytes,
+		KeepAlive:            c.keepAlive,
+		StripCodexFields:     c.stripCodexFields,
+		Logger:               log,
 	})
 }
 
