@@ -202,9 +202,10 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 		cr.id = newID("cmp_")
 	}
 	c := &compaction{id: cr.id, usage: res.Usage, window: w}
+	ledger := s.ledger(ctx, r, cr, items, w, res, &c.usage)
 	c.items = s.keepWindow(make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1), items, w)
-	if res.Summary != "" {
-		c.items = append(c.items, api.Item{Raw: handoff.ResponsesMessage(res.Summary, ""), Type: "message", Role: "user", Handoff: true})
+	if res.Summary != "" || ledger != "" {
+		c.items = append(c.items, api.Item{Raw: handoff.ResponsesMessage(res.Summary, ledger), Type: "message", Role: "user", Handoff: true})
 	}
 	tokensBefore, prev := cr.tokensBefore, cr.prev
 	ref, err := s.archiveReplaced(ctx, cr.conversation, cr.id, res.Model, items, w, prev)
@@ -224,6 +225,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 		c.payload.Previous = prev.id
 	}
 	c.payload.Archive = ref
+	c.payload.Ledger = ledger
 	plain, err := c.payload.Marshal()
 	if err != nil {
 		return nil, err
@@ -234,6 +236,35 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	}
 	c.item = api.CompactionItem(c.id, encryptedContent(c.id, sealed))
 	return c, nil
+}
+
+// ledger is the facts ledger sealed with a summary: the hard facts of the replaced items the
+// summary lacks, and, with GapCheck, what a second summariser pass found still missing. A failed
+// gap check costs the turn nothing: the ledger goes out without it.
+func (s *Server) ledger(ctx context.Context, r *http.Request, cr compactRequest, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
+	if s.cfg.LedgerBytes < 0 || len(w.Summarise) == 0 {
+		return ""
+	}
+	ledger := compact.Ledger(items, w.Summarise, res.Summary, s.cfg.LedgerBytes)
+	if !s.cfg.GapCheck {
+		return ledger
+	}
+	entries := append([]string{"[summary and ledger so far]\n" + res.Summary + "\n\n" + ledger}, compact.RenderEntries(items, w.Summarise)...)
+	gap, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{
+		Model: cr.model, Entries: entries, Instructions: compact.GapCheckPrompt(),
+		Auth: summarizer.Auth{Header: callerCredentials(r.Header)},
+	})
+	if err != nil {
+		s.log.Warn("gap check failed; sealing the ledger without it", "err", err)
+		return ledger
+	}
+	usage.InputTokens += gap.Usage.InputTokens
+	usage.OutputTokens += gap.Usage.OutputTokens
+	usage.TotalTokens += gap.Usage.TotalTokens
+	if found := strings.TrimSpace(gap.Summary); found != "" {
+		ledger = strings.TrimSpace(ledger + "\n\n### Gap check\n" + found)
+	}
+	return ledger
 }
 
 func (s *Server) countItems(items []api.Item) int {

@@ -52,6 +52,11 @@ type Config struct {
 	Archive archive.Store
 	// Recall configures the recall tool compactd offers the model after a compaction.
 	Recall RecallConfig
+	// LedgerBytes bounds the facts ledger sealed with each summary (default 6144; -1 = no ledger).
+	LedgerBytes int
+	// GapCheck runs a second summariser pass that compares summary + ledger with the replaced
+	// items and adds what is still missing.
+	GapCheck bool
 	// AdminToken enables the admin API (/v1/compactd/…) for callers presenting it as a bearer
 	// token; empty turns the API off.
 	AdminToken string
@@ -95,6 +100,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Tenant == "" {
 		cfg.Tenant = "default"
+	}
+	if cfg.LedgerBytes == 0 {
+		cfg.LedgerBytes = 6144
 	}
 	if cfg.RetainTokens == 0 {
 		cfg.RetainTokens = 64_000
