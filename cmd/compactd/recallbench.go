@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/compactd/compactd/archive/recallbench"
+)
+
+func init() {
+	register("recall-bench", "measure how many planted facts survive chained compaction (summary, ledger, recall)", runRecallBench)
+}
+
+// runRecallBench runs the recall benchmark and prints its Markdown table. It needs no network and
+// no keys: the archive is a temporary SQLite file under a throwaway key.
+func runRecallBench(args []string) error {
+	d := recallbench.DefaultConfig()
+	fs := flag.NewFlagSet("recall-bench", flag.ContinueOnError)
+	seed := fs.Uint64("seed", d.Seed, "RNG seed (the same seed gives the same sessions and figures)")
+	checkpoints := fs.String("compactions", "1,3,10", "comma-separated compaction counts to report")
+	steps := fs.Int("steps", d.Steps, "agent steps per compaction round")
+	facts := fs.Int("facts", d.FactsPerRound, "planted facts per round")
+	budget := fs.Int("ledger-budget", d.LedgerBudget, "facts ledger budget per compaction, bytes")
+	topK := fs.Int("k", d.TopK, "recall hits per query")
+	excerpt := fs.Int("excerpt-bytes", d.ExcerptBytes, "bytes per recall excerpt")
+	excerpts := fs.String("excerpts", recallbench.ExcerptFocused, "excerpt strategy: focused or archive (the archive's own excerpts)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := recallbench.Config{Seed: *seed, Steps: *steps, FactsPerRound: *facts, LedgerBudget: *budget,
+		TopK: *topK, ExcerptBytes: *excerpt, Excerpts: *excerpts}
+	if *excerpts != recallbench.ExcerptFocused && *excerpts != recallbench.ExcerptArchive {
+		return fmt.Errorf("-excerpts: want %s or %s", recallbench.ExcerptFocused, recallbench.ExcerptArchive)
+	}
+	for _, s := range strings.Split(*checkpoints, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-compactions: %q is not a positive count", s)
+		}
+		cfg.Checkpoints = append(cfg.Checkpoints, n)
+	}
+	rs, err := recallbench.Run(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprint(os.Stdout, recallbench.Markdown(cfg, rs))
+	return err
+}
