@@ -361,7 +361,9 @@ func (c *ledgerCollector) output(out string) {
 		}
 		if paths < maxPathsPerSource && hasKnownExtWord(body) {
 			for _, p := range outputPathRe.FindAllString(body, maxPathsPerSource-paths) {
-				if c.addCode(catPath, p, maxFactBytes) {
+				// a bare file name in output is usually a listing (ls, find), not a file the
+				// agent touched; one with a directory is a reference worth keeping
+				if strings.IndexByte(p, '/') >= 0 && c.addCode(catPath, p, maxFactBytes) {
 					paths++
 				}
 			}
@@ -778,6 +780,13 @@ func looksLikePath(s string) bool {
 func isErrorLine(line string) bool {
 	if !containsAnyFold(line, errorStems) || !errorRe.MatchString(line) {
 		return false
+	}
+	switch line {
+	case "FAIL", "FAILED", "ERROR", "Error", "error", "PANIC": // the detail is on the lines around it
+		return false
+	}
+	if len(line) >= 2 && (line[0] == '"' || line[0] == '\'') && line[len(line)-1] == line[0] {
+		return false // an import or a string literal on its own line
 	}
 	low := strings.ToLower(line)
 	for _, p := range []string{"return ", "if ", "func ", "var ", "//", "# ", "case ", "def ", "raise ", "throw ", "catch", "except ", "import ", "from ", "} else", "let ", "const "} {

@@ -96,7 +96,7 @@ func TestLedgerCategories(t *testing.T) {
 			name: "errors verbatim from tool output, de-duplicated, code excluded",
 			items: []string{
 				execCall("c1", "go test ./internal/..."),
-				callOutput("c1", codexExecOutput(1, "--- FAIL: TestParse (0.00s)\n    parse_test.go:41: got 3, want 4\nFAIL\tgithub.com/x/y/internal/parse\t0.012s\npanic: runtime error: index out of range [5] with length 5\n\treturn fmt.Errorf(\"wrap: %w\", err)\nok  \tgithub.com/x/y/internal/util\t0.003s")),
+				callOutput("c1", codexExecOutput(1, "--- FAIL: TestParse (0.00s)\n    parse_test.go:41: got 3, want 4\nFAIL\tgithub.com/x/y/internal/parse\t0.012s\npanic: runtime error: index out of range [5] with length 5\n\treturn fmt.Errorf(\"wrap: %w\", err)\nok  \tgithub.com/x/y/internal/util\t0.003s\nimport (\n\t\"errors\"\n)")),
 				execCall("c2", "python3 run.py"),
 				callOutput("c2", codexExecOutput(1, "Traceback (most recent call last):\n  File \"run.py\", line 3, in <module>\nValueError: invalid literal for int() with base 10: 'x'\npanic: runtime error: index out of range [5] with length 5")),
 			},
@@ -106,7 +106,7 @@ func TestLedgerCategories(t *testing.T) {
 				"`panic: runtime error: index out of range [5] with length 5`",
 				"`Traceback (most recent call last):`", "`ValueError: invalid literal for int() with base 10: 'x'`",
 			},
-			notWant: []string{"fmt.Errorf", "ok  "},
+			notWant: []string{"fmt.Errorf", "ok  ", "`FAIL`", `"errors"`},
 		},
 		{
 			name: "commands with exit status",
@@ -126,11 +126,11 @@ func TestLedgerCategories(t *testing.T) {
 				patchCall("p1", "*** Begin Patch\n*** Update File: internal/config/parse.go\n@@\n-old\n+new\n*** Add File: docs/notes.md\n+hi\n*** Delete File: old/legacy.go\n*** End Patch"),
 				`{"type":"function_call","call_id":"r1","name":"read_file","arguments":"{\"path\":\"cmd/server/main.go\"}"}`,
 				execCall("c1", "sed -n 1,80p pkg/store/sqlite.go"),
-				callOutput("c1", codexExecOutput(0, "see web/app.ts for details; visit https://example.com/x")),
+				callOutput("c1", codexExecOutput(0, "see web/app.ts for details; visit https://example.com/x\nlisted.go")),
 			},
 			section: "Files",
 			want:    []string{"`internal/config/parse.go`", "`docs/notes.md`", "`old/legacy.go`", "`cmd/server/main.go`", "`pkg/store/sqlite.go`", "`web/app.ts`"},
-			notWant: []string{"example.com"},
+			notWant: []string{"example.com", "`listed.go`"},
 		},
 		{
 			name: "apply_patch through the shell is a patch",
