@@ -1,10 +1,153 @@
 package proxy
 
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// NewRegistry returns a registry with the Go runtime and process collectors, the one compactd
+// serves on /metrics. The proxy's own metrics are added to it by New (Config.Registry).
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Label values that are fixed by compactd's code. Series for them are created up front (at zero),
+// so rate() and ratio expressions in dashboards and alerts have data before the first event.
+var (
+	metricAPIs     = []string{"openai", "anthropic"}
+	metricTriggers = []string{"threshold", "policy", "compact_endpoint", "compaction_trigger", "on_demand"}
+	metricOutcomes = []string{"ok", "failed", "nothing"}
+	metricReasons  = []string{"tampered", "unknown_key", "wrong_tenant", "malformed"}
+	sumOutcomes    = []string{"ok", "failed", "canceled", "nothing"}
+)
+
+// Buckets. Request and upstream durations span a cache hit to a ten-minute reasoning stream;
+// overhead is compactd's own work (parsing, counting, rewriting), normally well under a
+// millisecond, so its buckets start at 25µs. The gen_ai buckets are the ones the OpenTelemetry
+// GenAI semantic conventions recommend, so dashboards built for those work unchanged.
+var (
+	durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	overheadBuckets = []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+	tokenBuckets    = prometheus.ExponentialBuckets(1000, 2, 12) // 1k … 2M tokens
+	ratioBuckets    = []float64{.01, .02, .05, .1, .15, .2, .3, .4, .5, .75, 1}
+	genAITokens     = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+	genAIDuration   = []float64{.01, .02, .04, .08, .16, .32, .64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+)
+
 // metrics is compactd's instrumentation. Every method is safe on a nil receiver, so call sites
 // need no guards and a Server without a registry records nothing.
-type metrics struct{}
+//
+// Labels are bounded by construction: routes are chi patterns, methods and status codes are
+// clamped, reasons and triggers are compactd's own words, and models go through modelLabels.
+// Nothing a tenant controls freely (keys, session ids, paths) ever becomes a label.
+type metrics struct {
+	requests        *prometheus.CounterVec   // route, method, code
+	requestDuration *prometheus.HistogramVec // route
+	inFlight        prometheus.Gauge
+	streams         *prometheus.GaugeVec     // route
+	overhead        *prometheus.HistogramVec // route
 
-func newMetrics(Config) *metrics { return nil }
+	upstreamRequests *prometheus.CounterVec   // upstream, status_class
+	upstreamDuration *prometheus.HistogramVec // upstream, status_class
+
+	compactions  *prometheus.CounterVec   // api, trigger, outcome
+	tokens       *prometheus.HistogramVec // api, stage (before, after)
+	tokensSaved  *prometheus.CounterVec   // api
+	ratio        *prometheus.HistogramVec // api
+	openFailures *prometheus.CounterVec   // api, reason
+	handoffs     *prometheus.CounterVec   // api
+
+	sumRequests *prometheus.CounterVec   // outcome
+	sumDuration *prometheus.HistogramVec // outcome
+	sumTokens   *prometheus.CounterVec   // type (input, output)
+	sumCalls    prometheus.Counter
+
+	genAITokens   *prometheus.HistogramVec // gen_ai_operation_name, gen_ai_provider_name, gen_ai_request_model, gen_ai_token_type
+	genAIDuration *prometheus.HistogramVec // gen_ai_operation_name, gen_ai_provider_name, gen_ai_request_model
+
+	recallSearches *prometheus.CounterVec // outcome (ok, failed)
+	recallHits     prometheus.Counter
+
+	models *modelLabels
+}
+
+func newMetrics(cfg Config) *metrics {
+	if cfg.Registry == nil {
+		return nil
+	}
+	f := func(c prometheus.Collector) { cfg.Registry.MustRegister(c) }
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		f(v)
+		return v
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+		f(v)
+		return v
+	}
+	m := &metrics{
+		requests:        counter("compactd_http_requests_total", "HTTP requests served, by route pattern, method and status code.", "route", "method", "code"),
+		requestDuration: histogram("compactd_http_request_duration_seconds", "Time from request to the end of the response (streams included), by route pattern.", durationBuckets, "route"),
+		inFlight:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "compactd_http_requests_in_flight", Help: "Requests being served."}),
+		streams:         prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "compactd_streams_in_flight", Help: "SSE responses open to clients, by route pattern."}, []string{"route"}),
+		overhead:        histogram("compactd_proxy_overhead_seconds", "Request duration minus time spent waiting on the upstream and the summariser: compactd's own cost (including writes to the client).", overheadBuckets, "route"),
+
+		upstreamRequests: counter("compactd_upstream_requests_total", "Upstream round trips, by upstream API and status class (2xx … 5xx; error when no response arrived; canceled when the client went away first).", "upstream", "status_class"),
+		upstreamDuration: histogram("compactd_upstream_request_duration_seconds", "Time until the upstream's response headers, by upstream API and status class.", durationBuckets, "upstream", "status_class"),
+
+		compactions:  counter("compactd_compactions_total", "Compaction attempts, by API, trigger and outcome (ok, failed, nothing to compact).", "api", "trigger", "outcome"),
+		tokens:       histogram("compactd_compaction_tokens", "Estimated context size of compacted conversations, before and after compaction.", tokenBuckets, "api", "stage"),
+		tokensSaved:  counter("compactd_compaction_tokens_saved_total", "Estimated input tokens removed by compactions (before minus after): what the upstream no longer reads on each later turn.", "api"),
+		ratio:        histogram("compactd_compaction_ratio", "Compression ratio of compactions: tokens after / tokens before.", ratioBuckets, "api"),
+		openFailures: counter("compactd_item_open_failures_total", "Compaction items rejected when opening them, by reason (tampered, unknown_key, wrong_tenant, malformed).", "api", "reason"),
+		handoffs:     counter("compactd_handoffs_total", "Requests whose compaction item was opened and replaced by the handoff message.", "api"),
+
+		sumRequests: counter("compactd_summariser_requests_total", "Summarisations, by outcome (ok, failed, canceled, nothing).", "outcome"),
+		sumDuration: histogram("compactd_summariser_duration_seconds", "Time one summarisation took (all its chunks), by outcome.", durationBuckets, "outcome"),
+		sumTokens:   counter("compactd_summariser_tokens_total", "Tokens the summariser LLM reported, by type (input, output).", "type"),
+		sumCalls:    prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_summariser_llm_calls_total", Help: "LLM calls made by summarisations (one per chunk, plus retries after a context overflow)."}),
+
+		genAITokens: histogram("gen_ai_client_token_usage", "OpenTelemetry GenAI: tokens used per operation (chat: upstream turns; compaction: summariser calls).",
+			genAITokens, "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type"),
+		genAIDuration: histogram("gen_ai_client_operation_duration_seconds", "OpenTelemetry GenAI: duration of an operation (chat: upstream turn to the end of its body; compaction: one summarisation).",
+			genAIDuration, "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"),
+
+		recallSearches: counter("compactd_recall_searches_total", "Recall tool searches of the archive, by outcome (ok, failed).", "outcome"),
+		recallHits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_recall_hits_total", Help: "Archive entries returned by recall searches."}),
+
+		models: newModelLabels(cfg.MetricModels, maxModelLabels),
+	}
+	f(m.recallHits)
+	m.recallSearches.WithLabelValues("ok")
+	m.recallSearches.WithLabelValues("failed")
+	f(m.inFlight)
+	f(m.streams)
+	f(m.sumCalls)
+	for _, api := range metricAPIs {
+		for _, tr := range metricTriggers {
+			for _, o := range metricOutcomes {
+				m.compactions.WithLabelValues(api, tr, o)
+			}
+		}
+		for _, r := range metricReasons {
+			m.openFailures.WithLabelValues(api, r)
+		}
+		m.handoffs.WithLabelValues(api)
+		m.tokensSaved.WithLabelValues(api)
+	}
+	for _, o := range sumOutcomes {
+		m.sumRequests.WithLabelValues(o)
+	}
+	m.sumTokens.WithLabelValues("input")
+	m.sumTokens.WithLabelValues("output")
+	return m
+}
 
 // compactionEvent describes one compaction attempt, for metrics.
 type compactionEvent struct {
@@ -16,13 +159,233 @@ type compactionEvent struct {
 	TokensAfter  int
 }
 
-func (m *metrics) compaction(ev compactionEvent) {}
+// compaction counts a compaction attempt; a successful one also records its sizes, the tokens it
+// saved and its compression ratio.
+func (m *metrics) compaction(ev compactionEvent) {
+	if m == nil {
+		return
+	}
+	api := apiLabel(ev.API)
+	m.compactions.WithLabelValues(api, label(ev.Trigger), label(ev.Outcome)).Inc()
+	if ev.Outcome != "ok" || ev.TokensBefore <= 0 {
+		return
+	}
+	m.tokens.WithLabelValues(api, "before").Observe(float64(ev.TokensBefore))
+	m.tokens.WithLabelValues(api, "after").Observe(float64(ev.TokensAfter))
+	if saved := ev.TokensBefore - ev.TokensAfter; saved > 0 {
+		m.tokensSaved.WithLabelValues(api).Add(float64(saved))
+	}
+	m.ratio.WithLabelValues(api).Observe(float64(ev.TokensAfter) / float64(ev.TokensBefore))
+}
 
 // openFailure counts a compaction item that could not be opened, by crypto.Reason.
-func (m *metrics) openFailure(api, reason string) {}
+func (m *metrics) openFailure(api, reason string) {
+	if m == nil {
+		return
+	}
+	m.openFailures.WithLabelValues(apiLabel(api), label(reason)).Inc()
+}
 
 // handoffApplied counts a request whose compaction item was opened and expanded.
-func (m *metrics) handoffApplied(api string) {}
+func (m *metrics) handoffApplied(api string) {
+	if m == nil {
+		return
+	}
+	m.handoffs.WithLabelValues(apiLabel(api)).Inc()
+}
 
 // recall counts one recall search and its hits.
-func (m *metrics) recall(ok bool, hits int) {}
+func (m *metrics) recall(ok bool, hits int) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if !ok {
+		outcome = "failed"
+	}
+	m.recallSearches.WithLabelValues(outcome).Inc()
+	m.recallHits.Add(float64(max(hits, 0)))
+}
+
+// request records a finished request: count, duration and overhead.
+func (m *metrics) request(route, method string, code int, seconds, overhead float64) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(route, methodLabel(method), codeLabel(code)).Inc()
+	m.requestDuration.WithLabelValues(route).Observe(seconds)
+	m.overhead.WithLabelValues(route).Observe(overhead)
+}
+
+// requestStarted and requestDone move the in-flight request gauge.
+func (m *metrics) requestStarted() {
+	if m != nil {
+		m.inFlight.Inc()
+	}
+}
+
+func (m *metrics) requestDone() {
+	if m != nil {
+		m.inFlight.Dec()
+	}
+}
+
+// streamOpened and streamClosed move the in-flight stream gauge; the middleware pairs them.
+func (m *metrics) streamOpened(route string) {
+	if m != nil {
+		m.streams.WithLabelValues(route).Inc()
+	}
+}
+
+func (m *metrics) streamClosed(route string) {
+	if m != nil {
+		m.streams.WithLabelValues(route).Dec()
+	}
+}
+
+// upstreamRoundTrip records one upstream round trip up to its response headers. code 0 means no
+// response (a transport error).
+func (m *metrics) upstreamRoundTrip(upstream string, code int, seconds float64) {
+	if m == nil {
+		return
+	}
+	class := "error"
+	if code > 0 {
+		class = strconv.Itoa(code/100) + "xx"
+	}
+	m.upstreamRequests.WithLabelValues(upstream, class).Inc()
+	m.upstreamDuration.WithLabelValues(upstream, class).Observe(seconds)
+}
+
+// upstreamCanceled records a round trip abandoned because the client went away.
+func (m *metrics) upstreamCanceled(upstream string, seconds float64) {
+	if m == nil {
+		return
+	}
+	m.upstreamRequests.WithLabelValues(upstream, "canceled").Inc()
+	m.upstreamDuration.WithLabelValues(upstream, "canceled").Observe(seconds)
+}
+
+// genAI records one GenAI operation: "chat" (an upstream turn) or "compaction" (a summarisation).
+// Token counts of zero are not observed (the usage was not reported).
+func (m *metrics) genAI(op, provider, model string, seconds float64, input, output int64) {
+	if m == nil {
+		return
+	}
+	model = m.models.label(model)
+	m.genAIDuration.WithLabelValues(op, provider, model).Observe(seconds)
+	if input > 0 {
+		m.genAITokens.WithLabelValues(op, provider, model, "input").Observe(float64(input))
+	}
+	if output > 0 {
+		m.genAITokens.WithLabelValues(op, provider, model, "output").Observe(float64(output))
+	}
+}
+
+// summarised records one summarisation.
+func (m *metrics) summarised(outcome string, seconds float64, input, output int64, calls int) {
+	if m == nil {
+		return
+	}
+	m.sumRequests.WithLabelValues(outcome).Inc()
+	m.sumDuration.WithLabelValues(outcome).Observe(seconds)
+	if input > 0 {
+		m.sumTokens.WithLabelValues("input").Add(float64(input))
+	}
+	if output > 0 {
+		m.sumTokens.WithLabelValues("output").Add(float64(output))
+	}
+	if calls > 0 {
+		m.sumCalls.Add(float64(calls))
+	}
+}
+
+func apiLabel(api string) string {
+	if api == "anthropic" {
+		return api
+	}
+	return "openai"
+}
+
+// methodLabel clamps the HTTP method: pass-through routes accept any method a client invents.
+func methodLabel(m string) string {
+	switch m {
+	case "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS":
+		return m
+	}
+	return "other"
+}
+
+func codeLabel(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}
+
+// maxModelLabels caps how many distinct model names become gen_ai_request_model values beyond
+// the configured ones; later names are "other".
+const maxModelLabels = 32
+
+// modelLabels keeps gen_ai_request_model bounded: configured models always keep their name, the
+// first max other names seen keep theirs, everything after that (and anything that does not
+// look like a model name) is "other".
+type modelLabels struct {
+	mu   sync.RWMutex
+	seen map[string]bool
+	max  int
+}
+
+func newModelLabels(configured []string, max int) *modelLabels {
+	ml := &modelLabels{seen: map[string]bool{}, max: max}
+	for _, m := range configured {
+		if modelNameOK(m) {
+			ml.seen[m] = true
+		}
+	}
+	ml.max += len(ml.seen)
+	return ml
+}
+
+func (ml *modelLabels) label(model string) string {
+	if model == "" {
+		return "unknown"
+	}
+	if !modelNameOK(model) {
+		return "other"
+	}
+	ml.mu.RLock()
+	ok, n := ml.seen[model], len(ml.seen)
+	ml.mu.RUnlock()
+	if ok {
+		return model
+	}
+	if n >= ml.max {
+		return "other"
+	}
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if len(ml.seen) >= ml.max {
+		return "other"
+	}
+	ml.seen[model] = true
+	return model
+}
+
+// modelNameOK accepts what model names look like (gpt-5.1-codex, claude-sonnet-4-5@20250929,
+// models/gemini-2.5-pro, org/model:tag) and at most 64 bytes.
+func modelNameOK(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':' || c == '/' || c == '@') {
+			return false
+		}
+	}
+	return true
+}
+
+// authFailure counts a request refused for a missing or unknown client key.
+func (m *metrics) authFailure() {}

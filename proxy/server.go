@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/compactd/compactd/archive"
 	"github.com/compactd/compactd/compact"
@@ -76,6 +77,25 @@ type Config struct {
 	StripCodexFields bool
 
 	Logger *slog.Logger
+
+	// Observability (metrics.go, middleware.go, health.go).
+
+	// Registry receives compactd's metrics; nil records none. NewRegistry adds the Go and
+	// process collectors.
+	Registry *prometheus.Registry
+	// MetricModels are model names always kept as gen_ai_request_model label values; beyond
+	// them, only the first few dozen names seen are, the rest are "other".
+	MetricModels []string
+	// MetricsSeparate serves /metrics only from OpsHandler (a separate ops listener), not on
+	// the API handler. /healthz and /readyz are on both.
+	MetricsSeparate bool
+	// MetricsToken (bearer) or MetricsUser/MetricsPassword (basic auth) guard /metrics when set.
+	MetricsToken, MetricsUser, MetricsPassword string
+	// ReadyUpstreams are dialled (TCP) by /readyz; empty checks only the keyring.
+	ReadyUpstreams []*url.URL
+	// LogContent logs the head of each request body at debug level. Bodies carry prompts: for
+	// debugging only.
+	LogContent bool
 }
 
 // Server is the compactd HTTP handler.
@@ -86,6 +106,7 @@ type Server struct {
 	// forward and forwardAnthropic carry every upstream call of their API.
 	forward, forwardAnthropic *httputil.ReverseProxy
 	metrics                   *metrics
+	ops                       *ops
 }
 
 // New builds a Server from cfg.
@@ -123,12 +144,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.Counter = compact.NewCounter(compact.CounterOptions{})
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg)}
+	s.setupObservability()
 	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
 	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
 	s.forwardAnthropic.ModifyResponse = s.modifyMessagesResponse
 
 	// Routing is on the path only: Claude Code calls /v1/messages?beta=true.
 	r := chi.NewRouter()
+	s.routeObservability(r)
 	r.Post("/v1/responses", s.handleResponses)
 	r.Post("/v1/responses/compact", s.handleCompact)
 	s.routeAdmin(r)

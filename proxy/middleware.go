@@ -1,0 +1,308 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/tidwall/gjson"
+)
+
+// reqState is the per-request observability state, in the request context. The upstream
+// transport and the summariser decorator add the time they spent waiting to it, so the
+// middleware can tell compactd's own cost (overhead) from the time it was only waiting.
+type reqState struct {
+	id    string
+	api   string // "openai" or "anthropic": which upstream the path goes to
+	start time.Time
+
+	upstreamNanos   atomic.Int64
+	summariserNanos atomic.Int64
+
+	body *bodyTap // nil for bodiless requests
+}
+
+type reqStateKey struct{}
+
+func stateFrom(ctx context.Context) *reqState {
+	st, _ := ctx.Value(reqStateKey{}).(*reqState)
+	return st
+}
+
+func (st *reqState) addUpstream(d time.Duration) {
+	if st != nil {
+		st.upstreamNanos.Add(int64(d))
+	}
+}
+
+func (st *reqState) addSummariser(d time.Duration) {
+	if st != nil {
+		st.summariserNanos.Add(int64(d))
+	}
+}
+
+// model is the request body's top-level "model", read from the captured head of the body.
+func (st *reqState) model() string {
+	if st == nil || st.body == nil {
+		return ""
+	}
+	return st.body.model()
+}
+
+// requestAPI says which upstream a path is routed to, mirroring the routes in New.
+func requestAPI(path string) string {
+	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") {
+		return "anthropic"
+	}
+	return "openai"
+}
+
+// requestID returns the client's x-request-id if it is a sane token, else a new one. Client ids
+// are kept so a caller can follow its own id through compactd's logs.
+func requestID(h http.Header) string {
+	id := h.Get("X-Request-Id")
+	if id == "" || len(id) > 128 {
+		return newID("req_")
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return newID("req_")
+		}
+	}
+	return id
+}
+
+// Routes whose requests are probes and scrapes: logged at debug level so they do not drown the
+// access log.
+var quietRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+// instrument is the outermost middleware: request id, per-request state, request metrics,
+// in-flight and stream gauges, and the one access log line per request.
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := &reqState{id: requestID(r.Header), api: requestAPI(r.URL.Path), start: time.Now()}
+		if r.Body != nil && r.Body != http.NoBody {
+			capture := 0
+			if s.metrics != nil || s.cfg.LogContent {
+				capture = bodyCapture
+			}
+			st.body = &bodyTap{rc: r.Body, max: capture}
+			r.Body = st.body
+		}
+		r = r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
+		ow := &obsWriter{ResponseWriter: w, st: st, m: s.metrics, r: r}
+
+		s.metrics.requestStarted()
+		defer func() {
+			// Runs after the handler returned, also when it panicked (http.ErrAbortHandler from a
+			// cut stream): the stream gauge is released here and only here, exactly once.
+			s.metrics.requestDone()
+			if ow.streamRoute != "" {
+				s.metrics.streamClosed(ow.streamRoute)
+			}
+			s.finish(r, ow, st)
+		}()
+		next.ServeHTTP(ow, r)
+	})
+}
+
+// finish records a finished request: metrics and the access log line.
+func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
+	elapsed := time.Since(st.start)
+	up := time.Duration(st.upstreamNanos.Load())
+	sum := time.Duration(st.summariserNanos.Load())
+	overhead := max(elapsed-up-sum, 0)
+	route := routeLabel(r)
+	code := ow.code
+	if code == 0 {
+		// The handler wrote nothing: net/http answers 200 with an empty body, unless the client
+		// went away first, in which case nobody got an answer (nginx's 499).
+		code = http.StatusOK
+		if r.Context().Err() != nil {
+			code = 499
+		}
+	}
+	s.metrics.request(route, r.Method, code, elapsed.Seconds(), overhead.Seconds())
+
+	level := slog.LevelInfo
+	if quietRoutes[route] {
+		level = slog.LevelDebug
+	}
+	ctx := r.Context()
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	var in int64
+	if st.body != nil {
+		in = st.body.n.Load()
+	}
+	attrs := make([]slog.Attr, 0, 16)
+	attrs = append(attrs,
+		slog.String("method", r.Method),
+		slog.String("route", route),
+		slog.Int("status", code),
+		slog.Float64("duration_ms", ms(elapsed)),
+		slog.Float64("upstream_ms", ms(up)),
+		slog.Float64("summariser_ms", ms(sum)),
+		slog.Float64("overhead_ms", ms(overhead)),
+		slog.Int64("bytes_in", in),
+		slog.Int64("bytes_out", ow.bytes),
+	)
+	if route == "passthrough" {
+		attrs = append(attrs, slog.String("path", r.URL.Path)) // never the query: it may carry a key
+	}
+	if ow.streamRoute != "" {
+		attrs = append(attrs, slog.Bool("stream", true))
+	}
+	if ow.upstreamID != "" {
+		attrs = append(attrs, slog.String("upstream_request_id", ow.upstreamID))
+	}
+	if m := st.model(); m != "" && modelNameOK(m) {
+		attrs = append(attrs, slog.String("model", m))
+	}
+	for _, a := range clientTurnFrom(r.Header).LogAttrs() {
+		if at, ok := a.(slog.Attr); ok {
+			attrs = append(attrs, at)
+		}
+	}
+	s.log.LogAttrs(ctx, level, "request", attrs...)
+	if s.cfg.LogContent && st.body != nil && s.log.Enabled(ctx, slog.LevelDebug) {
+		// Debug only, by explicit opt-in (--log-content): request bodies carry prompts.
+		s.log.LogAttrs(ctx, slog.LevelDebug, "request content", slog.String("body_head", st.body.head()))
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// routeLabel is the chi route pattern that served r; everything reverse-proxied without a route
+// of its own is "passthrough".
+func routeLabel(r *http.Request) string {
+	p := chi.RouteContext(r.Context()).RoutePattern()
+	if p == "" || p == "/*" {
+		return "passthrough"
+	}
+	return p
+}
+
+// obsWriter records status and size, puts the request id on the response, and counts SSE
+// responses as in-flight streams from their first header write until the handler returns.
+type obsWriter struct {
+	http.ResponseWriter
+	st *reqState
+	m  *metrics
+	r  *http.Request
+
+	code        int
+	bytes       int64
+	streamRoute string // set when the response is an SSE stream counted in the gauge
+	upstreamID  string
+}
+
+func (w *obsWriter) WriteHeader(code int) {
+	if w.code != 0 {
+		w.ResponseWriter.WriteHeader(code) // let net/http report the superfluous call
+		return
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		w.ResponseWriter.WriteHeader(code) // informational; the real status comes later
+		return
+	}
+	w.code = code
+	h := w.Header()
+	// compactd's id is the response's X-Request-Id; an upstream's own id (OpenAI and Anthropic
+	// send one) is kept beside it for support requests to the provider.
+	if up := h.Get("X-Request-Id"); up != "" && up != w.st.id {
+		w.upstreamID = up
+		h.Set("X-Upstream-Request-Id", up)
+	} else if up := h.Get("Request-Id"); up != "" {
+		w.upstreamID = up // Anthropic's header name
+	}
+	h.Set("X-Request-Id", w.st.id)
+	if strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
+		w.streamRoute = routeLabel(w.r)
+		w.m.streamOpened(w.streamRoute)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *obsWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Flush lets SSE through immediately (http.Flusher for code that asserts it).
+func (w *obsWriter) Flush() {
+	if w.code == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap gives http.ResponseController the underlying writer (deadlines, hijacking).
+func (w *obsWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// bodyCapture is how much of a request body is kept to find its "model" (and, with
+// --log-content, to log). Clients put model first; 64 KiB is far past it.
+const bodyCapture = 64 << 10
+
+// bodyTap counts the request body as it is read and keeps its head.
+type bodyTap struct {
+	rc  io.ReadCloser
+	n   atomic.Int64
+	max int
+
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *bodyTap) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.n.Add(int64(n))
+	if b.max > 0 && n > 0 {
+		b.mu.Lock()
+		if room := b.max - len(b.buf); room > 0 {
+			b.buf = append(b.buf, p[:min(n, room)]...)
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *bodyTap) Close() error { return b.rc.Close() }
+
+func (b *bodyTap) model() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return gjson.GetBytes(b.buf, "model").Str
+}
+
+func (b *bodyTap) head() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+// ctxHandler adds the request id to every record logged with a request's context
+// (s.log.InfoContext(r.Context(), …)), so compaction lines join up with the access line.
+type ctxHandler struct{ slog.Handler }
+
+func (h ctxHandler) Handle(ctx context.Context, rec slog.Record) error {
+	if st := stateFrom(ctx); st != nil {
+		rec.AddAttrs(slog.String("request_id", st.id))
+	}
+	return h.Handler.Handle(ctx, rec)
+}
+
+func (h ctxHandler) WithAttrs(a []slog.Attr) slog.Handler { return ctxHandler{h.Handler.WithAttrs(a)} }
+func (h ctxHandler) WithGroup(n string) slog.Handler      { return ctxHandler{h.Handler.WithGroup(n)} }

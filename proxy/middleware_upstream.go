@@ -1,0 +1,229 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/compact/summarizer"
+)
+
+// instrumentedTransport wraps Config.Transport: it times every upstream round trip (to response
+// headers, then every body read), adds that waiting time to the request's state, counts the
+// round trip by status class, and for model turns records the GenAI "chat" operation with the
+// token usage the upstream reported.
+type instrumentedTransport struct {
+	next http.RoundTripper
+	m    *metrics
+}
+
+func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	st := stateFrom(req.Context())
+	upstream := "openai"
+	if st != nil {
+		upstream = st.api
+	}
+	start := time.Now()
+	resp, err := t.next.RoundTrip(req)
+	d := time.Since(start)
+	st.addUpstream(d)
+	switch {
+	case err == nil:
+		t.m.upstreamRoundTrip(upstream, resp.StatusCode, d.Seconds())
+	case req.Context().Err() != nil:
+		// The client went away: not the upstream's failure.
+		t.m.upstreamCanceled(upstream, d.Seconds())
+	default:
+		t.m.upstreamRoundTrip(upstream, 0, d.Seconds())
+	}
+	if err != nil {
+		return nil, err
+	}
+	ub := &upstreamBody{rc: resp.Body, st: st, m: t.m, start: start, provider: upstream}
+	if t.m != nil && isModelTurn(req) {
+		ub.turn = true
+		ub.model = st.model()
+		if resp.StatusCode/100 == 2 {
+			ub.sse = strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+			ub.scan = true
+		}
+	}
+	resp.Body = ub
+	return resp, nil
+}
+
+// CloseIdleConnections passes through, so http.Client.CloseIdleConnections still works.
+func (t *instrumentedTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// isModelTurn reports whether req asks the upstream model for a turn (a GenAI "chat" operation).
+func isModelTurn(req *http.Request) bool {
+	if req.Method != http.MethodPost {
+		return false
+	}
+	p := req.URL.Path
+	return strings.HasSuffix(p, "/responses") || strings.HasSuffix(p, "/messages") || strings.HasSuffix(p, "/chat/completions")
+}
+
+// usageCap bounds what upstreamBody keeps to find the usage: a JSON body up to this size, or one
+// SSE line. Larger bodies pass through untouched and report no tokens.
+const usageCap = 8 << 20
+
+// upstreamBody times reads of an upstream response body (compactd waiting on the upstream) and,
+// for model turns, finds the usage in it: the "usage" of a JSON body, or of the SSE events that
+// carry one (response.completed, message_start, message_delta, the last chat chunk).
+type upstreamBody struct {
+	rc       io.ReadCloser
+	st       *reqState
+	m        *metrics
+	start    time.Time
+	provider string
+	model    string
+
+	turn, scan, sse bool
+	buf             []byte // JSON body, or the current SSE line
+	overflow        bool
+	in, out         int64
+
+	once sync.Once
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	t := time.Now()
+	n, err := b.rc.Read(p)
+	b.st.addUpstream(time.Since(t))
+	if b.scan && n > 0 {
+		b.feed(p[:n])
+	}
+	if err != nil {
+		b.finish(err == io.EOF)
+	}
+	return n, err
+}
+
+func (b *upstreamBody) Close() error {
+	err := b.rc.Close()
+	b.finish(false)
+	return err
+}
+
+func (b *upstreamBody) feed(p []byte) {
+	if !b.sse {
+		if len(b.buf)+len(p) > usageCap {
+			b.scan, b.buf = false, nil
+			return
+		}
+		b.buf = append(b.buf, p...)
+		return
+	}
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if !b.overflow {
+			if len(b.buf)+len(chunk) > usageCap {
+				b.overflow, b.buf = true, b.buf[:0]
+			} else {
+				b.buf = append(b.buf, chunk...)
+			}
+		}
+		if i < 0 {
+			return
+		}
+		if !b.overflow {
+			b.line(b.buf)
+		}
+		b.buf, b.overflow, p = b.buf[:0], false, p[i+1:]
+	}
+}
+
+// line looks at one SSE line for usage.
+func (b *upstreamBody) line(l []byte) {
+	data, ok := bytes.CutPrefix(l, []byte("data:"))
+	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+		return
+	}
+	b.usage(data)
+}
+
+func (b *upstreamBody) usage(doc []byte) {
+	for _, path := range []string{"response.usage", "message.usage", "usage"} {
+		u := gjson.GetBytes(doc, path)
+		if !u.IsObject() {
+			continue
+		}
+		in := u.Get("input_tokens").Int() + u.Get("cache_read_input_tokens").Int() + u.Get("cache_creation_input_tokens").Int()
+		if in == 0 {
+			in = u.Get("prompt_tokens").Int()
+		}
+		out := u.Get("output_tokens").Int()
+		if out == 0 {
+			out = u.Get("completion_tokens").Int()
+		}
+		// Anthropic reports input in message_start and cumulative output in message_delta.
+		b.in, b.out = max(b.in, in), max(b.out, out)
+		return
+	}
+}
+
+// finish records the GenAI chat operation once: at the end of the body or when the proxy closes
+// it (client gone, rewrite finished).
+func (b *upstreamBody) finish(eof bool) {
+	b.once.Do(func() {
+		if !b.turn {
+			return
+		}
+		if eof && b.scan && !b.sse {
+			b.usage(b.buf)
+		}
+		b.buf = nil
+		b.m.genAI("chat", b.provider, b.model, time.Since(b.start).Seconds(), b.in, b.out)
+	})
+}
+
+// instrumentedSummarizer times each summarisation, adds the time to the request's state and
+// records latency, tokens, outcome and the GenAI "compaction" operation. Decorating the interface
+// keeps the engine free of metrics code.
+type instrumentedSummarizer struct {
+	next summarizer.Summarizer
+	m    *metrics
+}
+
+func (s instrumentedSummarizer) Summarize(ctx context.Context, req summarizer.Request) (summarizer.Result, error) {
+	start := time.Now()
+	res, err := s.next.Summarize(ctx, req)
+	d := time.Since(start)
+	stateFrom(ctx).addSummariser(d)
+	outcome := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, summarizer.ErrNothingToSummarize):
+		outcome = "nothing"
+	case errors.Is(err, context.Canceled) || ctx.Err() != nil && !errors.Is(err, summarizer.ErrUnavailable):
+		outcome = "canceled"
+	default:
+		outcome = "failed"
+	}
+	s.m.summarised(outcome, d.Seconds(), res.Usage.InputTokens, res.Usage.OutputTokens, res.Calls)
+	if outcome == "ok" || outcome == "failed" {
+		model := res.Model
+		if model == "" {
+			model = req.Model
+		}
+		// The summariser speaks the OpenAI wire API (Responses or Chat Completions).
+		s.m.genAI("compaction", "openai", model, d.Seconds(), res.Usage.InputTokens, res.Usage.OutputTokens)
+	}
+	return res, err
+}
