@@ -6,13 +6,17 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/fakeupstream"
@@ -544,4 +548,88 @@ func TestMessagesApplyEdits(t *testing.T) {
 			t.Fatalf("context-management beta forwarded although compactd applied the edits: %q", b)
 		}
 	}
+}
+
+// The rewritten stream, read raw: every event has an `event:` line equal to its data's type,
+// the compaction block is block 0 (null content at start, one compaction_delta), the upstream's
+// blocks follow re-indexed, the ping survives, and message_delta carries the iterations.
+func TestMessagesSSEFraming(t *testing.T) {
+	for _, keepAlive := range []bool{false, true} {
+		t.Run(map[bool]string{false: "prompt", true: "committed by pings"}[keepAlive], func(t *testing.T) {
+			// With keepAlive the summariser waits until the client has the response headers,
+			// which only the keep-alive can have sent.
+			gate := make(chan struct{})
+			h := newMsgHarness(t, func(c *proxy.Config) {
+				if keepAlive {
+					c.Summarizer = gated{c.Summarizer, gate}
+					c.KeepAlive = time.Millisecond
+				}
+			})
+			p := params(append(longHistory(16), userText("q")), compactEdit(50_000, false))
+			body := mustJSON(t, p)
+			body, _ = sjson.SetBytes(body, "stream", true)
+			resp, err := http.Post(h.proxyURL+"/v1/messages", "application/json", bytes.NewReader(body))
+			close(gate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, raw)
+			}
+			var types []string
+			var blockTypes []string
+			for _, ev := range strings.Split(strings.TrimSpace(string(raw)), "\n\n") {
+				lines := strings.Split(ev, "\n")
+				if len(lines) != 2 || !strings.HasPrefix(lines[0], "event: ") || !strings.HasPrefix(lines[1], "data: ") {
+					t.Fatalf("malformed event %q", ev)
+				}
+				data := gjson.Parse(strings.TrimPrefix(lines[1], "data: "))
+				if name := strings.TrimPrefix(lines[0], "event: "); name != data.Get("type").Str {
+					t.Fatalf("event %q carries type %q", name, data.Get("type").Str)
+				}
+				types = append(types, data.Get("type").Str)
+				if data.Get("type").Str == "content_block_start" {
+					if int(data.Get("index").Int()) != len(blockTypes) {
+						t.Fatalf("block index %d, want %d", data.Get("index").Int(), len(blockTypes))
+					}
+					blockTypes = append(blockTypes, data.Get("content_block.type").Str)
+					if len(blockTypes) == 1 && (data.Get("content_block.content").Type != gjson.Null || data.Get("content_block.encrypted_content").Type != gjson.Null) {
+						t.Fatalf("compaction block start carries content: %s", data.Raw)
+					}
+				}
+				if data.Get("type").Str == "message_delta" && len(data.Get("usage.iterations").Array()) != 2 {
+					t.Fatalf("message_delta usage = %s", data.Get("usage").Raw)
+				}
+			}
+			if !reflect.DeepEqual(blockTypes, []string{"compaction", "text"}) {
+				t.Fatalf("blocks %v", blockTypes)
+			}
+			if !slices.Contains(types, "ping") || types[len(types)-1] != "message_stop" {
+				t.Fatalf("events %v", types)
+			}
+			if keepAlive && types[0] != "ping" {
+				t.Fatalf("a slow summariser did not commit the stream with pings: %v", types[:3])
+			}
+			if n := strings.Count(string(raw), `"compaction_delta"`); n != 1 {
+				t.Fatalf("%d compaction_delta events", n)
+			}
+		})
+	}
+}
+
+// gated holds the summariser until gate is closed.
+type gated struct {
+	s    summarizer.Summarizer
+	gate chan struct{}
+}
+
+func (g gated) Summarize(ctx context.Context, r summarizer.Request) (summarizer.Result, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return summarizer.Result{}, ctx.Err()
+	}
+	return g.s.Summarize(ctx, r)
 }
