@@ -16,8 +16,10 @@ import (
 // The admin API lets operators search and delete a conversation's archived history. It is off
 // unless Config.AdminToken is set, and every call must present it as a bearer token.
 //
-//	GET    /v1/compactd/conversations/{id}/search?q=…&k=5
-//	DELETE /v1/compactd/conversations/{id}
+//	GET    /v1/compactd/conversations/{id}/search?q=…&k=5[&tenant=…]
+//	DELETE /v1/compactd/conversations/{id}[?tenant=…]
+//
+// The operator's token spans tenants; ?tenant= picks one (default: the default tenant).
 
 func (s *Server) routeAdmin(r chi.Router) {
 	r.Route("/v1/compactd", func(r chi.Router) {
@@ -57,7 +59,7 @@ func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request
 	}
 	k, _ := strconv.Atoi(r.URL.Query().Get("k"))
 	hits, err := s.cfg.Archive.Search(r.Context(), archive.Query{
-		Text: q, Tenant: s.cfg.Tenant, Conversation: chi.URLParam(r, "id"), Limit: k,
+		Text: q, Tenant: adminTenant(r, s.cfg.Tenant), Conversation: chi.URLParam(r, "id"), Limit: k,
 		ExcerptBytes: s.cfg.Recall.withDefaults().ExcerptBytes,
 	})
 	if err != nil {
@@ -85,7 +87,7 @@ func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request
 
 func (s *Server) handleConversationDelete(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	n, err := s.cfg.Archive.DeleteConversation(r.Context(), s.cfg.Tenant, id)
+	n, err := s.cfg.Archive.DeleteConversation(r.Context(), adminTenant(r, s.cfg.Tenant), id)
 	if err != nil {
 		s.log.Warn("admin delete failed", "err", err)
 		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive delete failed"}).Write(w)
@@ -94,4 +96,11 @@ func (s *Server) handleConversationDelete(w http.ResponseWriter, r *http.Request
 	s.log.Info("archived conversation deleted", "conversation", id, "segments", n)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "object": "conversation.deleted", "deleted": true, "segments": n})
+}
+
+func adminTenant(r *http.Request, def string) string {
+	if t := r.URL.Query().Get("tenant"); t != "" {
+		return t
+	}
+	return def
 }

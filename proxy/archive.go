@@ -61,7 +61,7 @@ func (s *Server) archiveReplaced(ctx context.Context, conv, itemID, model string
 		}
 	}
 	seg := archive.Segment{
-		Tenant: s.cfg.Tenant, Conversation: conv, Kind: archive.KindCompaction, Items: raw,
+		Tenant: s.tenantOf(ctx), Conversation: conv, Kind: archive.KindCompaction, Items: raw,
 		Meta: map[string]string{"item": itemID, "model": model},
 	}
 	if prev != nil && prev.payload.Archive != nil {

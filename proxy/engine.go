@@ -48,7 +48,7 @@ type opened struct {
 
 // openItem opens the compaction item at input[k]. Failures are 400s that say what went wrong and
 // what to do; the request goes no further.
-func (s *Server) openItem(items []api.Item, k int) (*opened, *api.OpenAIError) {
+func (s *Server) openItem(ctx context.Context, items []api.Item, k int) (*opened, *api.OpenAIError) {
 	param := fmt.Sprintf("input[%d].encrypted_content", k)
 	raw := items[k].Raw
 	ec := gjson.GetBytes(raw, "encrypted_content")
@@ -62,7 +62,7 @@ func (s *Server) openItem(items []api.Item, k int) (*opened, *api.OpenAIError) {
 	if given := gjson.GetBytes(raw, "id"); given.Exists() && given.Str != id {
 		return nil, s.openError(param, crypto.ErrTampered)
 	}
-	plain, err := s.cfg.Sealer.Open(sealed, crypto.Binding{Kind: sealKind, ItemID: id, Tenant: s.cfg.Tenant})
+	plain, err := s.cfg.Sealer.Open(sealed, crypto.Binding{Kind: sealKind, ItemID: id, Tenant: s.tenantOf(ctx)})
 	if err != nil {
 		return nil, s.openError(param, err)
 	}
@@ -230,7 +230,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	if err != nil {
 		return nil, err
 	}
-	sealed, err := s.cfg.Sealer.Seal(plain, crypto.Binding{Kind: sealKind, ItemID: c.id, Tenant: s.cfg.Tenant})
+	sealed, err := s.cfg.Sealer.Seal(plain, crypto.Binding{Kind: sealKind, ItemID: c.id, Tenant: s.tenantOf(ctx)})
 	if err != nil {
 		return nil, err
 	}

@@ -153,7 +153,7 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 		return "Empty query: call the tool again with the words to search for."
 	}
 	hits, err := s.cfg.Archive.Search(ctx, archive.Query{
-		Text: query, Tenant: s.cfg.Tenant, Conversation: rt.conversation,
+		Text: query, Tenant: s.tenantOf(ctx), Conversation: rt.conversation,
 		Limit: rt.cfg.TopK, ExcerptBytes: rt.cfg.ExcerptBytes,
 	})
 	s.metrics.recall(err == nil, len(hits))

@@ -60,7 +60,7 @@ func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.Re
 	}
 	var prev *opened
 	if req.Compaction >= 0 && req.Compaction < len(items) {
-		o, e := s.openItem(items, req.Compaction)
+		o, e := s.openItem(r.Context(), items, req.Compaction)
 		if e != nil {
 			e.Write(w)
 			return nil, nil, nil, false

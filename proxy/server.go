@@ -58,6 +58,9 @@ type Config struct {
 	// GapCheck runs a second summariser pass that compares summary + ledger with the replaced
 	// items and adds what is still missing.
 	GapCheck bool
+	// Tenants turns on proxy authentication: client keys map to tenants, bound into every sealed
+	// item, with per-tenant upstream credentials and rate limits. nil = off (one tenant, Tenant).
+	Tenants *Tenants
 	// AdminToken enables the admin API (/v1/compactd/…) for callers presenting it as a bearer
 	// token; empty turns the API off.
 	AdminToken string
@@ -152,16 +155,18 @@ func New(cfg Config) (*Server, error) {
 	// Routing is on the path only: Claude Code calls /v1/messages?beta=true.
 	r := chi.NewRouter()
 	s.routeObservability(r)
-	r.Post("/v1/responses", s.handleResponses)
-	r.Post("/v1/responses/compact", s.handleCompact)
+	// Every API route, pass-through included, is behind the tenant check (a no-op without tenants).
+	guard := func(h http.HandlerFunc) http.HandlerFunc { return s.authenticate(h).ServeHTTP }
+	r.Post("/v1/responses", guard(s.handleResponses))
+	r.Post("/v1/responses/compact", guard(s.handleCompact))
 	s.routeAdmin(r)
 	// chi's Handle registers every method, so it comes first and the POST routes override it.
-	r.Handle("/v1/messages", s.forwardAnthropic)   // other methods
-	r.Handle("/v1/messages/*", s.forwardAnthropic) // batches and whatever comes next
-	r.Post("/v1/messages", s.handleMessages)
-	r.Post("/v1/messages/count_tokens", s.handleCountTokens)
-	r.NotFound(s.forward.ServeHTTP)
-	r.MethodNotAllowed(s.forward.ServeHTTP)
+	r.Handle("/v1/messages", guard(s.forwardAnthropic.ServeHTTP))   // other methods
+	r.Handle("/v1/messages/*", guard(s.forwardAnthropic.ServeHTTP)) // batches and whatever comes next
+	r.Post("/v1/messages", guard(s.handleMessages))
+	r.Post("/v1/messages/count_tokens", guard(s.handleCountTokens))
+	r.NotFound(guard(s.forward.ServeHTTP))
+	r.MethodNotAllowed(guard(s.forward.ServeHTTP))
 	s.router = r
 	return s, nil
 }

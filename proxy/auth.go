@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/time/rate"
+
+	"github.com/compactd/compactd/api"
+)
+
+// Proxy authentication and tenants. With a tenants file configured, every API request must carry
+// a compactd client key (as `Authorization: Bearer …`, `x-api-key` or `api-key`, whichever its
+// SDK sends). Keys are stored only as SHA-256 hashes and compared in constant time. The key's
+// tenant is bound into every item compactd seals for the request, so an item issued to one tenant
+// never opens for another; the tenant's own upstream credentials replace the client's key on the
+// way out, so clients need not hold provider keys; and each tenant has its own rate limit.
+// Without a tenants file compactd behaves as before: one tenant, "default", and the client's own
+// credentials forwarded.
+
+// TenantsFile is the on-disk form (YAML or JSON) of the tenants configuration.
+type TenantsFile struct {
+	Tenants []TenantConfig `json:"tenants" yaml:"tenants"`
+}
+
+// TenantConfig is one tenant.
+type TenantConfig struct {
+	Name string `json:"name" yaml:"name"`
+	// Keys are the SHA-256 hashes of the tenant's client keys, "sha256:<hex>" (compactd hash-key).
+	Keys []string `json:"keys" yaml:"keys"`
+	// OpenAIKeyEnv and AnthropicKeyEnv name environment variables that hold the tenant's upstream
+	// credentials; secrets never live in this file.
+	OpenAIKeyEnv    string `json:"openai_key_env" yaml:"openai_key_env"`
+	AnthropicKeyEnv string `json:"anthropic_key_env" yaml:"anthropic_key_env"`
+	// RequestsPerMinute and Burst bound the tenant's request rate (0 = unlimited).
+	RequestsPerMinute float64 `json:"requests_per_minute" yaml:"requests_per_minute"`
+	Burst             int     `json:"burst" yaml:"burst"`
+}
+
+// Tenants is the loaded, validated tenants configuration.
+type Tenants struct {
+	entries []*tenant
+}
+
+type tenant struct {
+	name                    string
+	hashes                  [][sha256.Size]byte
+	openaiKey, anthropicKey string
+	limiter                 *rate.Limiter
+}
+
+// HashKey returns the form a client key is stored in: "sha256:<hex>".
+func HashKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// LoadTenants reads a tenants file (.json, or YAML otherwise) and resolves its credentials from
+// the environment. Errors name the tenant and field, never a secret.
+func LoadTenants(path string) (*Tenants, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f TenantsFile
+	if strings.HasSuffix(path, ".json") {
+		err = json.Unmarshal(raw, &f)
+	} else {
+		err = yaml.Unmarshal(raw, &f)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tenants file %s: %w", path, err)
+	}
+	return NewTenants(f, os.Getenv)
+}
+
+// NewTenants validates a tenants configuration; getenv resolves the credential variables.
+func NewTenants(f TenantsFile, getenv func(string) string) (*Tenants, error) {
+	if len(f.Tenants) == 0 {
+		return nil, fmt.Errorf("tenants file: no tenants")
+	}
+	seen := map[string]bool{}
+	keys := map[[sha256.Size]byte]string{}
+	out := &Tenants{}
+	for i, tc := range f.Tenants {
+		if tc.Name == "" || label(tc.Name) == "other" {
+			return nil, fmt.Errorf("tenants[%d]: name must be 1-32 of [a-z0-9_]", i)
+		}
+		if seen[tc.Name] {
+			return nil, fmt.Errorf("tenants[%d]: duplicate tenant %q", i, tc.Name)
+		}
+		seen[tc.Name] = true
+		t := &tenant{name: tc.Name}
+		if len(tc.Keys) == 0 {
+			return nil, fmt.Errorf("tenant %q: no keys", tc.Name)
+		}
+		for j, k := range tc.Keys {
+			hexHash, ok := strings.CutPrefix(k, "sha256:")
+			b, err := hex.DecodeString(hexHash)
+			if !ok || err != nil || len(b) != sha256.Size {
+				return nil, fmt.Errorf("tenant %q keys[%d]: want sha256:<64 hex digits> (compactd hash-key prints it)", tc.Name, j)
+			}
+			var h [sha256.Size]byte
+			copy(h[:], b)
+			if other, dup := keys[h]; dup {
+				return nil, fmt.Errorf("tenant %q keys[%d]: the same key is already tenant %q's", tc.Name, j, other)
+			}
+			keys[h] = tc.Name
+			t.hashes = append(t.hashes, h)
+		}
+		for _, c := range []struct {
+			env string
+			dst *string
+		}{{tc.OpenAIKeyEnv, &t.openaiKey}, {tc.AnthropicKeyEnv, &t.anthropicKey}} {
+			if c.env == "" {
+				continue
+			}
+			if *c.dst = getenv(c.env); *c.dst == "" {
+				return nil, fmt.Errorf("tenant %q: environment variable %s is empty", tc.Name, c.env)
+			}
+		}
+		if tc.RequestsPerMinute > 0 {
+			burst := tc.Burst
+			if burst <= 0 {
+				burst = int(math.Max(1, tc.RequestsPerMinute/60))
+			}
+			t.limiter = rate.NewLimiter(rate.Limit(tc.RequestsPerMinute/60), burst)
+		}
+		out.entries = append(out.entries, t)
+	}
+	return out, nil
+}
+
+// match finds the tenant of a client key. Every stored hash is compared, in constant time, so
+// the time taken says nothing about which key (or how much of it) matched.
+func (ts *Tenants) match(key string) *tenant {
+	if key == "" {
+		return nil
+	}
+	h := sha256.Sum256([]byte(key))
+	var found *tenant
+	for _, t := range ts.entries {
+		for _, kh := range t.hashes {
+			if subtle.ConstantTimeCompare(h[:], kh[:]) == 1 {
+				found = t
+			}
+		}
+	}
+	return found
+}
+
+type tenantKey struct{}
+
+// tenantOf is the tenant a request was authenticated as, or the configured default.
+func (s *Server) tenantOf(ctx context.Context) string {
+	if t, ok := ctx.Value(tenantKey{}).(string); ok {
+		return t
+	}
+	return s.cfg.Tenant
+}
+
+// clientKey is the credential a client presented, in whichever header its SDK uses.
+func clientKey(h http.Header) string {
+	if k, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer "); ok {
+		return strings.TrimSpace(k)
+	}
+	if k := h.Get("X-Api-Key"); k != "" {
+		return k
+	}
+	return h.Get("Api-Key")
+}
+
+// isAnthropicPath reports whether a path belongs to the Messages API.
+func isAnthropicPath(p string) bool {
+	return p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/")
+}
+
+// authenticate guards the API routes when tenants are configured.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Tenants == nil || !strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/v1/compactd/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		anthropic := isAnthropicPath(r.URL.Path)
+		t := s.cfg.Tenants.match(clientKey(r.Header))
+		if t == nil {
+			s.metrics.authFailure()
+			if anthropic {
+				(&api.AnthropicError{Status: http.StatusUnauthorized, Type: "authentication_error",
+					Message: "invalid x-api-key: present a compactd client key issued to your tenant"}).Write(w)
+			} else {
+				(&api.OpenAIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+					Message: "Incorrect API key provided: present a compactd client key issued to your tenant."}).Write(w)
+			}
+			return
+		}
+		if t.limiter != nil {
+			if res := t.limiter.Reserve(); res.Delay() > 0 {
+				wait := res.Delay()
+				res.Cancel()
+				retry := time.Duration(math.Ceil(wait.Seconds())) * time.Second
+				if anthropic {
+					(&api.AnthropicError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: retry,
+						Message: "This tenant's request rate limit on compactd is exceeded; retry after " + strconv.Itoa(int(retry.Seconds())) + "s."}).Write(w)
+				} else {
+					(&api.OpenAIError{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded", RetryAfter: retry,
+						Message: "This tenant's request rate limit on compactd is exceeded; retry after " + strconv.Itoa(int(retry.Seconds())) + "s."}).Write(w)
+				}
+				return
+			}
+		}
+		// The client's compactd key goes no further; the tenant's provider credentials go instead.
+		r = r.Clone(context.WithValue(r.Context(), tenantKey{}, t.name))
+		r.Header.Del("Authorization")
+		r.Header.Del("X-Api-Key")
+		r.Header.Del("Api-Key")
+		switch {
+		case anthropic && t.anthropicKey != "":
+			r.Header.Set("X-Api-Key", t.anthropicKey)
+		case !anthropic && t.openaiKey != "":
+			r.Header.Set("Authorization", "Bearer "+t.openaiKey)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
