@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// sample is the outcome of one request.
+type sample struct {
+	lat  time.Duration // to the last byte of the response
+	ttfb time.Duration // to the first byte of the response body
+	err  bool
+}
+
+// Latencies is a set of latency samples, sorted on first use. Percentiles are exact (nearest
+// rank over all samples), not bucketed: a run keeps at most a few hundred thousand samples, which
+// costs less memory than a fine-grained histogram and needs no library.
+type Latencies struct {
+	d      []time.Duration
+	sorted bool
+}
+
+func (l *Latencies) add(d time.Duration) { l.d = append(l.d, d); l.sorted = false }
+
+// Len is the number of samples.
+func (l *Latencies) Len() int { return len(l.d) }
+
+// Quantile returns the q-quantile (0 <= q <= 1) by nearest rank, 0 when there are no samples.
+func (l *Latencies) Quantile(q float64) time.Duration {
+	if len(l.d) == 0 {
+		return 0
+	}
+	if !l.sorted {
+		slices.Sort(l.d)
+		l.sorted = true
+	}
+	i := int(q*float64(len(l.d))+0.999999) - 1
+	return l.d[min(max(i, 0), len(l.d)-1)]
+}
+
+// requester sends one prepared request and reads the whole response.
+type requester struct {
+	client *http.Client
+	url    string
+	body   func(i int) []byte // the body of request i
+}
+
+func newClient(maxConns int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = maxConns * 2
+	t.MaxIdleConnsPerHost = maxConns
+	t.DisableCompression = true // compression would measure gzip, not the proxy
+	return &http.Client{Transport: t}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// do sends request i; lat and ttfb are measured from start (the scheduled send time in an open
+// loop, so a late send counts against latency rather than vanishing from it).
+func (r *requester) do(ctx context.Context, i int, start time.Time) sample {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.body(i)))
+	if err != nil {
+		return sample{err: true}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return sample{err: true}
+	}
+	defer resp.Body.Close()
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var s sample
+	first := true
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 && first {
+			s.ttfb = time.Since(start)
+			first = false
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return sample{err: true}
+		}
+	}
+	s.lat = time.Since(start)
+	s.err = resp.StatusCode != http.StatusOK
+	return s
+}
+
+// collector gathers samples from concurrent workers.
+type collector struct {
+	mu        sync.Mutex
+	lat, ttfb Latencies
+	n, errs   int
+}
+
+func (c *collector) add(s sample) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	if s.err {
+		c.errs++
+		return
+	}
+	c.lat.add(s.lat)
+	c.ttfb.add(s.ttfb)
+}
+
+// closedLoop runs conc workers, each sending its next request as soon as the previous one is
+// answered, for d. It measures capacity: throughput at a fixed number of outstanding requests.
+func closedLoop(ctx context.Context, c *collector, r *requester, conc int, d time.Duration) time.Duration {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var next struct {
+		sync.Mutex
+		i int
+	}
+	start := time.Now()
+	deadline := start.Add(d)
+	for range conc {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				next.Lock()
+				i := next.i
+				next.i++
+				next.Unlock()
+				c.add(r.do(ctx, i, time.Now()))
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// openLoop sends requests at a fixed rate for d whatever the answers do, as independent clients
+// would. Latency counts from each request's scheduled time. At most maxInflight are outstanding;
+// a request that finds no slot is not sent and is counted in missed (the target, or this machine,
+// could not keep up with the rate).
+func openLoop(ctx context.Context, c *collector, r *requester, rate float64, d time.Duration, maxInflight int) (elapsed time.Duration, missed int) {
+	n := int(rate * d.Seconds())
+	sem := make(chan struct{}, maxInflight)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if wait := time.Until(at); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				wg.Wait()
+				return time.Since(start), missed
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			missed++
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c.add(r.do(ctx, i, at))
+		})
+	}
+	wg.Wait()
+	return time.Since(start), missed
+}

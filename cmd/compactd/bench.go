@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/compactd/compactd/bench"
+)
+
+func init() {
+	register("bench", "measure compactd's overhead against a bare reverse proxy, on loopback", func(args []string) error {
+		return runBench(args, os.Stdout, os.Stderr)
+	})
+}
+
+// runBench runs the end-to-end benchmark and prints its Markdown tables to out (progress to
+// errOut), so `compactd bench > table.md` captures only what goes into BENCHMARKS.md.
+func runBench(args []string, out, errOut io.Writer) error {
+	o := bench.Defaults()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	quick := fs.Bool("quick", false, "CI-sized run: short cells, small bodies, few streams (overrides the defaults; explicit flags still win)")
+	duration := fs.Duration("duration", o.Duration, "measurement time of each cell (one target, one workload)")
+	conc := fs.Int("concurrency", o.Concurrency, "closed-loop workers")
+	rates := fs.String("rates", joinFloats(o.Rates), "open-loop request rates per second, comma-separated (empty: none)")
+	sizes := fs.String("sizes", "2KB,200KB,2MB", "request body sizes, comma-separated (KB/MB suffixes)")
+	streams := fs.Int("streams", o.Streams, "concurrent long streams (0: skip)")
+	streamFor := fs.Duration("stream-for", o.StreamFor, "length of each long stream")
+	warm := fs.String("warm-size", "2MB", "body of the warm-prefix mode (0: skip)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *quick {
+		o = bench.Quick()
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["duration"] || !*quick {
+		o.Duration = *duration
+	}
+	if set["concurrency"] || !*quick {
+		o.Concurrency = *conc
+	}
+	if set["streams"] || !*quick {
+		o.Streams = *streams
+	}
+	if set["stream-for"] || !*quick {
+		o.StreamFor = *streamFor
+	}
+	var err error
+	if set["rates"] || !*quick {
+		if o.Rates, err = parseFloats(*rates); err != nil {
+			return fmt.Errorf("--rates: %v", err)
+		}
+	}
+	if set["sizes"] || !*quick {
+		if o.Sizes, err = parseSizes(*sizes); err != nil {
+			return fmt.Errorf("--sizes: %v", err)
+		}
+	}
+	if set["warm-size"] || !*quick {
+		ws, err := parseSizes(*warm)
+		if err != nil || len(ws) != 1 {
+			return fmt.Errorf("--warm-size: want one size, got %q", *warm)
+		}
+		o.WarmSize = ws[0]
+	}
+	if o.Duration <= 0 || o.Concurrency <= 0 || len(o.Sizes) == 0 {
+		return fmt.Errorf("--duration, --concurrency and --sizes must be positive")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, o, errOut)
+	if err != nil {
+		return err
+	}
+	rep.Markdown(out)
+	return nil
+}
+
+func joinFloats(v []float64) string {
+	s := make([]string, len(v))
+	for i, f := range v {
+		s[i] = strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is not a positive rate", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseSizes reads "2KB,200KB,2MB" (binary units; a bare number is bytes; "0" is 0).
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.ToUpper(strings.TrimSpace(f))
+		if f == "" {
+			continue
+		}
+		mult := 1
+		for _, u := range []struct {
+			suffix string
+			mult   int
+		}{{"MB", 1 << 20}, {"KB", 1 << 10}, {"B", 1}} {
+			if n, ok := strings.CutSuffix(f, u.suffix); ok {
+				f, mult = n, u.mult
+				break
+			}
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("%q is not a size", f)
+		}
+		out = append(out, v*mult)
+	}
+	return out, nil
+}

@@ -1,0 +1,57 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/bench/workload"
+	"github.com/compactd/compactd/fakeupstream"
+)
+
+// upstreamStream returns a Responses SSE body as the fake upstream writes it, with deltas text
+// deltas, and the number of events in it.
+func upstreamStream(tb testing.TB, deltas int) ([]byte, int) {
+	tb.Helper()
+	fake := fakeupstream.New(fakeupstream.Options{Deltas: deltas, DropBodies: true})
+	body := workload.Request(8<<10, workload.BodyOptions{Stream: true})
+	w := httptest.NewRecorder()
+	fake.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/responses", bytes.NewReader(body)))
+	if w.Code != http.StatusOK {
+		tb.Fatalf("fake upstream: %d %s", w.Code, w.Body)
+	}
+	out := w.Body.Bytes()
+	return out, bytes.Count(out, []byte("\n\n"))
+}
+
+// BenchmarkSSERewrite measures the SSE rewriting of a turn that compacted: every event of the
+// upstream's stream is parsed for its type, sequence number and output index and rewritten, and
+// the compaction item (16 KB of ciphertext) goes in after response.in_progress and into the final
+// response object. ns/event is the per-event cost a streamed token pays; the stream's first event
+// pays no more than any other before its bytes go out.
+func BenchmarkSSERewrite(b *testing.B) {
+	item := api.CompactionItem("cmp_0123456789abcdef0123456789abcdef", "cmp_0123456789abcdef0123456789abcdef."+strings.Repeat("QUJD", 4<<10))
+	for _, deltas := range []int{16, 256} {
+		stream, events := upstreamStream(b, deltas)
+		b.Run(fmt.Sprintf("%devents", events), func(b *testing.B) {
+			b.SetBytes(int64(len(stream)))
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				t := &turn{item: item, itemID: "cmp_0123456789abcdef0123456789abcdef", stream: true}
+				rw := newSSERewriter(io.NopCloser(bytes.NewReader(stream)), t)
+				m, err := io.Copy(io.Discard, rw)
+				if err != nil || m <= int64(len(stream)) {
+					b.Fatalf("rewrite: %d bytes, %v", m, err)
+				}
+				n += events
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
+		})
+	}
+}
