@@ -48,6 +48,7 @@ type serveConfig struct {
 	stripCodexFields                               bool
 
 	logFormat, logLevel string
+	obs                 obsConfig // metrics, ops listener, readiness (serve_obs.go)
 
 	archiveDSN, archiveIndexKey string
 	archiveMaxAge               time.Duration
@@ -96,6 +97,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.recall.ExcerptBytes, "recall-excerpt-bytes", 1200, "bytes per recall excerpt")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	c.obs.flags(fs)
 }
 
 func newLogger(format, level string) (*slog.Logger, error) {
@@ -153,7 +155,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return proxy.New(proxy.Config{
+	return c.obs.newServer(proxy.Config{
 		Archive:              store,
 		Recall:               c.recall,
 		AdminToken:           c.adminToken,
@@ -199,6 +201,11 @@ func runServe(args []string) error {
 		IdleTimeout:       c.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	stopOps, err := c.obs.serveOps(handler, log)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
 	log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
 	return serveUntilSignal(srv, ln, c.shutdownGrace, log)
 }
