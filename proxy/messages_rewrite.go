@@ -217,8 +217,12 @@ func (r *msgSSERewriter) rewrite(ev []byte) []byte {
 			after = compactionBlockEvents(nil, r.mt.summary, r.mt.ecStr, "")
 		}
 	case "content_block_start", "content_block_delta", "content_block_stop":
-		if r.mt.block != nil {
-			newData, _ = sjson.SetBytes(data, "index", v.Get("index").Int()+1)
+		if idx := v.Get("index"); r.mt.block != nil && idx.Index > 0 {
+			// splice the number in place: these are most of a stream's events
+			newData = make([]byte, 0, len(data)+2)
+			newData = append(newData, data[:idx.Index]...)
+			newData = strconv.AppendInt(newData, idx.Int()+1, 10)
+			newData = append(newData, data[idx.Index+len(idx.Raw):]...)
 		}
 	case "message_delta":
 		if r.mt.block != nil {
