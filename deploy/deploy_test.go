@@ -356,9 +356,7 @@ func TestBuildScript(t *testing.T) {
 			t.Errorf("build setting %s = %q, want %q", k, settings[k], want)
 		}
 	}
-	if !strings.Contains(settings["-ldflags"], "-X main.version=") {
-		t.Errorf("-ldflags %q does not stamp the version", settings["-ldflags"])
-	}
+	// -ldflags is not recorded under -trimpath; the stamped version shows it took effect.
 	if out, err := exec.Command(bin, "version").Output(); err != nil || !strings.Contains(string(out), testVersion) {
 		t.Errorf("compactd version = %q, %v; want %s", out, err, testVersion)
 	}
