@@ -26,6 +26,9 @@ type Payload struct {
 	Previous      string      `json:"previous,omitempty"` // id of the compaction item this one supersedes
 	Archive       *ArchiveRef `json:"archive,omitempty"`  // reserved for the archive
 	Ledger        string      `json:"ledger,omitempty"`   // reserved: facts ledger
+	// Tail is how many items just before the compaction item were kept verbatim after the
+	// summary (a speculative compaction summarised the prefix before them).
+	Tail int `json:"tail,omitempty"`
 }
 
 // ArchiveRef points at the archived originals a compaction replaced.
@@ -162,6 +165,10 @@ func (p *Payload) appendJSON(b []byte) []byte {
 		b = append(b, `,"ledger":`...)
 		b = appendJSONString(b, p.Ledger)
 	}
+	if p.Tail > 0 {
+		b = append(b, `,"tail":`...)
+		b = strconv.AppendInt(b, int64(p.Tail), 10)
+	}
 	return append(b, '}')
 }
 
@@ -247,6 +254,8 @@ func parsePayload(js []byte) (*Payload, error) {
 			str(k.Str, r, &p.Previous)
 		case "ledger":
 			str(k.Str, r, &p.Ledger)
+		case "tail":
+			p.Tail = int(num(k.Str, r))
 		case "archive":
 			if r.IsObject() {
 				p.Archive = &ArchiveRef{}

@@ -71,7 +71,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 func TestPayloadJSONMatchesEncodingJSON(t *testing.T) {
 	for _, p := range []Payload{
 		{V: 1, Summary: "a\"b\\c\n\t\x01\x1f</script>\u2028 é", CreatedAt: -5, TokensBefore: 1 << 40},
-		{V: 1, Summary: "s", Model: "m", Previous: "cmp_0", Archive: &ArchiveRef{ID: "a", Hash: "h", Conversation: "conv_1"}, Ledger: "l", ItemsReplaced: 3},
+		{V: 1, Summary: "s", Model: "m", Previous: "cmp_0", Archive: &ArchiveRef{ID: "a", Hash: "h", Conversation: "conv_1"}, Ledger: "l", ItemsReplaced: 3, Tail: 2},
 		{V: 1, Summary: "bad utf8 \xff\xfe end"},
 	} {
 		mine := p.appendJSON(nil)

@@ -95,13 +95,16 @@ func (s *Server) openError(param string, err error) *api.OpenAIError {
 // handoff message. Items after it are untouched. The result is what the upstream sees.
 func (s *Server) expand(items []api.Item, k int, o *opened) []api.Item {
 	s.metrics.handoffApplied("openai")
-	before := items[:k]
+	// A speculative compaction kept the last Tail items before the item verbatim after the summary.
+	tail := min(o.payload.Tail, k)
+	before := items[:k-tail]
 	w := compact.Partition(before, s.cfg.RetainTokens, s.countItem)
-	out := make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1+len(items)-k-1)
+	out := make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1+tail+len(items)-k-1)
 	out = s.keepWindow(out, before, w)
 	if o.payload.Summary != "" || o.payload.Ledger != "" {
 		out = append(out, api.Item{Raw: handoff.ResponsesMessage(o.payload.Summary, o.payload.Ledger), Type: "message", Role: "user", Handoff: true})
 	}
+	out = append(out, items[k-tail:k]...)
 	return append(out, items[k+1:]...)
 }
 
@@ -171,6 +174,9 @@ type compactRequest struct {
 	prev         *opened // the compaction item this one supersedes, if any
 	instructions string  // replaces the default summarisation prompt when set
 	conversation string  // archive conversation id
+	// speculate lets the turn use a summary speculative compaction prepared for a prefix of its
+	// items (threshold turns only: their clients keep the whole history, tail included).
+	speculate bool
 	// allowEmpty issues an item with an empty summary when there is nothing to summarise (the
 	// explicit compaction routes must answer with exactly one item); otherwise that is
 	// errNothingToCompact.
@@ -180,13 +186,19 @@ type compactRequest struct {
 // compactItems summarises the conversation (everything but instructions; retained user messages
 // are also kept verbatim) and seals the result.
 func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRequest) (*compaction, error) {
-	items := cr.items
+	items, tail := cr.items, []api.Item(nil)
+	var res summarizer.Result
+	if cr.speculate {
+		// A ready summary of a prefix: summarise nothing now, keep what followed it verbatim.
+		if n, spec := s.useSpeculation(ctx, cr.model, items); n > 0 {
+			items, tail, res = items[:n], items[n:], spec
+		}
+	}
 	w := compact.Partition(items, s.cfg.RetainTokens, s.countItem)
 	if len(w.Summarise) == 0 && !cr.allowEmpty {
 		return nil, errNothingToCompact
 	}
-	var res summarizer.Result
-	if len(w.Summarise) > 0 {
+	if len(w.Summarise) > 0 && tail == nil {
 		var err error
 		res, err = s.cfg.Summarizer.Summarize(ctx, summarizer.Request{
 			Model:        cr.model,
@@ -207,6 +219,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	if res.Summary != "" || ledger != "" {
 		c.items = append(c.items, api.Item{Raw: handoff.ResponsesMessage(res.Summary, ledger), Type: "message", Role: "user", Handoff: true})
 	}
+	c.items = append(c.items, tail...)
 	tokensBefore, prev := cr.tokensBefore, cr.prev
 	ref, err := s.archiveReplaced(ctx, cr.conversation, cr.id, res.Model, items, w, prev)
 	if err != nil {
@@ -226,6 +239,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	}
 	c.payload.Archive = ref
 	c.payload.Ledger = ledger
+	c.payload.Tail = len(tail)
 	plain, err := c.payload.Marshal()
 	if err != nil {
 		return nil, err

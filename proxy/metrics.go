@@ -389,3 +389,6 @@ func modelNameOK(s string) bool {
 
 // authFailure counts a request refused for a missing or unknown client key.
 func (m *metrics) authFailure() {}
+
+// speculative counts speculative-compaction outcomes: started, hit, miss, failed.
+func (m *metrics) speculative(outcome string) {}

@@ -94,13 +94,16 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	var c *compaction
 	if limit, trigger := s.cfg.Policy.Effective(th); limit > 0 && req.PreviousResponseID == "" {
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
+		if total <= limit {
+			s.maybeSpeculate(r, req.Model, items, total, limit)
+		}
 		if total > limit {
 			var ka *keepAlive
 			if req.Stream {
 				ka = startKeepAlive(w, s.cfg.KeepAlive, func(bool) []byte { return []byte(": compactd is compacting the conversation\n\n") })
 			}
 			var err error
-			c, err = s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev)})
+			c, err = s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), speculate: true})
 			t.committed = ka != nil && ka.Stop()
 			switch {
 			case errors.Is(err, errNothingToCompact):

@@ -53,6 +53,8 @@ type Config struct {
 	Archive archive.Store
 	// Recall configures the recall tool compactd offers the model after a compaction.
 	Recall RecallConfig
+	// Speculative configures speculative compaction (on by default; Fraction < 0 turns it off).
+	Speculative SpeculativeConfig
 	// LedgerBytes bounds the facts ledger sealed with each summary (default 6144; -1 = no ledger).
 	LedgerBytes int
 	// GapCheck runs a second summariser pass that compares summary + ledger with the replaced
@@ -109,6 +111,7 @@ type Server struct {
 	// forward and forwardAnthropic carry every upstream call of their API.
 	forward, forwardAnthropic *httputil.ReverseProxy
 	metrics                   *metrics
+	spec                      *speculator // nil when speculative compaction is off
 	ops                       *ops
 }
 
@@ -148,6 +151,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg)}
 	s.setupObservability()
+	if cfg.Speculative.Fraction >= 0 {
+		s.spec = newSpeculator(cfg.Speculative)
+	}
 	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
 	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
 	s.forwardAnthropic.ModifyResponse = s.modifyMessagesResponse

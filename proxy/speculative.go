@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"container/list"
+	"context"
+	"encoding/binary"
+	"hash/maphash"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/compact"
+	"github.com/compactd/compactd/compact/summarizer"
+)
+
+// Speculative compaction. A summary takes a model seconds to write, and the turn that crosses the
+// threshold would wait for it. So once a conversation passes a fraction of its threshold,
+// compactd starts summarising the part of it that will certainly be compacted — everything
+// before the newest user message — in the background, keyed by a hash of exactly those items.
+// When the crossing turn arrives and begins with the same items, the ready summary is used for
+// that prefix and the items after it are kept verbatim behind the summary (the payload records
+// how many, so the next turn's handoff rebuilds the same context). A changed prefix simply misses
+// and the turn compacts the normal way. Memory and concurrency are bounded, and jobs nobody
+// collects are cancelled when they expire or are evicted.
+
+// SpeculativeConfig bounds speculative compaction.
+type SpeculativeConfig struct {
+	// Fraction of the threshold at which to start (default 0.85); negative turns it off.
+	Fraction float64
+	// MaxEntries bounds the remembered summaries (default 128); the oldest is evicted first.
+	MaxEntries int
+	// MaxConcurrent bounds background summarisations (default 2); past it, nothing is started.
+	MaxConcurrent int
+	// TTL is how long an unused summary is kept (default 15m).
+	TTL time.Duration
+}
+
+type specEntry struct {
+	key     uint64
+	n       int // length of the prefix (in items) the summary covers
+	done    chan struct{}
+	res     summarizer.Result
+	err     error
+	cancel  context.CancelFunc
+	expires time.Time
+	elem    *list.Element
+}
+
+type speculator struct {
+	cfg  SpeculativeConfig
+	seed maphash.Seed
+	sem  chan struct{}
+
+	mu      sync.Mutex
+	entries map[uint64]*specEntry
+	order   *list.List  // front = newest
+	lengths map[int]int // prefix length -> live entries with it, so lookups try only those
+	now     func() time.Time
+}
+
+func newSpeculator(cfg SpeculativeConfig) *speculator {
+	if cfg.Fraction == 0 {
+		cfg.Fraction = 0.85
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = 128
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 2
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 15 * time.Minute
+	}
+	return &speculator{
+		cfg: cfg, seed: maphash.MakeSeed(), sem: make(chan struct{}, cfg.MaxConcurrent),
+		entries: map[uint64]*specEntry{}, order: list.New(), lengths: map[int]int{}, now: time.Now,
+	}
+}
+
+// prefixHashes returns h[i] = hash of items[:i] (and the model), for every i.
+func (sp *speculator) prefixHashes(model string, items []api.Item) []uint64 {
+	out := make([]uint64, len(items)+1)
+	var h maphash.Hash
+	h.SetSeed(sp.seed)
+	h.WriteString(model)
+	out[0] = h.Sum64()
+	var n [8]byte
+	for i, it := range items {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(it.Raw)))
+		h.Write(n[:])
+		h.Write(it.Raw)
+		out[i+1] = h.Sum64()
+	}
+	return out
+}
+
+// speculationPrefix is the prefix that is sure to be compacted: everything before the newest
+// user message. 0 when there is nothing worth summarising.
+func speculationPrefix(items []api.Item) int {
+	for i := len(items) - 1; i >= 0; i-- {
+		if items[i].IsUserMessage() {
+			for _, it := range items[:i] {
+				if !it.IsInstruction() {
+					return i
+				}
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
+// start begins summarising items[:n] in the background unless it is already known, the pool is
+// full, or the prefix is empty. run does the summarising with a context the speculator cancels.
+func (sp *speculator) start(model string, items []api.Item, run func(ctx context.Context, prefix []api.Item) (summarizer.Result, error)) (started bool) {
+	n := speculationPrefix(items)
+	if n == 0 {
+		return false
+	}
+	key := sp.prefixHashes(model, items[:n])[n]
+	sp.mu.Lock()
+	sp.expireLocked()
+	if _, ok := sp.entries[key]; ok {
+		sp.mu.Unlock()
+		return false
+	}
+	select {
+	case sp.sem <- struct{}{}:
+	default:
+		sp.mu.Unlock()
+		return false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &specEntry{key: key, n: n, done: make(chan struct{}), cancel: cancel, expires: sp.now().Add(sp.cfg.TTL)}
+	e.elem = sp.order.PushFront(e)
+	sp.entries[key] = e
+	sp.lengths[n]++
+	for sp.order.Len() > sp.cfg.MaxEntries {
+		sp.removeLocked(sp.order.Back().Value.(*specEntry))
+	}
+	sp.mu.Unlock()
+	prefix := append([]api.Item(nil), items[:n]...) // the caller's slice is reused after the turn
+	go func() {
+		defer func() { <-sp.sem }()
+		e.res, e.err = run(ctx, prefix)
+		close(e.done)
+	}()
+	return true
+}
+
+// lookup finds a summary of the longest known prefix of items. It returns the prefix length and
+// the entry (which may still be running), or 0, nil on a miss. A hit is removed: a summary is used
+// once.
+func (sp *speculator) lookup(model string, items []api.Item) (int, *specEntry) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.expireLocked()
+	if len(sp.entries) == 0 {
+		return 0, nil
+	}
+	hashes := sp.prefixHashes(model, items)
+	best := (*specEntry)(nil)
+	for n := range sp.lengths {
+		if n >= len(hashes) {
+			continue
+		}
+		if e, ok := sp.entries[hashes[n]]; ok && e.n == n && (best == nil || n > best.n) {
+			best = e
+		}
+	}
+	if best == nil {
+		return 0, nil
+	}
+	sp.order.Remove(best.elem)
+	delete(sp.entries, best.key)
+	if sp.lengths[best.n]--; sp.lengths[best.n] == 0 {
+		delete(sp.lengths, best.n)
+	}
+	return best.n, best
+}
+
+func (sp *speculator) removeLocked(e *specEntry) {
+	e.cancel()
+	sp.order.Remove(e.elem)
+	delete(sp.entries, e.key)
+	if sp.lengths[e.n]--; sp.lengths[e.n] == 0 {
+		delete(sp.lengths, e.n)
+	}
+}
+
+func (sp *speculator) expireLocked() {
+	now := sp.now()
+	for el := sp.order.Back(); el != nil; {
+		e := el.Value.(*specEntry)
+		prev := el.Prev()
+		if now.After(e.expires) {
+			sp.removeLocked(e)
+		}
+		el = prev
+	}
+}
+
+// close cancels every job.
+func (sp *speculator) close() {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for el := sp.order.Front(); el != nil; el = sp.order.Front() {
+		sp.removeLocked(el.Value.(*specEntry))
+	}
+}
+
+// maybeSpeculate starts a background summary when a below-threshold turn is past the fraction.
+func (s *Server) maybeSpeculate(r *http.Request, model string, items []api.Item, total, limit int) {
+	if s.spec == nil || float64(total) < s.spec.cfg.Fraction*float64(limit) {
+		return
+	}
+	auth := summarizer.Auth{Header: callerCredentials(r.Header)}
+	started := s.spec.start(model, items, func(ctx context.Context, prefix []api.Item) (summarizer.Result, error) {
+		w := compact.Partition(prefix, s.cfg.RetainTokens, s.countItem)
+		if len(w.Summarise) == 0 {
+			return summarizer.Result{}, errNothingToCompact
+		}
+		return s.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: model, Entries: compact.RenderEntries(prefix, w.Summarise), Auth: auth})
+	})
+	if started {
+		s.metrics.speculative("started")
+	}
+}
+
+// useSpeculation returns a ready (or running, then awaited) summary of a prefix of items, with
+// the prefix length; n == 0 means the turn must compact the normal way.
+func (s *Server) useSpeculation(ctx context.Context, model string, items []api.Item) (int, summarizer.Result) {
+	if s.spec == nil {
+		return 0, summarizer.Result{}
+	}
+	n, e := s.spec.lookup(model, items)
+	if e == nil {
+		s.metrics.speculative("miss")
+		return 0, summarizer.Result{}
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		e.cancel()
+		return 0, summarizer.Result{}
+	}
+	if e.err != nil || e.res.Summary == "" {
+		s.metrics.speculative("failed")
+		return 0, summarizer.Result{}
+	}
+	s.metrics.speculative("hit")
+	return n, e.res
+}

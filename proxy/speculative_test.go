@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/compact/summarizer"
+)
+
+func specItems(texts ...string) []api.Item {
+	var out []api.Item
+	for i, t := range texts {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		out = append(out, api.Item{Raw: api.UserMessage(t), Type: "message", Role: role})
+	}
+	return out
+}
+
+// blockingRun is a summariser that waits for release (or cancellation) and records its context.
+type blockingRun struct {
+	release chan struct{}
+	ctxs    chan context.Context
+}
+
+func newBlockingRun() *blockingRun {
+	return &blockingRun{release: make(chan struct{}), ctxs: make(chan context.Context, 16)}
+}
+
+func (b *blockingRun) run(ctx context.Context, prefix []api.Item) (summarizer.Result, error) {
+	b.ctxs <- ctx
+	select {
+	case <-b.release:
+		return summarizer.Result{Summary: "spec summary"}, nil
+	case <-ctx.Done():
+		return summarizer.Result{}, ctx.Err()
+	}
+}
+
+func TestSpeculatorHitMissAndChangedPrefix(t *testing.T) {
+	sp := newSpeculator(SpeculativeConfig{})
+	b := newBlockingRun()
+	turn := specItems("u1", "a1", "u2", "a2", "u3") // prefix = items before the newest user message
+	if !sp.start("m", turn, b.run) {
+		t.Fatal("speculation not started")
+	}
+	if sp.start("m", turn, b.run) {
+		t.Error("the same prefix was speculated twice")
+	}
+	close(b.release)
+
+	tests := []struct {
+		name  string
+		model string
+		items []api.Item
+		want  int
+	}{
+		{"other model", "m2", specItems("u1", "a1", "u2", "a2", "u3", "a3", "u4"), 0},
+		{"changed prefix", "m", specItems("u1", "a1", "u2-edited", "a2", "u3", "a3", "u4"), 0},
+		{"shorter history", "m", specItems("u1", "a1"), 0},
+		{"hit: same prefix, more after it", "m", specItems("u1", "a1", "u2", "a2", "u3", "a3", "u4"), 4},
+		{"a summary is used once", "m", specItems("u1", "a1", "u2", "a2", "u3", "a3", "u4"), 0},
+	}
+	for _, tt := range tests {
+		n, e := sp.lookup(tt.model, tt.items)
+		if n != tt.want {
+			t.Errorf("%s: prefix %d, want %d", tt.name, n, tt.want)
+		}
+		if e != nil {
+			<-e.done
+			if e.res.Summary != "spec summary" {
+				t.Errorf("%s: summary %q", tt.name, e.res.Summary)
+			}
+		}
+	}
+}
+
+func TestSpeculatorCancelsWhatNobodyUses(t *testing.T) {
+	sp := newSpeculator(SpeculativeConfig{MaxEntries: 1, MaxConcurrent: 4, TTL: time.Minute})
+	now := time.Unix(1000, 0)
+	sp.now = func() time.Time { return now }
+	b := newBlockingRun()
+
+	sp.start("m", specItems("u1", "a1", "u2"), b.run)
+	first := <-b.ctxs
+	// Evicted by a newer prefix (MaxEntries 1): the first job is cancelled.
+	sp.start("m", specItems("x1", "y1", "x2"), b.run)
+	second := <-b.ctxs
+	select {
+	case <-first.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("evicted speculation was not cancelled")
+	}
+	// Expired: cancelled at the next touch.
+	now = now.Add(2 * time.Minute)
+	if n, _ := sp.lookup("m", specItems("x1", "y1", "x2", "y2")); n != 0 {
+		t.Error("an expired summary was used")
+	}
+	select {
+	case <-second.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("expired speculation was not cancelled")
+	}
+}
+
+func TestSpeculatorBoundsConcurrency(t *testing.T) {
+	sp := newSpeculator(SpeculativeConfig{MaxConcurrent: 1})
+	b := newBlockingRun()
+	if !sp.start("m", specItems("u1", "a1", "u2"), b.run) {
+		t.Fatal("first not started")
+	}
+	<-b.ctxs
+	if sp.start("m", specItems("v1", "b1", "v2"), b.run) {
+		t.Error("started past MaxConcurrent")
+	}
+	if sp.start("m", specItems("u1"), b.run) {
+		t.Error("started with nothing before the newest user message")
+	}
+	sp.close()
+}
+
+func TestUseSpeculationFailedJobFallsBack(t *testing.T) {
+	s := &Server{spec: newSpeculator(SpeculativeConfig{})}
+	items := specItems("u1", "a1", "u2")
+	s.spec.start("m", items, func(context.Context, []api.Item) (summarizer.Result, error) {
+		return summarizer.Result{}, errors.New("summariser down")
+	})
+	if n, _ := s.useSpeculation(context.Background(), "m", append(items, specItems("a2", "u3")...)); n != 0 {
+		t.Error("a failed speculation was used")
+	}
+}
