@@ -2,6 +2,7 @@ package archive
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -13,66 +14,173 @@ const ellipsis = "…"
 // snapSlack is how far a cut may move to land on whitespace instead of mid-word.
 const snapSlack = 24
 
-// bestExcerpt picks the item holding the most query words (the first on a tie) and cuts an
-// excerpt of at most maxBytes around the first match in it. Item granularity comes first: an item
-// that fits is returned whole, so the model sees complete messages whenever it can.
-func bestExcerpt(q []queryWord, items []json.RawMessage, maxBytes int) (int, string) {
-	best, bestN, bestText := 0, -1, ""
-	for i, it := range items {
-		text := itemText(it)
-		set := make(map[string]struct{}, 64)
-		terms(text, set)
-		n := countMatches(q, func(t string) bool { _, ok := set[t]; return ok })
-		if n > bestN {
-			best, bestN, bestText = i, n, text
-		}
-	}
-	if bestN < 0 {
-		return 0, ""
-	}
-	s, e := matchSpan(q, bestText)
-	return best, cut(bestText, s, e, maxBytes)
+// Excerpt choice. The search ranks segments; within the winning segment, bestExcerpt decides which
+// item the model sees and where the window sits. Recall questions in a coding session name one
+// identifier, key or path among a few common words ("return type of syncSegmentReplica"), so:
+//
+//   - function words ("why", "of", "the") are dropped: they match everywhere and say nothing;
+//   - a query word found as a whole token is worth twice one found only through its parts: the
+//     code listing that defines syncSegmentReplica beats one that merely says "sync", "segment"
+//     and "replica" in different places;
+//   - ties go to the item repeating the query words most (the output listing an identifier beats
+//     the command that names it once), then to the earliest item;
+//   - the window centres on the longest query word found as a whole token, which is the
+//     identifier rather than "return" or "type" near the top of a file.
+//
+// Only the query and the item text are looked at: nothing knows what the caller hopes to find.
+
+// Match weights per query word.
+const (
+	wholeWeight = 2 // the word itself is a token of the item
+	partWeight  = 1 // the word is only a camelCase/path part of a token, or all its parts are present
+)
+
+// stopWords are the function words of a question. They are dropped for excerpt choice only; the
+// search still uses every word.
+var stopWords = map[string]bool{
+	"a": true, "an": true, "the": true, "of": true, "in": true, "on": true, "to": true, "is": true,
+	"are": true, "was": true, "be": true, "for": true, "with": true, "and": true, "or": true,
+	"it": true, "this": true, "that": true, "why": true, "what": true, "how": true, "which": true,
+	"where": true, "when": true, "do": true, "does": true, "did": true,
 }
 
-// matchSpan is the byte span of the first token equal to a query word, else of the first token
-// sharing a part with one, else [0,0).
-func matchSpan(q []queryWord, text string) (int, int) {
-	fs, fe, ps, pe := -1, -1, -1, -1
+// contentWords returns q without stop words, or q itself when it holds nothing else.
+func contentWords(q []queryWord) []queryWord {
+	out := make([]queryWord, 0, len(q))
+	for _, w := range q {
+		if !stopWords[w.full] {
+			out = append(out, w)
+		}
+	}
+	if len(out) == 0 {
+		return q
+	}
+	return out
+}
+
+// itemMatch is how well one item's text matches the query.
+type itemMatch struct {
+	score int // wholeWeight per word found as a token, partWeight per word found only in parts
+	reps  int // occurrences of query words as tokens or token parts
+	ms    int // span of the window's centre: the first occurrence of the longest whole-token
+	me    int // word, else of the first token sharing a part with a query word, else [0,0)
+}
+
+// matcher scores items against one query, reusing its scratch space across items.
+type matcher struct {
+	q     []queryWord
+	whole []int    // per word: whole-token occurrences
+	part  []int    // per word: occurrences as a part of a longer token
+	seen  [][]bool // per word, per part: the part is a term of the item
+	first [][2]int // per word: span of its first whole-token occurrence
+}
+
+func newMatcher(q []queryWord) *matcher {
+	m := &matcher{q: q, whole: make([]int, len(q)), part: make([]int, len(q)),
+		seen: make([][]bool, len(q)), first: make([][2]int, len(q))}
+	for i, w := range q {
+		m.seen[i] = make([]bool, len(w.parts))
+	}
+	return m
+}
+
+// match scans text once and scores it.
+func (m *matcher) match(text string) itemMatch {
+	clear(m.whole)
+	clear(m.part)
+	for i := range m.seen {
+		clear(m.seen[i])
+	}
+	ps, pe := -1, -1
 	scanTokens(text, func(tok string, start, end int) {
-		if fs >= 0 {
-			return
-		}
 		lt := strings.ToLower(tok)
-		for _, w := range q {
-			if w.full == lt {
-				fs, fe = start, end
-				return
+		var tp []string
+		partsDone := false
+		for i, w := range m.q {
+			if lt == w.full {
+				if m.whole[i] == 0 {
+					m.first[i] = [2]int{start, end}
+				}
+				m.whole[i]++
 			}
-		}
-		if ps >= 0 {
-			return
-		}
-		tp := subParts(tok)
-		for _, w := range q {
-			for _, p := range w.parts {
+			// a part of tok can only equal w.full or one of w's parts if lt contains it
+			if !mayShare(lt, w) {
+				continue
+			}
+			if !partsDone {
+				tp, partsDone = subParts(tok), true
+			}
+			shared := false
+			if lt != w.full && containsStr(tp, w.full) {
+				m.part[i]++
+				shared = true
+			}
+			for j, p := range w.parts {
 				if p == lt || containsStr(tp, p) {
-					ps, pe = start, end
-					return
+					m.seen[i][j] = true
+					shared = true
 				}
 			}
-			if containsStr(tp, w.full) {
+			if shared && ps < 0 {
 				ps, pe = start, end
-				return
 			}
 		}
 	})
-	switch {
-	case fs >= 0:
-		return fs, fe
-	case ps >= 0:
-		return ps, pe
+	var r itemMatch
+	centre := -1
+	for i, w := range m.q {
+		r.reps += m.whole[i] + m.part[i]
+		switch {
+		case m.whole[i] > 0:
+			r.score += wholeWeight
+			if centre < 0 || len(w.full) > len(m.q[centre].full) {
+				centre = i
+			}
+		case m.part[i] > 0 || len(w.parts) > 0 && !slices.Contains(m.seen[i], false):
+			r.score += partWeight
+		}
 	}
-	return 0, 0
+	switch {
+	case centre >= 0:
+		r.ms, r.me = m.first[centre][0], m.first[centre][1]
+	case ps >= 0:
+		r.ms, r.me = ps, pe
+	}
+	return r
+}
+
+// mayShare is a cheap filter: a token can only have w or one of w's parts among its own parts if
+// it contains them as substrings.
+func mayShare(lt string, w queryWord) bool {
+	if strings.Contains(lt, w.full) {
+		return true
+	}
+	for _, p := range w.parts {
+		if strings.Contains(lt, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// bestExcerpt picks the item that best matches q (see the rules above) and cuts an excerpt of at
+// most maxBytes around its focus. Item granularity comes first: an item that fits is returned
+// whole, so the model sees complete messages whenever it can.
+func bestExcerpt(q []queryWord, items []json.RawMessage, maxBytes int) (int, string) {
+	if len(items) == 0 {
+		return 0, ""
+	}
+	m := newMatcher(contentWords(q))
+	best, bestText := 0, ""
+	bestM := itemMatch{score: -1}
+	for i, it := range items {
+		text := itemText(it)
+		r := m.match(text)
+		if r.score > bestM.score || r.score == bestM.score && r.reps > bestM.reps {
+			best, bestM, bestText = i, r, text
+		}
+	}
+	return best, cut(bestText, bestM.ms, bestM.me, maxBytes)
 }
 
 func containsStr(xs []string, s string) bool {

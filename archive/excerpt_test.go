@@ -2,6 +2,7 @@ package archive
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -59,5 +60,126 @@ func TestBestExcerpt(t *testing.T) {
 	}
 	if idx, ex := bestExcerpt(parseQuery("x"), nil, 800); idx != 0 || ex != "" {
 		t.Errorf("no items = %d %q", idx, ex)
+	}
+}
+
+// TestBestExcerptChoice covers the focused choice: which item wins and what the window holds.
+func TestBestExcerptChoice(t *testing.T) {
+	pad := func(n int) string { return strings.Repeat("filler words here ", n) }
+	listing := "// package replica\nfunc helper() error {\n\treturn nil\n}\n" + pad(40) +
+		"func syncSegmentReplica(ctx context.Context) (*Frame, error) {\n" + pad(40)
+	cases := []struct {
+		name     string
+		query    string
+		items    []json.RawMessage
+		max      int
+		want     int    // chosen item
+		contains string // the excerpt must hold this
+		lacks    string // and not this (empty: no check)
+	}{
+		{
+			name:  "whole token beats parts",
+			query: "syncSegmentReplica",
+			items: []json.RawMessage{
+				msg("tool", "sync the segment to the replica first"),
+				msg("tool", "func syncSegmentReplica() error"),
+			},
+			max: 800, want: 1, contains: "func syncSegmentReplica",
+		},
+		{
+			name:  "stop words do not count",
+			query: "why rejected the cache",
+			items: []json.RawMessage{
+				msg("user", "why is the cache slow, and why the rush"),
+				msg("assistant", "rejected the cache: it went stale"),
+			},
+			max: 800, want: 1, contains: "went stale",
+		},
+		{
+			name:  "all stop words still match",
+			query: "why the",
+			items: []json.RawMessage{
+				msg("user", "nothing here"),
+				msg("user", "why though"),
+			},
+			max: 800, want: 1, contains: "why though",
+		},
+		{
+			name:  "tie goes to the item repeating the words",
+			query: "loadIndex",
+			items: []json.RawMessage{
+				msg("tool", "rg -n loadIndex internal"),
+				msg("tool", "index.go:12: loadIndex()\nindex.go:40: func loadIndex() error"),
+			},
+			max: 800, want: 1, contains: "index.go:40",
+		},
+		{
+			name:  "equal ties keep the first item",
+			query: "loadIndex",
+			items: []json.RawMessage{
+				msg("tool", "loadIndex once"),
+				msg("tool", "loadIndex again"),
+			},
+			max: 800, want: 0, contains: "once",
+		},
+		{
+			name:  "window centres on the longest whole token, not the first word",
+			query: "return type of syncSegmentReplica",
+			items: []json.RawMessage{msg("tool", listing)},
+			max:   200, want: 0, contains: "syncSegmentReplica(ctx", lacks: "func helper",
+		},
+		{
+			name:  "part match is the fallback centre",
+			query: "replica",
+			items: []json.RawMessage{msg("tool", pad(40)+"call syncSegmentReplica now"+pad(40))},
+			max:   120, want: 0, contains: "syncSegmentReplica",
+		},
+		{
+			name:  "all parts present count as a part match",
+			query: "parseConfig",
+			items: []json.RawMessage{
+				msg("user", "unrelated"),
+				msg("user", "parse the config"),
+			},
+			max: 800, want: 1, contains: "parse the config",
+		},
+		{
+			name:  "multibyte text stays valid and bounded",
+			query: "ÉTAT clé",
+			items: []json.RawMessage{msg("tool", strings.Repeat("é ", 200)+"clé ÉTAT"+strings.Repeat(" ü", 200))},
+			max:   61, want: 0, contains: "clé",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			idx, ex := bestExcerpt(parseQuery(tc.query), tc.items, tc.max)
+			if idx != tc.want {
+				t.Errorf("item %d, want %d (excerpt %q)", idx, tc.want, ex)
+			}
+			if len(ex) > tc.max || !utf8.ValidString(ex) {
+				t.Errorf("excerpt %d bytes (max %d), valid UTF-8 %v", len(ex), tc.max, utf8.ValidString(ex))
+			}
+			if !strings.Contains(ex, tc.contains) {
+				t.Errorf("excerpt %q lacks %q", ex, tc.contains)
+			}
+			if tc.lacks != "" && strings.Contains(ex, tc.lacks) {
+				t.Errorf("excerpt %q holds %q", ex, tc.lacks)
+			}
+		})
+	}
+}
+
+// BenchmarkBestExcerpt measures choosing and cutting an excerpt from a 60-item segment, the work
+// Search does for each of its hits after decrypting it.
+func BenchmarkBestExcerpt(b *testing.B) {
+	var items []json.RawMessage
+	for i := range 60 {
+		items = append(items, msg("tool", fmt.Sprintf("internal/pkg%d/file.go:%d: func handleRequest%d(ctx context.Context) error {\n%s",
+			i, 10*i, i, strings.Repeat("\tif err := doThing(ctx); err != nil { return err }\n", 20))))
+	}
+	q := parseQuery("return type of handleRequest42")
+	b.ReportAllocs()
+	for b.Loop() {
+		bestExcerpt(q, items, 800)
 	}
 }

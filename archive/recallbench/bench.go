@@ -44,7 +44,8 @@ type Config struct {
 	LedgerBudget  int // bytes of ledger per compaction
 	TopK          int // recall hits per query
 	ExcerptBytes  int // bytes per recall excerpt
-	// Excerpts is ExcerptArchive (the archive's own excerpts) or ExcerptFocused (default).
+	// Excerpts is ExcerptArchive (default: archive.Search's excerpts, what the proxy returns;
+	// ExcerptFocused is an alias) or ExcerptSegment (the upper bound of a perfect excerpt).
 	Excerpts string
 	// Dir holds the SQLite archive; a temporary directory (removed afterwards) when empty.
 	Dir string
@@ -78,7 +79,7 @@ func (c Config) withDefaults() Config {
 		c.ExcerptBytes = d.ExcerptBytes
 	}
 	if c.Excerpts == "" {
-		c.Excerpts = ExcerptFocused
+		c.Excerpts = ExcerptArchive
 	}
 	c.Checkpoints = slices.Clone(c.Checkpoints)
 	slices.Sort(c.Checkpoints)
@@ -114,6 +115,9 @@ func (r Result) Share() (a, b, c float64) {
 // the replaced raw items go to the archive as one segment linked to the previous one.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	cfg = cfg.withDefaults()
+	if err := validExcerpts(cfg.Excerpts); err != nil {
+		return nil, err
+	}
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "recallbench-")
@@ -222,11 +226,9 @@ func recalled(ctx context.Context, store archive.Store, conv string, f Fact, cfg
 		return false, err
 	}
 	for _, h := range hits {
-		ex := h.Excerpt
-		if cfg.Excerpts == ExcerptFocused {
-			if ex, err = focusedExcerpt(ctx, store, h, f.Query, cfg.ExcerptBytes); err != nil {
-				return false, err
-			}
+		ex, err := hitText(ctx, store, h, cfg.Excerpts)
+		if err != nil {
+			return false, err
 		}
 		if contains(ex, f.Answer) {
 			return true, nil

@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/compactd/compactd/api"
 )
@@ -16,7 +15,7 @@ func small(t *testing.T, excerpts string) Config {
 }
 
 func TestRecallBenchReach(t *testing.T) {
-	cfg := small(t, ExcerptFocused)
+	cfg := small(t, "") // the default: archive.Search's excerpts
 	rs, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -111,16 +110,29 @@ func TestLossySummaryDropsToolOutput(t *testing.T) {
 	}
 }
 
-func TestWindow(t *testing.T) {
-	text := strings.Repeat("a", 100) + "NEEDLE" + strings.Repeat("b", 100)
-	got := window(text, 103, 20)
-	if len(got) != 20 || !strings.Contains(got, "NEEDLE") {
-		t.Errorf("window = %q", got)
+func TestExcerptStrategies(t *testing.T) {
+	ctx := context.Background()
+	byMode := map[string][]Result{}
+	for _, mode := range []string{"", ExcerptArchive, ExcerptFocused, ExcerptSegment} {
+		rs, err := Run(ctx, small(t, mode))
+		if err != nil {
+			t.Fatalf("%q: %v", mode, err)
+		}
+		byMode[mode] = rs
 	}
-	if got := window("short", 2, 20); got != "short" {
-		t.Errorf("window of short text = %q", got)
+	// the default and the legacy name measure the archive's own excerpts, what the proxy returns
+	for _, mode := range []string{"", ExcerptFocused} {
+		if !reflect.DeepEqual(byMode[mode], byMode[ExcerptArchive]) {
+			t.Errorf("%q differs from %q:\n%+v\n%+v", mode, ExcerptArchive, byMode[mode], byMode[ExcerptArchive])
+		}
 	}
-	if got := window("héllo wörld", 3, 4); !utf8.ValidString(got) || len(got) > 4 {
-		t.Errorf("window not bounded: %q", got)
+	// a whole segment holds every excerpt cut from it: the upper bound is never below
+	for i, r := range byMode[ExcerptSegment] {
+		if a := byMode[ExcerptArchive][i]; r.Recall < a.Recall {
+			t.Errorf("%d compactions: segment bound %d < excerpts %d", r.Compactions, r.Recall, a.Recall)
+		}
+	}
+	if _, err := Run(ctx, small(t, "nonsense")); err == nil {
+		t.Error("unknown excerpt strategy accepted")
 	}
 }

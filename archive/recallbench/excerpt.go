@@ -2,9 +2,8 @@ package recallbench
 
 import (
 	"context"
+	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -13,125 +12,45 @@ import (
 
 // Excerpt strategies for the recall step.
 const (
-	// ExcerptArchive uses the excerpt archive.Search cuts: the item with the most query words
-	// (a word also matches through all of its camelCase/path parts), cut around the first match.
+	// ExcerptArchive (the default) uses the excerpts archive.Search cuts, exactly what the
+	// proxy's recall tool hands the model. The archive focuses them itself: stop words dropped,
+	// whole-token matches above camelCase/path-part matches, ties to the item repeating the query
+	// words, the window centred on the longest whole-token match (archive/excerpt.go).
 	ExcerptArchive = "archive"
-	// ExcerptFocused re-cuts each hit from the decrypted segment: items are ranked by query words
-	// matched as whole tokens (worth twice a parts-only match; ties to the item repeating them
-	// most), stop words ("why", "of", "the") dropped, and the window is centred on the
-	// longest whole-token match, which in a coding session is the identifier or key the question
-	// is about rather than a common word such as "return" or "type".
+	// ExcerptFocused is the name of the bench-side re-cut that this package used to do after
+	// archive.Search. That logic now lives in the archive, so the name is an alias of
+	// ExcerptArchive, kept so that `recall-bench -excerpts focused` (the command's default) still
+	// measures what the proxy gets.
 	ExcerptFocused = "focused"
+	// ExcerptSegment is an upper bound for diagnosis, not a strategy: a hit counts when the answer
+	// is anywhere in its decrypted segment, as if the excerpt were perfect. The gap between it
+	// and ExcerptArchive is what excerpting loses; the rest is lost by search ranking.
+	ExcerptSegment = "segment"
 )
 
-// focusedExcerpt re-cuts a hit as ExcerptFocused describes.
-func focusedExcerpt(ctx context.Context, store archive.Store, h archive.Hit, query string, maxBytes int) (string, error) {
+func validExcerpts(s string) error {
+	switch s {
+	case ExcerptArchive, ExcerptFocused, ExcerptSegment:
+		return nil
+	}
+	return fmt.Errorf("recallbench: excerpts %q: want %s or %s", s, ExcerptArchive, ExcerptSegment)
+}
+
+// hitText is the text a hit contributes under the configured strategy.
+func hitText(ctx context.Context, store archive.Store, h archive.Hit, strategy string) (string, error) {
+	if strategy != ExcerptSegment {
+		return h.Excerpt, nil
+	}
 	seg, err := store.Get(ctx, archive.DefaultTenant, h.SegmentID)
 	if err != nil {
 		return "", err
 	}
-	words := queryWords(query)
-	best, bestScore, bestTF, bestText := -1, 0, 0, ""
-	for i, raw := range seg.Items {
-		text := itemText(raw)
-		low := strings.ToLower(text)
-		toks := tokenSet(low)
-		score, tf := 0, 0
-		for _, w := range words {
-			switch {
-			case toks[w]:
-				score += 2
-				tf += strings.Count(low, w)
-			case strings.Contains(low, w):
-				score++
-			}
-		}
-		// ties go to the item that mentions the words most often: the output that lists an
-		// identifier beats the command that merely names it
-		if score > bestScore || score == bestScore && score > 0 && tf > bestTF {
-			best, bestScore, bestTF, bestText = i, score, tf, text
-		}
+	var b strings.Builder
+	for _, raw := range seg.Items {
+		b.WriteString(itemText(raw))
+		b.WriteByte('\n')
 	}
-	if best < 0 {
-		return h.Excerpt, nil
-	}
-	// centre on the longest query word found as a whole token
-	low := strings.ToLower(bestText)
-	centre, centreLen := -1, 0
-	for _, w := range words {
-		if len(w) <= centreLen {
-			continue
-		}
-		if p := tokenIndex(low, w); p >= 0 {
-			centre, centreLen = p+len(w)/2, len(w)
-		}
-	}
-	if centre < 0 {
-		centre = 0
-	}
-	return window(bestText, centre, maxBytes), nil
-}
-
-// stopWords are the function words of a question; they match everywhere and say nothing.
-var stopWords = map[string]bool{"a": true, "an": true, "the": true, "of": true, "in": true, "on": true, "to": true,
-	"is": true, "was": true, "for": true, "with": true, "and": true, "or": true, "why": true, "what": true,
-	"how": true, "which": true, "where": true, "when": true, "does": true, "did": true, "it": true}
-
-func isTokRune(r rune) bool {
-	return unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' || r == '.' || r == '/' || r == '-' || r == ':'
-}
-
-func queryWords(q string) []string {
-	var out []string
-	for _, f := range strings.FieldsFunc(strings.ToLower(q), func(r rune) bool { return !isTokRune(r) }) {
-		f = strings.Trim(f, "._/-:")
-		if f != "" && !stopWords[f] {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-func tokenSet(low string) map[string]bool {
-	set := map[string]bool{}
-	for _, f := range strings.FieldsFunc(low, func(r rune) bool { return !isTokRune(r) }) {
-		set[strings.Trim(f, "._/-:")] = true
-	}
-	return set
-}
-
-// tokenIndex is the byte offset of w in low as a whole token, or -1.
-func tokenIndex(low, w string) int {
-	for off := 0; ; {
-		p := strings.Index(low[off:], w)
-		if p < 0 {
-			return -1
-		}
-		p += off
-		before, _ := utf8.DecodeLastRuneInString(low[:p])
-		after, _ := utf8.DecodeRuneInString(low[p+len(w):])
-		if (p == 0 || !unicode.IsLetter(before) && !unicode.IsDigit(before) && before != '_') &&
-			(p+len(w) == len(low) || !unicode.IsLetter(after) && !unicode.IsDigit(after) && after != '_') {
-			return p
-		}
-		off = p + len(w)
-	}
-}
-
-// window cuts at most maxBytes of text centred on byte centre, on rune boundaries.
-func window(text string, centre, maxBytes int) string {
-	if len(text) <= maxBytes {
-		return text
-	}
-	start := max(0, min(centre-maxBytes/2, len(text)-maxBytes))
-	end := start + maxBytes
-	for start < end && !utf8.RuneStart(text[start]) {
-		start++
-	}
-	for end > start && end < len(text) && !utf8.RuneStart(text[end]) {
-		end--
-	}
-	return text[start:end]
+	return b.String(), nil
 }
 
 // itemText is the searchable text of a raw item: its string and number values, one per line,
