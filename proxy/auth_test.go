@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -146,5 +147,21 @@ func TestTenantRateLimit(t *testing.T) {
 		if r := post("cpd-acme-1"); r.StatusCode != 200 {
 			t.Errorf("acme request %d: %d", i, r.StatusCode)
 		}
+	}
+}
+
+func TestLoadTenantsYAML(t *testing.T) {
+	path := t.TempDir() + "/tenants.yaml"
+	yaml := "tenants:\n  - name: acme\n    keys: [\"" + proxy.HashKey("cpd-acme") + "\"]\n    openai_key_env: COMPACTD_TEST_ACME_KEY\n    requests_per_minute: 120\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMPACTD_TEST_ACME_KEY", "sk-upstream")
+	if _, err := proxy.LoadTenants(path); err != nil {
+		t.Fatalf("LoadTenants: %v", err)
+	}
+	t.Setenv("COMPACTD_TEST_ACME_KEY", "")
+	if _, err := proxy.LoadTenants(path); err == nil || strings.Contains(err.Error(), "sk-") {
+		t.Errorf("missing credential: err = %v", err)
 	}
 }

@@ -50,6 +50,11 @@ type serveConfig struct {
 	logFormat, logLevel string
 	obs                 obsConfig // metrics, ops listener, readiness (serve_obs.go)
 
+	tenantsFile string
+	speculative proxy.SpeculativeConfig
+	ledgerBytes int
+	gapCheck    bool
+
 	archiveDSN, archiveIndexKey string
 	archiveMaxAge               time.Duration
 	archiveMaxBytes             int64
@@ -95,6 +100,12 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.recall.MaxRounds, "recall-max-rounds", 3, "recall rounds per turn")
 	fs.IntVar(&c.recall.TopK, "recall-top-k", 5, "excerpts per recall search")
 	fs.IntVar(&c.recall.ExcerptBytes, "recall-excerpt-bytes", 1200, "bytes per recall excerpt")
+	fs.StringVar(&c.tenantsFile, "tenants-file", "", "YAML/JSON tenants file: client keys (hashed) -> tenant, upstream credentials by env var, rate limits; enables proxy authentication")
+	fs.Float64Var(&c.speculative.Fraction, "speculative-fraction", 0.85, "start summarising in the background past this fraction of the threshold (negative: off)")
+	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", 2, "background summarisations at once")
+	fs.DurationVar(&c.speculative.TTL, "speculative-ttl", 15*time.Minute, "how long an unused speculative summary is kept")
+	fs.IntVar(&c.ledgerBytes, "ledger-bytes", 6144, "facts ledger sealed with each summary, in bytes (-1: none)")
+	fs.BoolVar(&c.gapCheck, "gap-check", false, "second summariser pass that adds facts the summary and ledger still miss")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	c.obs.flags(fs)
@@ -155,7 +166,18 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var tenants *proxy.Tenants
+	if c.tenantsFile != "" {
+		if tenants, err = proxy.LoadTenants(c.tenantsFile); err != nil {
+			return nil, err
+		}
+		log.Info("proxy authentication on", "tenants_file", c.tenantsFile)
+	}
 	return c.obs.newServer(proxy.Config{
+		Tenants:              tenants,
+		Speculative:          c.speculative,
+		LedgerBytes:          c.ledgerBytes,
+		GapCheck:             c.gapCheck,
 		Archive:              store,
 		Recall:               c.recall,
 		AdminToken:           c.adminToken,
