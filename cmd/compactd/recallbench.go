@@ -27,14 +27,14 @@ func runRecallBench(args []string) error {
 	budget := fs.Int("ledger-budget", d.LedgerBudget, "facts ledger budget per compaction, bytes")
 	topK := fs.Int("k", d.TopK, "recall hits per query")
 	excerpt := fs.Int("excerpt-bytes", d.ExcerptBytes, "bytes per recall excerpt")
-	excerpts := fs.String("excerpts", recallbench.ExcerptFocused, "excerpt strategy: focused or archive (the archive's own excerpts)")
+	excerpts := fs.String("excerpts", recallbench.ExcerptArchive, "what counts as recalled: archive (the archive's excerpts, what the recall tool returns) or segment (the answer anywhere in a hit's segment: the search's upper bound)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg := recallbench.Config{Seed: *seed, Steps: *steps, FactsPerRound: *facts, LedgerBudget: *budget,
 		TopK: *topK, ExcerptBytes: *excerpt, Excerpts: *excerpts}
-	if *excerpts != recallbench.ExcerptFocused && *excerpts != recallbench.ExcerptArchive {
-		return fmt.Errorf("-excerpts: want %s or %s", recallbench.ExcerptFocused, recallbench.ExcerptArchive)
+	if *excerpts != recallbench.ExcerptArchive && *excerpts != recallbench.ExcerptSegment {
+		return fmt.Errorf("-excerpts: want %s or %s", recallbench.ExcerptArchive, recallbench.ExcerptSegment)
 	}
 	for _, s := range strings.Split(*checkpoints, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
