@@ -33,8 +33,8 @@ cleanup() {
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   if [ $rc -ne 0 ]; then
     echo "prometheus-e2e: FAILED; last compactd log lines:" >&2
-    tail -n 20 "$work/compactd.log" 2>/dev/null >&2 || true
-    tail -n 20 "$work/prometheus.log" 2>/dev/null >&2 || true
+    tail -n 20 "$work/compactd.log" >&2 2>/dev/null || true
+    tail -n 20 "$work/prometheus.log" >&2 2>/dev/null || true
   fi
   rm -rf "$work"
   exit $rc

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/compactd/compactd/proxy"
+)
+
+func TestObsConfigNewServer(t *testing.T) {
+	info := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tests := []struct {
+		name    string
+		obs     obsConfig
+		wantErr string
+		// metrics: expected /metrics status without and with credentials (0: not checked)
+		anon, authed int
+		auth         func(*http.Request)
+	}{
+		{name: "bad basic auth", obs: obsConfig{metrics: true, metricsBasicAuth: "nopassword"}, wantErr: "user:password"},
+		{name: "log content needs debug", obs: obsConfig{logContent: true}, wantErr: "--log-level debug"},
+		{name: "open metrics", obs: obsConfig{metrics: true}, anon: 200},
+		{name: "token", obs: obsConfig{metrics: true, metricsToken: "t0k"}, anon: 401, authed: 200,
+			auth: func(r *http.Request) { r.Header.Set("Authorization", "Bearer t0k") }},
+		{name: "basic", obs: obsConfig{metrics: true, metricsBasicAuth: "prom:s3cret"}, anon: 401, authed: 200,
+			auth: func(r *http.Request) { r.SetBasicAuth("prom", "s3cret") }},
+		{name: "separate ops listener", obs: obsConfig{metrics: true, adminListen: "127.0.0.1:0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c serveConfig
+			c.obs = tt.obs
+			s, err := c.obs.newServer(proxyConfigForTest(info))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			get := func(h http.Handler, auth func(*http.Request)) int {
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest("GET", "/metrics", nil)
+				if auth != nil {
+					auth(req)
+				}
+				h.ServeHTTP(rec, req)
+				return rec.Code
+			}
+			if tt.anon != 0 {
+				if got := get(s, nil); got != tt.anon {
+					t.Errorf("anonymous /metrics = %d, want %d", got, tt.anon)
+				}
+			}
+			if tt.authed != 0 {
+				if got := get(s, tt.auth); got != tt.authed {
+					t.Errorf("authenticated /metrics = %d, want %d", got, tt.authed)
+				}
+			}
+			if tt.obs.adminListen != "" {
+				if got := get(s.OpsHandler(), nil); got != 200 {
+					t.Errorf("ops /metrics = %d, want 200", got)
+				}
+				if got := get(s, nil); got == 200 {
+					t.Error("API handler serves /metrics although an ops listener is configured")
+				}
+			}
+		})
+	}
+}
+
+// proxyConfigForTest is a proxy configuration that reaches nothing: /metrics is served by
+// compactd itself, so no upstream is needed.
+func proxyConfigForTest(log *slog.Logger) proxy.Config {
+	u, _ := url.Parse("http://127.0.0.1:1")
+	return proxy.Config{Upstream: u, AnthropicUpstream: u, Logger: log}
+}
