@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end check of compactd's observability against a real Prometheus (Debian's package):
-#   1. promtool check rules on deploy/prometheus/alerts.yml;
+#   1. promtool check rules on deploy/prometheus/alerts.yml and its unit tests (alerts_test.yml);
 #   2. compactd serve (ops listener, metrics token) in front of `compactd fake-upstream`;
 #   3. Prometheus with deploy/prometheus/prometheus.yml adapted to loopback ports, a 1s scrape
 #      interval and the token;
@@ -68,6 +68,7 @@ wait_for() {
 
 echo "prometheus-e2e: promtool check rules"
 promtool check rules deploy/prometheus/alerts.yml
+promtool test rules deploy/prometheus/alerts_test.yml
 
 echo "prometheus-e2e: building compactd and the test helpers"
 go build -o "$work/compactd" ./cmd/compactd
