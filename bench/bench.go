@@ -224,7 +224,8 @@ func bodyFor(target string, items [][]byte, stream bool) []byte {
 	return workload.Body(items, o)
 }
 
-// Run performs a whole run: the sweep, then the warm-prefix and long-stream modes. progress, if
+// Run performs a whole run: the sweep (skipped when Sizes is empty), then the warm-prefix and
+// long-stream modes. progress, if
 // not nil, gets one line per measured cell.
 func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 	if progress == nil {

@@ -48,6 +48,8 @@ type requester struct {
 	client *http.Client
 	url    string
 	body   func(i int) []byte // the body of request i
+	// firstByte, if set, is called when a response's first body byte arrives.
+	firstByte func()
 }
 
 func newClient(maxConns int) *http.Client {
@@ -84,6 +86,9 @@ func (r *requester) do(ctx context.Context, i int, start time.Time) sample {
 		if n > 0 && first {
 			s.ttfb = time.Since(start)
 			first = false
+			if r.firstByte != nil {
+				r.firstByte()
+			}
 		}
 		if err == io.EOF {
 			break

@@ -52,10 +52,12 @@ type StreamResult struct {
 	Target  string
 	Streams int
 	Errors  int
-	// RSS before the streams, while all are open (at a quarter and at nine tenths of the stream
-	// length: flat means these two agree), the peak, and after they ended.
+	// RSS before the streams; when every stream had its first byte (all open); later, when the
+	// first-opened stream is 90% through (all still open: flat means Late equals Early); the peak;
+	// and after they ended.
 	RSSStart, RSSEarly, RSSLate, RSSPeak, RSSEnd int64
-	Elapsed                                      time.Duration
+	// Ramp is how long it took until all streams were open; Elapsed until all had ended.
+	Ramp, Elapsed time.Duration
 }
 
 // longStreams opens o.Streams streams at once through each of direct and compactd, against a fake
@@ -70,7 +72,14 @@ func longStreams(ctx context.Context, o Options, progress io.Writer) ([]StreamRe
 	var out []StreamResult
 	for _, t := range []string{Direct, BelowThresh} {
 		body := bodyFor(t, workload.Items(1<<10), true)
-		r := &requester{client: newClient(o.Streams), url: e.urls[t] + "/v1/responses", body: func(int) []byte { return body }}
+		var opened atomic.Int64
+		allOpen := make(chan struct{})
+		r := &requester{client: newClient(o.Streams), url: e.urls[t] + "/v1/responses", body: func(int) []byte { return body },
+			firstByte: func() {
+				if opened.Add(1) == int64(o.Streams) {
+					close(allOpen)
+				}
+			}}
 		e.fake.Reset()
 		debug.FreeOSMemory()
 		res := StreamResult{Target: t, Streams: o.Streams, RSSStart: rssBytes()}
@@ -81,7 +90,13 @@ func longStreams(ctx context.Context, o Options, progress io.Writer) ([]StreamRe
 		for i := range o.Streams {
 			wg.Go(func() { col.add(r.do(ctx, i, time.Now())) })
 		}
-		sleepUntil(ctx, start.Add(o.StreamFor/4))
+		select {
+		case <-allOpen:
+		case <-time.After(o.StreamFor):
+		case <-ctx.Done():
+		}
+		tOpen := time.Now()
+		res.Ramp = tOpen.Sub(start)
 		res.RSSEarly = rssBytes()
 		sleepUntil(ctx, start.Add(o.StreamFor*9/10))
 		res.RSSLate = rssBytes()

@@ -93,12 +93,12 @@ func (r *Report) Markdown(w io.Writer) {
 	if len(r.Streams) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "### %d concurrent long streams (%v each)\n\n", r.Options.Streams, r.Options.StreamFor)
-		fmt.Fprintln(w, "| target | RSS start | RSS at 1/4 | RSS at 9/10 | RSS peak | RSS end | peak − start per stream | late − early | errors | wall |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| target | RSS start | RSS all open | RSS at 9/10 | RSS peak | RSS end | peak − start per stream | 9/10 − all open | errors | ramp | wall |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, s := range r.Streams {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", s.Target,
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s | %s |\n", s.Target,
 				fmtBytes(s.RSSStart), fmtBytes(s.RSSEarly), fmtBytes(s.RSSLate), fmtBytes(s.RSSPeak), fmtBytes(s.RSSEnd),
-				fmtBytes((s.RSSPeak-s.RSSStart)/int64(max(s.Streams, 1))), fmtSignedBytes(s.RSSLate-s.RSSEarly), s.Errors, fmtDur(s.Elapsed))
+				fmtBytes((s.RSSPeak-s.RSSStart)/int64(max(s.Streams, 1))), fmtSignedBytes(s.RSSLate-s.RSSEarly), s.Errors, fmtDur(s.Ramp), fmtDur(s.Elapsed))
 		}
 	}
 	fmt.Fprintln(w)

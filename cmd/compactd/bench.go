@@ -30,7 +30,7 @@ func runBench(args []string, out, errOut io.Writer) error {
 	duration := fs.Duration("duration", o.Duration, "measurement time of each cell (one target, one workload)")
 	conc := fs.Int("concurrency", o.Concurrency, "closed-loop workers")
 	rates := fs.String("rates", joinFloats(o.Rates), "open-loop request rates per second, comma-separated (empty: none)")
-	sizes := fs.String("sizes", "2KB,200KB,2MB", "request body sizes, comma-separated (KB/MB suffixes)")
+	sizes := fs.String("sizes", "2KB,200KB,2MB", "request body sizes, comma-separated (KB/MB suffixes; empty: skip the sweep)")
 	streams := fs.Int("streams", o.Streams, "concurrent long streams (0: skip)")
 	streamFor := fs.Duration("stream-for", o.StreamFor, "length of each long stream")
 	warm := fs.String("warm-size", "2MB", "body of the warm-prefix mode (0: skip)")
@@ -72,8 +72,8 @@ func runBench(args []string, out, errOut io.Writer) error {
 		}
 		o.WarmSize = ws[0]
 	}
-	if o.Duration <= 0 || o.Concurrency <= 0 || len(o.Sizes) == 0 {
-		return fmt.Errorf("--duration, --concurrency and --sizes must be positive")
+	if o.Duration <= 0 || o.Concurrency <= 0 {
+		return fmt.Errorf("--duration and --concurrency must be positive")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
