@@ -72,7 +72,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	view, e := s.resolveBlocks(req)
+	view, e := s.resolveBlocks(r.Context(), req)
 	if e != nil {
 		s.writeAnthropicError(w, nil, e)
 		return
@@ -240,7 +240,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		s.writeAnthropicError(w, nil, e)
 		return
 	}
-	view, e := s.resolveBlocks(req)
+	view, e := s.resolveBlocks(r.Context(), req)
 	if e != nil {
 		s.writeAnthropicError(w, nil, e)
 		return

@@ -32,8 +32,10 @@ type signer interface {
 	Verify(sig string, msg []byte, b crypto.Binding) error
 }
 
-func (s *Server) binding(id string) crypto.Binding {
-	return crypto.Binding{Kind: anthropicSealKind, ItemID: id, Tenant: s.cfg.Tenant}
+// binding is what a Messages compaction block is sealed and signed under: its id and the
+// request's tenant, so a block issued to one tenant never opens for another.
+func (s *Server) binding(ctx context.Context, id string) crypto.Binding {
+	return crypto.Binding{Kind: anthropicSealKind, ItemID: id, Tenant: s.tenantOf(ctx)}
 }
 
 // openedBlock is a compaction block compactd has opened and checked.
@@ -56,7 +58,7 @@ type msgView struct {
 // the last block with content is the one in force. Its content must match the sealed summary
 // (unless edited summaries are allowed). Every message before it, and every block before it in
 // its message, is dropped, and the block becomes a user text message: the handoff.
-func (s *Server) resolveBlocks(req *api.MessagesRequest) (msgView, *api.AnthropicError) {
+func (s *Server) resolveBlocks(ctx context.Context, req *api.MessagesRequest) (msgView, *api.AnthropicError) {
 	if len(req.Blocks) == 0 {
 		return msgView{msgs: req.Messages}, nil
 	}
@@ -92,7 +94,7 @@ func (s *Server) resolveBlocks(req *api.MessagesRequest) (msgView, *api.Anthropi
 		return msgView{}, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_block_misplaced",
 			fmt.Sprintf("%s: a compaction block cannot be in a system message.", ref.Path()))
 	}
-	o, e := s.openBlock(req.Messages[ref.Message].Blocks[ref.Block].Raw, ref, signed)
+	o, e := s.openBlock(ctx, req.Messages[ref.Message].Blocks[ref.Block].Raw, ref, signed)
 	if e != nil {
 		return msgView{}, e
 	}
@@ -101,7 +103,7 @@ func (s *Server) resolveBlocks(req *api.MessagesRequest) (msgView, *api.Anthropi
 }
 
 // openBlock verifies (when signed) and opens one compaction block and checks its content.
-func (s *Server) openBlock(raw []byte, ref api.BlockRef, signed bool) (*openedBlock, *api.AnthropicError) {
+func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, signed bool) (*openedBlock, *api.AnthropicError) {
 	path := ref.Path()
 	b := gjson.ParseBytes(raw)
 	content := b.Get("content")
@@ -119,7 +121,7 @@ func (s *Server) openBlock(raw []byte, ref api.BlockRef, signed bool) (*openedBl
 		sg, isSigner := s.cfg.Sealer.(signer)
 		err := crypto.ErrMalformed
 		if ok && isSigner {
-			err = sg.Verify(b.Get("signature").Str, []byte(ec.Str), s.binding(id))
+			err = sg.Verify(b.Get("signature").Str, []byte(ec.Str), s.binding(ctx, id))
 		}
 		if err != nil {
 			s.openFailed(crypto.Reason(err))
@@ -130,7 +132,7 @@ func (s *Server) openBlock(raw []byte, ref api.BlockRef, signed bool) (*openedBl
 	if !ok {
 		return nil, s.blockOpenError(path, crypto.ErrMalformed)
 	}
-	plain, err := s.cfg.Sealer.Open(sealed, s.binding(id))
+	plain, err := s.cfg.Sealer.Open(sealed, s.binding(ctx, id))
 	if err != nil {
 		return nil, s.blockOpenError(path, err)
 	}
@@ -284,13 +286,13 @@ func (s *Server) compactMessages(ctx context.Context, r *http.Request, req *api.
 	if err != nil {
 		return nil, err
 	}
-	sealed, err := s.cfg.Sealer.Seal(plain, s.binding(c.id))
+	sealed, err := s.cfg.Sealer.Seal(plain, s.binding(ctx, c.id))
 	if err != nil {
 		return nil, err
 	}
 	c.ec = encryptedContent(c.id, sealed)
 	if sg != nil {
-		c.sig = sg.Sign([]byte(c.ec), s.binding(c.id))
+		c.sig = sg.Sign([]byte(c.ec), s.binding(ctx, c.id))
 	}
 	c.block = api.CompactionBlock(c.summary, c.ec, c.sig)
 	return c, nil
