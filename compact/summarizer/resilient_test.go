@@ -485,14 +485,14 @@ func TestResilientHalfOpenSingleProbe(t *testing.T) {
 	}
 }
 
-// TestResilientBreakerStaleSuccess checks that a call admitted before the breaker opened cannot
-// close it by finishing late.
-func TestResilientBreakerStaleSuccess(t *testing.T) {
+// TestResilientBreakerStaleOutcome checks that a call admitted before the breaker opened cannot
+// move it by finishing late: its failure, landing after the breaker has re-closed, is ignored.
+func TestResilientBreakerStaleOutcome(t *testing.T) {
 	clk := newFakeClock()
 	cfg := testConfig(clk)
-	cfg.MaxAttempts, cfg.BreakerFailures = 1, 2
-	slow := &scripted{steps: []step{okStep}, hold: make(chan struct{}), started: make(chan struct{}, 1)}
-	fast := &scripted{steps: []step{failed(503, true, 0)}}
+	cfg.MaxAttempts, cfg.BreakerFailures, cfg.BreakerCooldown = 1, 1, time.Second
+	slow := &scripted{steps: []step{failed(503, true, 0)}, hold: make(chan struct{}), started: make(chan struct{}, 1)}
+	fast := &scripted{steps: []step{failed(503, true, 0), okStep}}
 	var which atomic.Pointer[scripted]
 	which.Store(slow)
 	r := NewResilient(summarizerFunc(func(ctx context.Context, req Request) (Result, error) {
@@ -505,18 +505,19 @@ func TestResilientBreakerStaleSuccess(t *testing.T) {
 	}()
 	<-slow.started
 	which.Store(fast)
-	for range 2 {
-		_, _ = r.Summarize(context.Background(), Request{})
+	if _, err := r.Summarize(context.Background(), Request{}); !errors.Is(err, ErrUnavailable) || r.State() != StateOpen {
+		t.Fatalf("err = %v, state = %s; want a failure that opens the breaker", err, r.State())
 	}
-	if s := r.State(); s != StateOpen {
-		t.Fatalf("state = %s, want open", s)
+	clk.advance(time.Second)
+	if _, err := r.Summarize(context.Background(), Request{}); err != nil || r.State() != StateClosed {
+		t.Fatalf("probe: err = %v, state = %s; want success, closed", err, r.State())
 	}
 	close(slow.hold)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if err := <-done; !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("slow call: %v", err)
 	}
-	if s := r.State(); s != StateOpen {
-		t.Errorf("a stale success moved the breaker to %s", s)
+	if s := r.State(); s != StateClosed {
+		t.Errorf("a stale failure moved the breaker to %s", s)
 	}
 }
 
@@ -558,8 +559,17 @@ func TestResilientConcurrencyCap(t *testing.T) {
 	qctx, qcancel := context.WithCancel(context.Background())
 	go call(qctx)
 	waitFor(t, "one waiter", func() bool { _, w := r.InFlight(); return w == 1 })
-	// The fourth finds the queue full.
-	if _, err := r.Summarize(context.Background(), Request{}); !errors.Is(err, ErrBusy) {
+	// The fourth finds the queue full. Should it queue instead, cancelling it makes that show
+	// as context.Canceled rather than hanging the test.
+	bctx, bcancel := context.WithCancel(context.Background())
+	busy := make(chan error, 1)
+	go func() {
+		_, err := r.Summarize(bctx, Request{})
+		busy <- err
+	}()
+	waitFor(t, "fourth caller answered or queued", func() bool { _, w := r.InFlight(); return len(busy) == 1 || w == 2 })
+	bcancel()
+	if err := <-busy; !errors.Is(err, ErrBusy) {
 		t.Fatalf("over the queue: err = %v, want ErrBusy", err)
 	}
 	// The waiter gives up: its slot in the queue frees.
@@ -608,23 +618,25 @@ func TestResilientBusyUnderLoad(t *testing.T) {
 			wantBusy := max(tt.callers-tt.maxConc-queue, 0)
 
 			results := make(chan error, tt.callers)
+			var returned atomic.Int64
 			var wg sync.WaitGroup
 			for range tt.callers {
 				wg.Go(func() {
 					_, err := r.Summarize(context.Background(), Request{})
 					results <- err
+					returned.Add(1)
 				})
 			}
 			// Everyone over the cap and the queue is turned away before anything finishes.
+			waitFor(t, "cap and queue full, the rest turned away", func() bool {
+				n, w := r.InFlight()
+				return n == tt.maxConc && w == queue && returned.Load() == int64(wantBusy)
+			})
 			for i := range wantBusy {
 				if err := <-results; !errors.Is(err, ErrBusy) {
 					t.Fatalf("result %d = %v, want ErrBusy", i, err)
 				}
 			}
-			waitFor(t, "cap and queue full", func() bool {
-				n, w := r.InFlight()
-				return n == tt.maxConc && w == queue
-			})
 			close(inner.hold)
 			wg.Wait()
 			close(results)
