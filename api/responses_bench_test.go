@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
 )
 
@@ -22,12 +23,14 @@ func BenchmarkParseResponsesRequest(b *testing.B) {
 		b.Run(bs.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
+			c0 := cputime.Process()
 			for b.Loop() {
 				r, err := api.ParseResponsesRequest(body)
 				if err != nil || len(r.Items) < 2 {
 					b.Fatalf("parse: %v", err)
 				}
 			}
+			cputime.Report(b, c0)
 		})
 	}
 }
@@ -48,11 +51,13 @@ func BenchmarkWithInput(b *testing.B) {
 		b.Run(bs.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
+			c0 := cputime.Process()
 			for b.Loop() {
 				if out := r.WithInput(raw, true); len(out) >= len(body) {
 					b.Fatal("context_management not dropped")
 				}
 			}
+			cputime.Report(b, c0)
 		})
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/compact/summarizer"
@@ -322,7 +323,7 @@ func (a *acc) run(ctx context.Context, e *env, w Workload, r *requester, maxInfl
 	debug.FreeOSMemory()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	rss := sampleRSS(20 * time.Millisecond)
 	if w.Open {
 		el, missed := openLoop(ctx, &a.col, r, w.Rate, d, maxInflight)
@@ -332,7 +333,7 @@ func (a *acc) run(ctx context.Context, e *env, w Workload, r *requester, maxInfl
 		a.elapsed += closedLoop(ctx, &a.col, r, w.Conc, d)
 	}
 	a.peak = max(a.peak, rss.Peak())
-	a.cpu += cpuTime() - cpu0
+	a.cpu += cputime.Process() - cpu0
 	runtime.ReadMemStats(&m1)
 	a.alloc += m1.TotalAlloc - m0.TotalAlloc
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/compactd/compactd/bench/cputime"
 )
 
 // BenchmarkRender measures the handoff rendering every turn after a compaction pays: the fixed
@@ -15,20 +17,24 @@ func BenchmarkRender(b *testing.B) {
 		b.Run(fmt.Sprintf("Text/%dKB", size>>10), func(b *testing.B) {
 			b.SetBytes(int64(len(summary) + len(ledger)))
 			b.ReportAllocs()
+			c0 := cputime.Process()
 			for b.Loop() {
 				if len(Text(summary, ledger)) < size {
 					b.Fatal("short")
 				}
 			}
+			cputime.Report(b, c0)
 		})
 		b.Run(fmt.Sprintf("ResponsesMessage/%dKB", size>>10), func(b *testing.B) {
 			b.SetBytes(int64(len(summary) + len(ledger)))
 			b.ReportAllocs()
+			c0 := cputime.Process()
 			for b.Loop() {
 				if len(ResponsesMessage(summary, ledger)) < size {
 					b.Fatal("short")
 				}
 			}
+			cputime.Report(b, c0)
 		})
 	}
 }

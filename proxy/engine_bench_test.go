@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/compact/summarizer"
@@ -83,11 +84,13 @@ func BenchmarkExpand(b *testing.B) {
 			}
 			b.Run(size.name+"/"+shape, func(b *testing.B) {
 				b.ReportAllocs()
+				c0 := cputime.Process()
 				for b.Loop() {
 					if out := s.expand(items, k, o); len(out) == 0 || !out[len(out)-1-(len(items)-k-1)].Handoff {
 						b.Fatal("no handoff message")
 					}
 				}
+				cputime.Report(b, c0)
 			})
 		}
 	}
@@ -125,12 +128,14 @@ func BenchmarkCompactItems(b *testing.B) {
 			}
 			b.SetBytes(int64(bodyBytes))
 			b.ReportAllocs()
+			c0 := cputime.Process()
 			for b.Loop() {
 				c, err := s.compactItems(context.Background(), r, compactRequest{model: "m", items: items, tokensBefore: total})
 				if err != nil || c.item == nil {
 					b.Fatalf("compact: %v", err)
 				}
 			}
+			cputime.Report(b, c0)
 		})
 	}
 }

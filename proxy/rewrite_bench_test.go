@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
 	"github.com/compactd/compactd/fakeupstream"
 )
@@ -42,6 +43,7 @@ func BenchmarkSSERewrite(b *testing.B) {
 			b.SetBytes(int64(len(stream)))
 			b.ReportAllocs()
 			n := 0
+			c0 := cputime.Process()
 			for b.Loop() {
 				t := &turn{item: item, itemID: "cmp_0123456789abcdef0123456789abcdef", stream: true}
 				rw := newSSERewriter(io.NopCloser(bytes.NewReader(stream)), t)
@@ -51,6 +53,7 @@ func BenchmarkSSERewrite(b *testing.B) {
 				}
 				n += events
 			}
+			cputime.Report(b, c0)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
 		})
 	}

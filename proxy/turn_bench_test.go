@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/crypto"
@@ -57,6 +58,7 @@ func BenchmarkTurn(b *testing.B) {
 				i := 0
 				var m0, m1 runtime.MemStats
 				runtime.ReadMemStats(&m0)
+				c0 := cputime.Process()
 				for b.Loop() {
 					body := bodies[i%len(bodies)]
 					i++
@@ -68,6 +70,7 @@ func BenchmarkTurn(b *testing.B) {
 						b.Fatalf("status %d: %s", w.Code, w.Body)
 					}
 				}
+				cputime.Report(b, c0)
 				runtime.ReadMemStats(&m1)
 				b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/float64(i)/float64(len(bodies[0])), "bodies/op")
 			})

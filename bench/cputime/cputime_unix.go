@@ -1,14 +1,14 @@
 //go:build unix
 
-package bench
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime is the user+system CPU time of the whole process so far (getrusage RUSAGE_SELF).
-func cpuTime() time.Duration {
+// Process is the user+system CPU time of the whole process so far (getrusage RUSAGE_SELF).
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
