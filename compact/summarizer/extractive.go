@@ -50,8 +50,13 @@ func Extractive(entries []string, maxBytes int) string {
 		}
 	}
 	hasAsst := asst != ""
-	if out := renderExtractive(users, 0, asst, hasAsst); maxBytes <= 0 || len(out) <= maxBytes {
-		return out
+	// Measured before rendering: a transcript with pasted logs can be far over the budget.
+	full := extractiveOverhead(len(users), 0, hasAsst) + len(asst)
+	for _, u := range users {
+		full += len(u)
+	}
+	if maxBytes <= 0 || full <= maxBytes {
+		return renderExtractive(users, 0, asst, hasAsst)
 	}
 
 	// The assistant's message gets at most a quarter of what the sections leave, and none if
@@ -87,6 +92,11 @@ func hasLabel(e, label string) bool {
 // renderExtractive lays the parts out; with empty strings it measures the fixed overhead.
 func renderExtractive(users []string, omitted int, asst string, hasAsst bool) string {
 	var b strings.Builder
+	size := extractiveOverhead(len(users), omitted, hasAsst) + len(asst)
+	for _, u := range users {
+		size += len(u)
+	}
+	b.Grow(size)
 	b.WriteString(ExtractiveHeading)
 	if len(users) > 0 || omitted > 0 {
 		b.WriteString(extractiveUsers)
