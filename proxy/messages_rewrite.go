@@ -24,6 +24,9 @@ import (
 // body becomes an SSE error event.
 func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 	mt := msgTurnFrom(resp.Request)
+	if mt != nil {
+		guardMessagesStream(resp) // a broken upstream stream ends in an error event, not a cut
+	}
 	if mt == nil || !mt.rewrites() {
 		return nil
 	}

@@ -21,6 +21,9 @@ const maxJSONResponse = 64 << 20
 // to output[0], in JSON or in the SSE stream.
 func (s *Server) modifyResponse(resp *http.Response) error {
 	t := turnFrom(resp.Request.Context())
+	if t != nil {
+		guardResponsesStream(resp) // a broken upstream stream ends in an error event, not a cut
+	}
 	if t == nil || !t.rewrite() {
 		return nil
 	}

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/iotest"
+)
+
+// brokenBody yields data, then err.
+type brokenBody struct {
+	r   io.Reader
+	err error
+}
+
+func (b *brokenBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		return n, b.err
+	}
+	return n, err
+}
+
+func (b *brokenBody) Close() error { return nil }
+
+func guardedResponse(ctx context.Context, body string, err error) *http.Response {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://upstream/v1/responses", nil)
+	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
+		Body: &brokenBody{r: iotest.HalfReader(strings.NewReader(body)), err: err}}
+	guardResponsesStream(resp)
+	return resp
+}
+
+func TestStreamGuard(t *testing.T) {
+	created := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\"}}\n\n"
+	delta := "event: response.output_text.delta\r\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"hi\"}\r\n\r\n"
+	completed := "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"output\":[]}}\n\n"
+	partial := "event: response.output_text.delta\ndata: {\"type\":\"response.outp"
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		body    string
+		err     error
+		want    string // the events that must come through, byte for byte, first
+		failSeq int    // sequence number of the closing error event; -1 for none
+		readErr error
+	}{
+		{name: "complete", body: created + delta + completed, err: io.EOF, want: created + delta + completed, failSeq: -1},
+		{name: "trailing bytes after terminal", body: created + completed + ": bye", err: io.EOF, want: created + completed + ": bye", failSeq: -1},
+		{name: "cut mid-event", body: created + delta + partial, err: io.ErrUnexpectedEOF, want: created + delta, failSeq: 2},
+		{name: "reset between events", body: created, err: syscall.ECONNRESET, want: created, failSeq: 1},
+		{name: "clean EOF before terminal", body: created + delta, err: io.EOF, want: created + delta, failSeq: 2},
+		{name: "nothing at all", body: "", err: io.EOF, want: "", failSeq: 0},
+		{name: "client gone", ctx: cancelled, body: created + partial, err: context.Canceled, want: created, failSeq: -1, readErr: context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := tt.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			resp := guardedResponse(ctx, tt.body, tt.err)
+			out, err := io.ReadAll(resp.Body)
+			if !errors.Is(err, tt.readErr) {
+				t.Fatalf("read error %v, want %v", err, tt.readErr)
+			}
+			if !bytes.HasPrefix(out, []byte(tt.want)) {
+				t.Fatalf("output does not start with the whole events:\n got %q\nwant %q", out, tt.want)
+			}
+			rest := out[len(tt.want):]
+			if tt.failSeq < 0 {
+				if len(rest) > 0 {
+					t.Fatalf("unexpected bytes after the stream: %q", rest)
+				}
+				return
+			}
+			evs := sseEvents(t, rest)
+			if len(evs) != 2 || evs[0].Get("type").Str != "error" || evs[0].Get("code").Str != "upstream_stream_interrupted" ||
+				evs[0].Get("sequence_number").Int() != int64(tt.failSeq) || evs[1].Get("type").Str != "response.failed" ||
+				evs[1].Get("sequence_number").Int() != int64(tt.failSeq+1) {
+				t.Fatalf("closing events wrong: %q", rest)
+			}
+		})
+	}
+}
+
+func TestStreamGuardLeavesOthersAlone(t *testing.T) {
+	for _, resp := range []*http.Response{
+		{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}},
+		{StatusCode: 500, Header: http.Header{"Content-Type": {"text/event-stream"}}},
+	} {
+		body := io.NopCloser(strings.NewReader("x"))
+		resp.Body = body
+		guardStream(resp, func(int) []byte { return nil })
+		if resp.Body != body {
+			t.Errorf("status %d %s: body wrapped", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+}
+
+func TestStreamGuardMessages(t *testing.T) {
+	req, _ := http.NewRequest(http.MethodPost, "http://upstream/v1/messages", nil)
+	start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n"
+	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
+		Body: &brokenBody{r: strings.NewReader(start + "event: content_block_delta\ndata: {\"ty"), err: io.ErrUnexpectedEOF}}
+	guardMessagesStream(resp)
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := sseEvents(t, out)
+	if len(evs) != 2 || evs[1].Get("type").Str != "error" || evs[1].Get("error.type").Str != "api_error" {
+		t.Fatalf("stream = %q", out)
+	}
+}
+
+func BenchmarkStreamGuard(b *testing.B) {
+	stream := responsesStream(strings.Repeat("token ", 8), 2, 200, false, true)
+	req, _ := http.NewRequest(http.MethodPost, "http://upstream/v1/responses", nil)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
+			Body: io.NopCloser(bytes.NewReader(stream))}
+		guardResponsesStream(resp)
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
