@@ -200,7 +200,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	}
 	if len(w.Summarise) > 0 && tail == nil {
 		var err error
-		res, err = s.cfg.Summarizer.Summarize(ctx, summarizer.Request{
+		res, err = s.summarise(ctx, "openai", summarizer.Request{
 			Model:        cr.model,
 			Entries:      compact.RenderEntries(items, w.Summarise),
 			Instructions: cr.instructions,
@@ -305,6 +305,9 @@ func callerCredentials(h http.Header) http.Header {
 func summariserError(err error) *api.OpenAIError {
 	if errors.Is(err, context.Canceled) {
 		return nil
+	}
+	if errors.Is(err, summarizer.ErrBusy) {
+		return busyOpenAI()
 	}
 	return &api.OpenAIError{
 		Status: http.StatusBadGateway, Type: "server_error", Code: "compaction_failed",

@@ -257,7 +257,7 @@ func (s *Server) compactMessages(ctx context.Context, r *http.Request, req *api.
 			return nil, errors.New("the configured sealer cannot sign compaction blocks")
 		}
 	}
-	res, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{
+	res, err := s.summarise(ctx, "anthropic", summarizer.Request{
 		Model:        req.Model,
 		Entries:      compact.RenderEntries(items, w.Summarise),
 		Instructions: cr.instructions,
@@ -316,6 +316,9 @@ func (s *Server) compactThreshold(w http.ResponseWriter, r *http.Request, req *a
 		return nil, false
 	case err != nil:
 		s.messagesCompactionFailed(r, "threshold", req.Model, err)
+		if !mt.t.committed && s.passThroughOnFailure(w, "anthropic", err) {
+			return nil, false
+		}
 		if e := compactionUnavailable(err); e != nil {
 			s.writeAnthropicError(w, mt, e)
 		}
@@ -361,6 +364,9 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 func compactionUnavailable(err error) *api.AnthropicError {
 	if errors.Is(err, context.Canceled) {
 		return nil
+	}
+	if errors.Is(err, summarizer.ErrBusy) {
+		return busyAnthropic()
 	}
 	return compactionError(529, "overloaded_error", "compaction_unavailable",
 		"compactd could not summarise the conversation (the summariser LLM failed or timed out); nothing was changed, retry the request.")

@@ -392,3 +392,6 @@ func (m *metrics) authFailure() {}
 
 // speculative counts speculative-compaction outcomes: started, hit, miss, failed.
 func (m *metrics) speculative(outcome string) {}
+
+// fallback counts a summariser failure handled by a failure policy (passthrough, extractive).
+func (m *metrics) fallback(api, policy string) {}

@@ -109,6 +109,9 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			case errors.Is(err, errNothingToCompact):
 			case err != nil:
 				s.compactionFailed(r, trigger, req.Model, err)
+				if !t.committed && s.passThroughOnFailure(w, "openai", err) {
+					break // forward the turn as it came
+				}
 				if e := summariserError(err); e != nil {
 					if t.committed {
 						_, _ = w.Write(e.SSE(0, ""))

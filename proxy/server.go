@@ -55,6 +55,8 @@ type Config struct {
 	Recall RecallConfig
 	// Speculative configures speculative compaction (on by default; Fraction < 0 turns it off).
 	Speculative SpeculativeConfig
+	// FailurePolicies say what a turn does when the summariser fails (default: fail).
+	FailurePolicies FailurePolicies
 	// LedgerBytes bounds the facts ledger sealed with each summary (default 6144; -1 = no ledger).
 	LedgerBytes int
 	// GapCheck runs a second summariser pass that compares summary + ledger with the replaced

@@ -50,10 +50,12 @@ type serveConfig struct {
 	logFormat, logLevel string
 	obs                 obsConfig // metrics, ops listener, readiness (serve_obs.go)
 
-	tenantsFile string
-	speculative proxy.SpeculativeConfig
-	ledgerBytes int
-	gapCheck    bool
+	tenantsFile   string
+	failurePolicy string
+	resilience    summarizer.ResilienceConfig
+	speculative   proxy.SpeculativeConfig
+	ledgerBytes   int
+	gapCheck      bool
 
 	archiveDSN, archiveIndexKey string
 	archiveMaxAge               time.Duration
@@ -104,6 +106,12 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.speculative.Fraction, "speculative-fraction", 0.85, "start summarising in the background past this fraction of the threshold (negative: off)")
 	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", 2, "background summarisations at once")
 	fs.DurationVar(&c.speculative.TTL, "speculative-ttl", 15*time.Minute, "how long an unused speculative summary is kept")
+	fs.StringVar(&c.failurePolicy, "summarizer-failure-policy", "fail", "when the summariser fails: fail, passthrough or extractive, or per route: responses=…,messages=…")
+	fs.IntVar(&c.resilience.MaxAttempts, "summarizer-retries", 3, "attempts per summarisation (retries on 429/5xx with exponential backoff and jitter, honouring Retry-After)")
+	fs.IntVar(&c.resilience.BreakerFailures, "breaker-failures", 5, "consecutive failed summarisations that open the circuit breaker (negative: no breaker)")
+	fs.DurationVar(&c.resilience.BreakerCooldown, "breaker-cooldown", 30*time.Second, "how long the breaker stays open before one probe")
+	fs.IntVar(&c.resilience.MaxConcurrent, "max-concurrent-compactions", 8, "summarisations in flight at once (0: unlimited)")
+	fs.IntVar(&c.resilience.MaxQueue, "compaction-queue", 32, "compactions allowed to wait for a slot; past it the turn gets a 429")
 	fs.IntVar(&c.ledgerBytes, "ledger-bytes", 6144, "facts ledger sealed with each summary, in bytes (-1: none)")
 	fs.BoolVar(&c.gapCheck, "gap-check", false, "second summariser pass that adds facts the summary and ledger still miss")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -166,6 +174,10 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	policies, err := proxy.ParseFailurePolicies(c.failurePolicy)
+	if err != nil {
+		return nil, fmt.Errorf("--summarizer-failure-policy: %w", err)
+	}
 	var tenants *proxy.Tenants
 	if c.tenantsFile != "" {
 		if tenants, err = proxy.LoadTenants(c.tenantsFile); err != nil {
@@ -175,6 +187,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	}
 	return c.obs.newServer(proxy.Config{
 		Tenants:              tenants,
+		FailurePolicies:      policies,
 		Speculative:          c.speculative,
 		LedgerBytes:          c.ledgerBytes,
 		GapCheck:             c.gapCheck,
@@ -187,7 +200,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		AllowEditedSummaries: c.allowEditedSummaries,
 		Transport:            transport,
 		Sealer:               ring,
-		Summarizer:           sum,
+		Summarizer:           summarizer.NewResilient(sum, c.resilience),
 		Counter:              counter,
 		Policy:               compact.Policy{Threshold: c.compactThreshold, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
 		RetainTokens:         c.retainTokens,
