@@ -17,8 +17,10 @@ func (s *Server) compacted(r *http.Request, trigger string, c *compaction) {
 		slog.Int64("summariser_input_tokens", c.usage.InputTokens),
 		slog.Int64("summariser_output_tokens", c.usage.OutputTokens),
 	}
-	attrs = append(attrs, clientTurnFrom(r.Header).LogAttrs()...)
-	s.log.Info("compacted", attrs...)
+	ct := clientTurnFrom(r.Header)
+	attrs = append(attrs, ct.LogAttrs()...)
+	s.log.InfoContext(r.Context(), "compacted", attrs...)
+	s.metrics.clientCompaction("openai", ct)
 	s.metrics.compaction(compactionEvent{API: "openai", Trigger: trigger, Outcome: "ok", Model: c.payload.Model,
 		TokensBefore: c.payload.TokensBefore, TokensAfter: c.payload.TokensAfter})
 }
@@ -27,6 +29,6 @@ func (s *Server) compacted(r *http.Request, trigger string, c *compaction) {
 // an error and nothing was changed).
 func (s *Server) compactionFailed(r *http.Request, trigger, model string, err error) {
 	attrs := append([]any{slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
-	s.log.Warn("compaction failed", attrs...)
+	s.log.WarnContext(r.Context(), "compaction failed", attrs...)
 	s.metrics.compaction(compactionEvent{API: "openai", Trigger: trigger, Outcome: "failed", Model: model})
 }

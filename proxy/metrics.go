@@ -73,6 +73,11 @@ type metrics struct {
 	recallSearches *prometheus.CounterVec // outcome (ok, failed)
 	recallHits     prometheus.Counter
 
+	speculativeOutcomes *prometheus.CounterVec // outcome (started, hit, miss, failed)
+	authFailures        prometheus.Counter
+	fallbacks           *prometheus.CounterVec // api, policy (passthrough, extractive)
+	clientCompactions   *prometheus.CounterVec // api, phase, reason (from the client's own headers)
+
 	models *modelLabels
 }
 
@@ -121,7 +126,20 @@ func newMetrics(cfg Config) *metrics {
 		recallSearches: counter("compactd_recall_searches_total", "Recall tool searches of the archive, by outcome (ok, failed).", "outcome"),
 		recallHits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_recall_hits_total", Help: "Archive entries returned by recall searches."}),
 
+		speculativeOutcomes: counter("compactd_speculative_compactions_total", "Speculative compaction: background summaries started, and crossing turns that found one ready (hit), found none (miss), or found a failed one (failed).", "outcome"),
+		authFailures:        prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_auth_failures_total", Help: "Requests refused for a missing or unknown compactd client key (tenants configured)."}),
+		fallbacks:           counter("compactd_summariser_fallbacks_total", "Summariser failures handled by a failure policy instead of failing the turn, by API and policy (passthrough, extractive).", "api", "policy"),
+		clientCompactions:   counter("compactd_client_compactions_total", "Compactions whose client said why (Codex x-codex-turn-metadata), by API, the client's phase (pre_turn, post_turn, …) and reason (context_limit, …).", "api", "phase", "reason"),
+
 		models: newModelLabels(cfg.MetricModels, maxModelLabels),
+	}
+	f(m.authFailures)
+	for _, o := range []string{"started", "hit", "miss", "failed"} {
+		m.speculativeOutcomes.WithLabelValues(o)
+	}
+	for _, api := range metricAPIs {
+		m.fallbacks.WithLabelValues(api, "passthrough")
+		m.fallbacks.WithLabelValues(api, "extractive")
 	}
 	f(m.recallHits)
 	m.recallSearches.WithLabelValues("ok")
@@ -388,10 +406,41 @@ func modelNameOK(s string) bool {
 }
 
 // authFailure counts a request refused for a missing or unknown client key.
-func (m *metrics) authFailure() {}
+func (m *metrics) authFailure() {
+	if m == nil {
+		return
+	}
+	m.authFailures.Inc()
+}
 
 // speculative counts speculative-compaction outcomes: started, hit, miss, failed.
-func (m *metrics) speculative(outcome string) {}
+func (m *metrics) speculative(outcome string) {
+	if m == nil {
+		return
+	}
+	m.speculativeOutcomes.WithLabelValues(label(outcome)).Inc()
+}
 
 // fallback counts a summariser failure handled by a failure policy (passthrough, extractive).
-func (m *metrics) fallback(api, policy string) {}
+func (m *metrics) fallback(api, policy string) {
+	if m == nil {
+		return
+	}
+	m.fallbacks.WithLabelValues(apiLabel(api), label(policy)).Inc()
+}
+
+// clientCompaction counts a compaction with the phase and reason the client gave for it. Both are
+// sanitised enum words (see label), so a client cannot blow up the series count.
+func (m *metrics) clientCompaction(api string, ct clientTurn) {
+	if m == nil || (ct.Phase == "" && ct.Reason == "") {
+		return
+	}
+	phase, reason := ct.Phase, ct.Reason
+	if phase == "" {
+		phase = "unknown"
+	}
+	if reason == "" {
+		reason = "unknown"
+	}
+	m.clientCompactions.WithLabelValues(apiLabel(api), phase, reason).Inc()
+}
