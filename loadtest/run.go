@@ -58,14 +58,16 @@ type Report struct {
 	Turns         int // turns attempted to completion or give-up
 	TurnsOK       int // turns that ended in a complete stream (response.completed)
 	TurnsFailed   int // turns given up after MaxAttempts, each attempt a clean error
-	Attempts      int // requests sent, retries included
-	Compactions   int // compaction items issued to clients (in completed streams)
-	ItemsOpened   int // items carried into the next turn that compactd opened (the turn completed)
+	// ClosingTurns are the extra turns (no context_management, so no new compaction) that carry
+	// a conversation's last compaction item back, so every item issued is checked.
+	ClosingTurns int
+	Attempts     int // requests sent, retries included
+	Compactions  int // compaction items issued to clients (in completed streams)
+	ItemsOpened  int // items carried into the next turn that compactd opened (the turn completed)
 	// ItemsLost counts items compactd refused on the next turn (400 invalid_encrypted_content).
 	// It must be 0.
 	ItemsLost int
-	// ItemsUnverified are items issued on a conversation's last turn (nothing follows them) or
-	// whose next turn never completed.
+	// ItemsUnverified are items whose next turn never completed (given up after MaxAttempts).
 	ItemsUnverified int
 	// CleanErrors counts failed attempts by how they failed cleanly: "http <status> <type>" for an
 	// error response with a proper envelope, "sse <type/code>" for an error event in the stream.
@@ -99,11 +101,12 @@ func (r *Report) String() string {
 	b.WriteString("| figure | value |\n|---|---|\n")
 	row("conversations", r.Conversations)
 	row("turns (completed / given up)", fmt.Sprintf("%d (%d / %d)", r.Turns, r.TurnsOK, r.TurnsFailed))
+	row("closing turns (carry the last item back)", r.ClosingTurns)
 	row("requests (retries included)", r.Attempts)
 	row("compaction items issued", r.Compactions)
 	row("items opened on the next turn", r.ItemsOpened)
 	row("items lost (400 invalid_encrypted_content)", r.ItemsLost)
-	row("items unverified (last turn, or next turn given up)", r.ItemsUnverified)
+	row("items unverified (next turn given up)", r.ItemsUnverified)
 	row("clean errors seen by clients", mapString(r.CleanErrors))
 	row("unclean endings", mapString(r.Unclean))
 	faults := make(map[string]int, len(r.Faults))
@@ -270,13 +273,14 @@ func serve(h http.Handler) (baseURL string, stop func(), err error) {
 
 // stats is one conversation's share of the Report.
 type stats struct {
-	turns, ok, failed, attempts           int
+	turns, ok, failed, attempts, closing  int
 	compactions, opened, lost, unverified int
 	clean, unclean                        map[string]int
 }
 
 func (s *stats) addTo(r *Report) {
 	r.Turns += s.turns
+	r.ClosingTurns += s.closing
 	r.TurnsOK += s.ok
 	r.TurnsFailed += s.failed
 	r.Attempts += s.attempts
@@ -359,7 +363,37 @@ func (c *conversation) run(ctx context.Context) {
 		history = append(input, o.output...)
 	}
 	if carrying {
-		c.stats.unverified++
+		c.verify(ctx, history)
+	}
+}
+
+// verify sends one closing turn, without context_management so that it cannot compact again,
+// to check that the last turn's compaction item opens too.
+func (c *conversation) verify(ctx context.Context, history []json.RawMessage) {
+	input := append(history[:len(history):len(history)], api.UserMessage("thanks, that is all"))
+	body := requestBody(input, 0)
+	c.stats.closing++
+	for attempt := 1; ; attempt++ {
+		c.stats.attempts++
+		o := c.attempt(ctx, body)
+		switch {
+		case o.output != nil:
+			c.stats.opened++
+			return
+		case o.lost:
+			c.stats.clean[o.clean]++
+			c.stats.lost++
+			return
+		case o.clean != "":
+			c.stats.clean[o.clean]++
+		case o.unclean != "":
+			c.stats.unclean[o.unclean]++
+		}
+		if attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
+			c.stats.unverified++
+			return
+		}
+		c.backoff(ctx, attempt, o.retryAfter)
 	}
 }
 
@@ -379,6 +413,9 @@ func requestBody(input []json.RawMessage, threshold int) []byte {
 	in, _ := json.Marshal(input)
 	b := []byte(`{"model":"fake-model","stream":true,"store":false,"input":`)
 	b = append(b, in...)
+	if threshold <= 0 {
+		return append(b, '}')
+	}
 	b = append(b, `,"context_management":[{"type":"compaction","compact_threshold":`...)
 	b = strconv.AppendInt(b, int64(threshold), 10)
 	return append(b, `}]}`...)
