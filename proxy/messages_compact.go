@@ -279,9 +279,17 @@ func (s *Server) compactMessages(ctx context.Context, r *http.Request, req *api.
 		TokensAfter:   after,
 		ItemsReplaced: len(cr.msgs),
 	}
+	// The raw messages go to the archive, like the Responses side's items, so nothing is lost.
+	var prev *opened
 	if cr.prev != nil {
 		c.payload.Previous = cr.prev.id
+		prev = &opened{id: cr.prev.id, payload: cr.prev.payload}
 	}
+	ref, err := s.archiveReplaced(ctx, conversationID(r, "", prev), c.id, res.Model, items, w, prev)
+	if err != nil {
+		return nil, err
+	}
+	c.payload.Archive = ref
 	plain, err := c.payload.Marshal()
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/compactd/compactd/archive"
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/fakeupstream"
 	"github.com/compactd/compactd/handoff"
@@ -632,4 +633,19 @@ func (g gated) Summarize(ctx context.Context, r summarizer.Request) (summarizer.
 		return summarizer.Result{}, ctx.Err()
 	}
 	return g.s.Summarize(ctx, r)
+}
+
+// Messages compactions archive the raw messages they replaced, searchable by conversation.
+func TestMessagesCompactionIsArchived(t *testing.T) {
+	var store archive.Store
+	h := newMsgHarness(t, withArchive(t, func(c *proxy.Config) { store = c.Archive; c.AnthropicUpstream = c.Upstream }))
+	hist := append(longHistory(16), userText("what next?"))
+	if _, err := h.ant.Beta.Messages.New(context.Background(), params(hist, compactEdit(50_000, false)),
+		option.WithHeader("X-Compactd-Session", "conv-ant")); err != nil {
+		t.Fatal(err)
+	}
+	convs, err := store.Conversations(context.Background(), "")
+	if err != nil || len(convs) != 1 || convs[0].ID != "conv-ant" {
+		t.Fatalf("conversations = %+v, err %v", convs, err)
+	}
 }
