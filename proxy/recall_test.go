@@ -18,6 +18,7 @@ import (
 	"github.com/compactd/compactd/archive"
 	"github.com/compactd/compactd/crypto"
 	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/handoff"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -47,8 +48,8 @@ func withArchive(t *testing.T, more func(*proxy.Config)) func(*proxy.Config) {
 func recallHistory() []any {
 	items := toAny(history(6, 400))
 	return append(items[:3:3], append([]any{
-		map[string]any{"type": "function_call", "call_id": "call_cfg", "name": "shell", "arguments": `{"cmd":["cat","config.yaml"]}`},
-		map[string]any{"type": "function_call_output", "call_id": "call_cfg", "output": "server:\n  " + plantedFact + "\n"},
+		map[string]any{"type": "function_call", "call_id": "call_cfg", "name": "shell", "arguments": `{"command":["bash","-lc","cat config.yaml"]}`},
+		map[string]any{"type": "function_call_output", "call_id": "call_cfg", "output": "Exit code: 0\nWall time: 0.01 seconds\nOutput:\nserver:\n  port: 8443\n  # " + plantedFact + "\n"},
 	}, items[3:]...)...)
 }
 
@@ -279,4 +280,28 @@ func httptestRecorder(h http.Handler, body []byte) []byte {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/responses", bytes.NewReader(body)))
 	return rec.Body.Bytes()
+}
+
+// The facts ledger is sealed with the summary and rendered after it; with GapCheck a second
+// summariser pass adds what is still missing.
+func TestLedgerAndGapCheck(t *testing.T) {
+	for _, gap := range []bool{false, true} {
+		h := newHarness(t, fakeupstream.Options{}, withArchive(t, func(c *proxy.Config) { c.GapCheck = gap; c.Recall.Disabled = true }))
+		if _, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
+			option.WithJSONSet("input", recallHistory()), threshold(2000)); err != nil {
+			t.Fatal(err)
+		}
+		calls := len(h.upstream(fakeupstream.KindSummary))
+		if want := map[bool]int{false: 1, true: 2}[gap]; calls != want {
+			t.Errorf("gap=%v: %d summariser calls, want %d", gap, calls, want)
+		}
+		handoffText := h.lastUpstreamInput(t)
+		last := handoffText[len(handoffText)-1].Get("content.0.text").Str
+		if !strings.Contains(last, "## Facts ledger") || !strings.Contains(last, "cat config.yaml") {
+			t.Errorf("gap=%v: handoff lacks the ledger with the command run: %q", gap, last[len(handoff.Prefix):])
+		}
+		if strings.Contains(last, "### Gap check") != gap {
+			t.Errorf("gap=%v: gap-check section present = %v", gap, !gap)
+		}
+	}
 }
