@@ -188,10 +188,12 @@ type compactRequest struct {
 func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRequest) (*compaction, error) {
 	items, tail := cr.items, []api.Item(nil)
 	var res summarizer.Result
+	ledger, haveLedger := "", false
 	if cr.speculate {
-		// A ready summary of a prefix: summarise nothing now, keep what followed it verbatim.
+		// A ready summary (and ledger) of a prefix: summarise nothing now, keep what followed it
+		// verbatim.
 		if n, spec := s.useSpeculation(ctx, cr.model, items); n > 0 {
-			items, tail, res = items[:n], items[n:], spec
+			items, tail, res, ledger, haveLedger = items[:n], items[n:], spec.res, spec.ledger, true
 		}
 	}
 	w := compact.Partition(items, s.cfg.RetainTokens, s.countItem)
@@ -214,7 +216,9 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 		cr.id = newID("cmp_")
 	}
 	c := &compaction{id: cr.id, usage: res.Usage, window: w}
-	ledger := s.ledger(ctx, r, cr, items, w, res, &c.usage)
+	if !haveLedger {
+		ledger = s.ledger(ctx, summarizer.Auth{Header: callerCredentials(r.Header)}, cr.model, items, w, res, &c.usage)
+	}
 	c.items = s.keepWindow(make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1), items, w)
 	if res.Summary != "" || ledger != "" {
 		c.items = append(c.items, api.Item{Raw: handoff.ResponsesMessage(res.Summary, ledger), Type: "message", Role: "user", Handoff: true})
@@ -255,7 +259,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 // ledger is the facts ledger sealed with a summary: the hard facts of the replaced items the
 // summary lacks, and, with GapCheck, what a second summariser pass found still missing. A failed
 // gap check costs the turn nothing: the ledger goes out without it.
-func (s *Server) ledger(ctx context.Context, r *http.Request, cr compactRequest, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
+func (s *Server) ledger(ctx context.Context, auth summarizer.Auth, model string, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
 	if s.cfg.LedgerBytes < 0 || len(w.Summarise) == 0 {
 		return ""
 	}
@@ -265,8 +269,8 @@ func (s *Server) ledger(ctx context.Context, r *http.Request, cr compactRequest,
 	}
 	entries := append([]string{"[summary and ledger so far]\n" + res.Summary + "\n\n" + ledger}, compact.RenderEntries(items, w.Summarise)...)
 	gap, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{
-		Model: cr.model, Entries: entries, Instructions: compact.GapCheckPrompt(),
-		Auth: summarizer.Auth{Header: callerCredentials(r.Header)},
+		Model: model, Entries: entries, Instructions: compact.GapCheckPrompt(),
+		Auth: auth,
 	})
 	if err != nil {
 		s.log.Warn("gap check failed; sealing the ledger without it", "err", err)

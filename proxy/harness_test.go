@@ -43,7 +43,7 @@ func testRing(t testing.TB, seed string, retired ...crypto.Key) *crypto.Keyring 
 	return r
 }
 
-func newHarness(t *testing.T, opts fakeupstream.Options, mutate func(*proxy.Config)) *harness {
+func newHarness(t testing.TB, opts fakeupstream.Options, mutate func(*proxy.Config)) *harness {
 	t.Helper()
 	fake := fakeupstream.New(opts)
 	base, stop, err := fake.Start()

@@ -36,11 +36,18 @@ type SpeculativeConfig struct {
 	TTL time.Duration
 }
 
+// specResult is what a background job prepares: the summary and its facts ledger, so the
+// crossing turn only has to seal.
+type specResult struct {
+	res    summarizer.Result
+	ledger string
+}
+
 type specEntry struct {
 	key     uint64
 	n       int // length of the prefix (in items) the summary covers
 	done    chan struct{}
-	res     summarizer.Result
+	out     specResult
 	err     error
 	cancel  context.CancelFunc
 	expires time.Time
@@ -113,7 +120,7 @@ func speculationPrefix(items []api.Item) int {
 
 // start begins summarising items[:n] in the background unless it is already known, the pool is
 // full, or the prefix is empty. run does the summarising with a context the speculator cancels.
-func (sp *speculator) start(model string, items []api.Item, run func(ctx context.Context, prefix []api.Item) (summarizer.Result, error)) (started bool) {
+func (sp *speculator) start(model string, items []api.Item, run func(ctx context.Context, prefix []api.Item) (specResult, error)) (started bool) {
 	n := speculationPrefix(items)
 	if n == 0 {
 		return false
@@ -143,7 +150,7 @@ func (sp *speculator) start(model string, items []api.Item, run func(ctx context
 	prefix := append([]api.Item(nil), items[:n]...) // the caller's slice is reused after the turn
 	go func() {
 		defer func() { <-sp.sem }()
-		e.res, e.err = run(ctx, prefix)
+		e.out, e.err = run(ctx, prefix)
 		close(e.done)
 	}()
 	return true
@@ -216,12 +223,16 @@ func (s *Server) maybeSpeculate(r *http.Request, model string, items []api.Item,
 		return
 	}
 	auth := summarizer.Auth{Header: callerCredentials(r.Header)}
-	started := s.spec.start(model, items, func(ctx context.Context, prefix []api.Item) (summarizer.Result, error) {
+	started := s.spec.start(model, items, func(ctx context.Context, prefix []api.Item) (specResult, error) {
 		w := compact.Partition(prefix, s.cfg.RetainTokens, s.countItem)
 		if len(w.Summarise) == 0 {
-			return summarizer.Result{}, errNothingToCompact
+			return specResult{}, errNothingToCompact
 		}
-		return s.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: model, Entries: compact.RenderEntries(prefix, w.Summarise), Auth: auth})
+		res, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: model, Entries: compact.RenderEntries(prefix, w.Summarise), Auth: auth})
+		if err != nil {
+			return specResult{}, err
+		}
+		return specResult{res: res, ledger: s.ledger(ctx, auth, model, prefix, w, res, &res.Usage)}, nil
 	})
 	if started {
 		s.metrics.speculative("started")
@@ -230,25 +241,25 @@ func (s *Server) maybeSpeculate(r *http.Request, model string, items []api.Item,
 
 // useSpeculation returns a ready (or running, then awaited) summary of a prefix of items, with
 // the prefix length; n == 0 means the turn must compact the normal way.
-func (s *Server) useSpeculation(ctx context.Context, model string, items []api.Item) (int, summarizer.Result) {
+func (s *Server) useSpeculation(ctx context.Context, model string, items []api.Item) (int, specResult) {
 	if s.spec == nil {
-		return 0, summarizer.Result{}
+		return 0, specResult{}
 	}
 	n, e := s.spec.lookup(model, items)
 	if e == nil {
 		s.metrics.speculative("miss")
-		return 0, summarizer.Result{}
+		return 0, specResult{}
 	}
 	select {
 	case <-e.done:
 	case <-ctx.Done():
 		e.cancel()
-		return 0, summarizer.Result{}
+		return 0, specResult{}
 	}
-	if e.err != nil || e.res.Summary == "" {
+	if e.err != nil || e.out.res.Summary == "" {
 		s.metrics.speculative("failed")
-		return 0, summarizer.Result{}
+		return 0, specResult{}
 	}
 	s.metrics.speculative("hit")
-	return n, e.res
+	return n, e.out
 }

@@ -32,13 +32,13 @@ func newBlockingRun() *blockingRun {
 	return &blockingRun{release: make(chan struct{}), ctxs: make(chan context.Context, 16)}
 }
 
-func (b *blockingRun) run(ctx context.Context, prefix []api.Item) (summarizer.Result, error) {
+func (b *blockingRun) run(ctx context.Context, prefix []api.Item) (specResult, error) {
 	b.ctxs <- ctx
 	select {
 	case <-b.release:
-		return summarizer.Result{Summary: "spec summary"}, nil
+		return specResult{res: summarizer.Result{Summary: "spec summary"}}, nil
 	case <-ctx.Done():
-		return summarizer.Result{}, ctx.Err()
+		return specResult{}, ctx.Err()
 	}
 }
 
@@ -73,8 +73,8 @@ func TestSpeculatorHitMissAndChangedPrefix(t *testing.T) {
 		}
 		if e != nil {
 			<-e.done
-			if e.res.Summary != "spec summary" {
-				t.Errorf("%s: summary %q", tt.name, e.res.Summary)
+			if e.out.res.Summary != "spec summary" {
+				t.Errorf("%s: summary %q", tt.name, e.out.res.Summary)
 			}
 		}
 	}
@@ -127,8 +127,8 @@ func TestSpeculatorBoundsConcurrency(t *testing.T) {
 func TestUseSpeculationFailedJobFallsBack(t *testing.T) {
 	s := &Server{spec: newSpeculator(SpeculativeConfig{})}
 	items := specItems("u1", "a1", "u2")
-	s.spec.start("m", items, func(context.Context, []api.Item) (summarizer.Result, error) {
-		return summarizer.Result{}, errors.New("summariser down")
+	s.spec.start("m", items, func(context.Context, []api.Item) (specResult, error) {
+		return specResult{}, errors.New("summariser down")
 	})
 	if n, _ := s.useSpeculation(context.Background(), "m", append(items, specItems("a2", "u3")...)); n != 0 {
 		t.Error("a failed speculation was used")
