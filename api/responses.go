@@ -67,7 +67,18 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	r := &ResponsesRequest{Body: body, Compaction: -1, Trigger: -1}
 	var err error
 	prevEnd := -1
+	seen := map[string]bool{}
 	root.ForEach(func(key, value gjson.Result) bool {
+		switch key.Str {
+		case "input", "context_management", "model", "stream", "instructions", "tools":
+			// JSON parsers disagree on duplicate keys (first wins, last wins); the upstream must
+			// not read a different input from the one compactd checked.
+			if seen[key.Str] {
+				err = fmt.Errorf("duplicate %q member", key.Str)
+				return false
+			}
+			seen[key.Str] = true
+		}
 		switch key.Str {
 		case "model":
 			r.Model = value.Str
@@ -137,11 +148,15 @@ func (r *ResponsesRequest) scanInput(value gjson.Result) error {
 			return false
 		}
 		item := Item{Raw: r.Body[it.Index : it.Index+len(it.Raw)]}
+		// Only messages have a role; looking it up on a tool output would scan the whole item.
 		typ := it.Get("type")
-		role := it.Get("role")
-		item.Type, item.Role = typ.Str, role.Str
-		if !typ.Exists() && role.Exists() {
-			item.Type = "message" // easy input message: {"role":"user","content":"…"}
+		item.Type = typ.Str
+		if !typ.Exists() || typ.Str == "message" {
+			role := it.Get("role")
+			item.Role = role.Str
+			if !typ.Exists() && role.Exists() {
+				item.Type = "message" // easy input message: {"role":"user","content":"…"}
+			}
 		}
 		switch item.Type {
 		case TypeCompaction, TypeCompactionSummary:
@@ -165,7 +180,8 @@ func (r *ResponsesRequest) HasInput() bool { return r.inputEnd > r.inputStart }
 // dropContextManagement is set, the context_management member removed. Every other byte of the
 // body is kept as received, so unknown fields and cache-relevant prefixes survive.
 func (r *ResponsesRequest) WithInput(items [][]byte, dropContextManagement bool) []byte {
-	size := len(r.Body) + 2
+	// Everything but the old input, plus the new one: one allocation of the final size.
+	size := len(r.Body) - (r.inputEnd - r.inputStart) + len(`"input":`) + 2
 	for _, it := range items {
 		size += len(it) + 1
 	}

@@ -24,6 +24,8 @@ func TestParseResponsesRequest(t *testing.T) {
 		{name: "array body", body: `[1]`, wantErr: true},
 		{name: "input not array", body: `{"input":5}`, wantErr: true},
 		{name: "item not object", body: `{"input":[1]}`, wantErr: true},
+		{name: "duplicate input", body: `{"input":[{"role":"user","content":"a"}],"input":[{"role":"user","content":"b"}]}`, wantErr: true},
+		{name: "duplicate context_management", body: `{"context_management":[],"input":"x","context_management":null}`, wantErr: true},
 		{name: "string input", body: `{"model":"m","input":"hi"}`, types: []string{"message"}, compaction: -1, trigger: -1, model: "m"},
 		{name: "no input", body: `{"model":"m","stream":true}`, compaction: -1, trigger: -1, model: "m", stream: true},
 		{

@@ -17,7 +17,7 @@ import (
 
 // readBody reads a request body under the configured limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api.OpenAIError) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := readAllSized(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -179,4 +179,23 @@ func writeParamError(w http.ResponseWriter, err error, fallbackParam string) {
 		return
 	}
 	api.InvalidRequest(fallbackParam, "invalid_value", err.Error()).Write(w)
+}
+
+// readAllSized reads a body in one allocation when its length is declared (agents send
+// multi-megabyte bodies with Content-Length), instead of io.ReadAll's doubling growth.
+func readAllSized(r io.Reader, declared, limit int64) ([]byte, error) {
+	if declared <= 0 || declared > limit {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, declared, declared+1)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	// A body longer than declared is the server's to reject; read one more byte to be sure.
+	var extra [1]byte
+	if n, _ := r.Read(extra[:]); n > 0 {
+		rest, err := io.ReadAll(r)
+		return append(append(buf, extra[:n]...), rest...), err
+	}
+	return buf, nil
 }
