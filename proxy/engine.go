@@ -70,6 +70,10 @@ func (s *Server) openItem(ctx context.Context, items []api.Item, k int) (*opened
 	if err != nil {
 		return nil, s.openError(param, crypto.ErrMalformed)
 	}
+	if s.expired(p) {
+		s.metrics.openFailure("openai", "expired")
+		return nil, api.InvalidRequest(param, "compaction_item_expired", expiredMessage)
+	}
 	return &opened{id: id, payload: p}, nil
 }
 

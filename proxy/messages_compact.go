@@ -140,6 +140,10 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 	if err != nil {
 		return nil, s.blockOpenError(path, crypto.ErrMalformed)
 	}
+	if s.expired(p) {
+		s.openFailed("expired")
+		return nil, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_block_expired", path+": "+expiredMessage)
+	}
 	o := &openedBlock{id: id, summary: p.Summary, payload: p}
 	if content.Str != p.Summary {
 		if !s.cfg.AllowEditedSummaries {

@@ -22,7 +22,7 @@ var (
 	metricAPIs     = []string{"openai", "anthropic"}
 	metricTriggers = []string{"threshold", "policy", "compact_endpoint", "compaction_trigger", "on_demand"}
 	metricOutcomes = []string{"ok", "failed", "nothing"}
-	metricReasons  = []string{"tampered", "unknown_key", "wrong_tenant", "malformed"}
+	metricReasons  = []string{"tampered", "unknown_key", "wrong_tenant", "malformed", "expired"}
 	sumOutcomes    = []string{"ok", "failed", "canceled", "nothing"}
 )
 

@@ -55,6 +55,11 @@ type Config struct {
 	Recall RecallConfig
 	// Speculative configures speculative compaction (on by default; Fraction < 0 turns it off).
 	Speculative SpeculativeConfig
+	// MaxHeaderBytes answers larger header blocks with a 431 in the route's dialect (0 = no
+	// check of compactd's own; net/http's limit still applies).
+	MaxHeaderBytes int
+	// ItemMaxAge refuses compaction items older than this (0 = no limit).
+	ItemMaxAge time.Duration
 	// FailurePolicies say what a turn does when the summariser fails (default: fail).
 	FailurePolicies FailurePolicies
 	// LedgerBytes bounds the facts ledger sealed with each summary (default 6144; -1 = no ledger).
@@ -164,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 	r := chi.NewRouter()
 	s.routeObservability(r)
 	// Every API route, pass-through included, is behind the tenant check (a no-op without tenants).
-	guard := func(h http.HandlerFunc) http.HandlerFunc { return s.authenticate(h).ServeHTTP }
+	guard := func(h http.HandlerFunc) http.HandlerFunc { return s.limitHeaders(s.authenticate(h)).ServeHTTP }
 	r.Post("/v1/responses", guard(s.handleResponses))
 	r.Post("/v1/responses/compact", guard(s.handleCompact))
 	s.routeAdmin(r)

@@ -50,12 +50,14 @@ type serveConfig struct {
 	logFormat, logLevel string
 	obs                 obsConfig // metrics, ops listener, readiness (serve_obs.go)
 
-	tenantsFile   string
-	failurePolicy string
-	resilience    summarizer.ResilienceConfig
-	speculative   proxy.SpeculativeConfig
-	ledgerBytes   int
-	gapCheck      bool
+	maxHeaderBytes int
+	itemMaxAge     time.Duration
+	tenantsFile    string
+	failurePolicy  string
+	resilience     summarizer.ResilienceConfig
+	speculative    proxy.SpeculativeConfig
+	ledgerBytes    int
+	gapCheck       bool
 
 	archiveDSN, archiveIndexKey string
 	archiveMaxAge               time.Duration
@@ -102,6 +104,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.recall.MaxRounds, "recall-max-rounds", 3, "recall rounds per turn")
 	fs.IntVar(&c.recall.TopK, "recall-top-k", 5, "excerpts per recall search")
 	fs.IntVar(&c.recall.ExcerptBytes, "recall-excerpt-bytes", 1200, "bytes per recall excerpt")
+	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", 1<<20, "largest request header block; larger ones get a 431 in the API's dialect")
+	fs.DurationVar(&c.itemMaxAge, "item-max-age", 0, "refuse compaction items older than this (0: no limit)")
 	fs.StringVar(&c.tenantsFile, "tenants-file", "", "YAML/JSON tenants file: client keys (hashed) -> tenant, upstream credentials by env var, rate limits; enables proxy authentication")
 	fs.Float64Var(&c.speculative.Fraction, "speculative-fraction", 0.85, "start summarising in the background past this fraction of the threshold (negative: off)")
 	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", 2, "background summarisations at once")
@@ -187,6 +191,8 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	}
 	return c.obs.newServer(proxy.Config{
 		Tenants:              tenants,
+		MaxHeaderBytes:       c.maxHeaderBytes,
+		ItemMaxAge:           c.itemMaxAge,
 		FailurePolicies:      policies,
 		Speculative:          c.speculative,
 		LedgerBytes:          c.ledgerBytes,
@@ -233,8 +239,11 @@ func runServe(args []string) error {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: c.readHeaderTimeout,
-		IdleTimeout:       c.idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Twice compactd's own limit: requests in between get a 431 in their API's dialect
+		// from the proxy instead of net/http's plain-text one.
+		MaxHeaderBytes: 2 * c.maxHeaderBytes,
+		IdleTimeout:    c.idleTimeout,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	stopOps, err := c.obs.serveOps(handler, log)
 	if err != nil {
