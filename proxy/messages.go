@@ -129,7 +129,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 // nil request: it is forwarded as is, so the upstream answers it in its own words. On a read
 // failure it has answered the client.
 func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *api.MessagesRequest, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := readAllSized(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
