@@ -20,23 +20,31 @@ fi
 
 failed=()
 total=0
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cachedir="$(go env GOCACHE)/fuzz"
 for pkg in "${pkgs[@]}"; do
   [ -n "$pkg" ] || continue
   # -list prints matching test names, then "ok <pkg> <time>"; keep the Fuzz* names only.
   targets=$(go test -list '^Fuzz' "$pkg" | grep -E '^Fuzz' || true)
+  [ -n "$targets" ] || continue
+  # One instrumented test binary per package (linking is most of the cost), run once per target
+  # from the package directory, so testdata/fuzz/<Name> seeds are read and crashers land there.
+  bin="$work/$(echo "$pkg" | tr '/.' '__').test"
+  go test -c -fuzz=. -o "$bin" "$pkg"
+  dir=$(go list -f '{{.Dir}}' "$pkg")
   for target in $targets; do
     total=$((total + 1))
     echo "fuzz: $pkg $target ($fuzztime)"
-    # -run '^$' skips the unit tests; -fuzz needs an anchored name since targets may share a prefix.
-    if ! go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 2 >/tmp/fuzz.$$.log 2>&1; then
-      cat /tmp/fuzz.$$.log
+    if ! (cd "$dir" && "$bin" -test.run '^$' -test.fuzz "^${target}\$" -test.fuzztime "$fuzztime" \
+          -test.parallel 2 -test.fuzzcachedir "$cachedir") >"$work/log" 2>&1; then
+      cat "$work/log"
       failed+=("$pkg $target")
     else
-      tail -n 1 /tmp/fuzz.$$.log
+      tail -n 1 "$work/log"
     fi
   done
 done
-rm -f /tmp/fuzz.$$.log
 
 echo "fuzz: $total targets run, ${#failed[@]} failed"
 if [ ${#failed[@]} -gt 0 ]; then
