@@ -49,24 +49,36 @@ func msgTurnFrom(r *http.Request) *msgTurn {
 	return mt
 }
 
-// handleMessages serves POST /v1/messages.
-func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+// messagesPrelude reads and skims a Messages request and validates its context_management. It
+// forwards requests that use nothing compactd handles, and answers invalid ones; ok is false
+// when the request has been answered either way.
+func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request) (*api.MessagesRequest, *api.ContextManagement, bool) {
 	body, req, ok := s.readMessages(w, r)
 	if !ok {
-		return
+		return nil, nil, false
 	}
 	if req == nil || !s.messagesNeedCompactd(req) {
 		s.forwardMessages(w, r, nil, body)
-		return
+		return nil, nil, false
 	}
 	cm, e := api.ParseMessagesContextManagement(req.ContextManagement)
 	if e != nil {
 		s.writeAnthropicError(w, nil, e)
+		return nil, nil, false
+	}
+	return req, cm, true
+}
+
+// handleMessages serves POST /v1/messages.
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	req, cm, ok := s.messagesPrelude(w, r)
+	if !ok {
 		return
 	}
 	onDemand := req.Compaction != nil && string(bytes.TrimSpace(req.Compaction)) != "null"
 	var instructions string
 	if onDemand {
+		var e *api.AnthropicError
 		if instructions, e = api.ParseCompactionConfig(req.Compaction); e != nil {
 			s.writeAnthropicError(w, nil, e)
 			return
@@ -118,7 +130,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		changes = append(changes, api.Member{Key: "context_management", Value: keep})
 	}
-	out := body
+	out := req.Body
 	if len(changes) > 0 {
 		out = req.Rewrite(changes...)
 	}
@@ -227,17 +239,8 @@ func (s *Server) forwardMessages(w http.ResponseWriter, r *http.Request, mt *msg
 // them, and compaction is never triggered. When context management changed anything the answer
 // carries context_management.original_input_tokens.
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	body, req, ok := s.readMessages(w, r)
+	req, cm, ok := s.messagesPrelude(w, r)
 	if !ok {
-		return
-	}
-	if req == nil || !s.messagesNeedCompactd(req) {
-		s.forwardMessages(w, r, nil, body)
-		return
-	}
-	cm, e := api.ParseMessagesContextManagement(req.ContextManagement)
-	if e != nil {
-		s.writeAnthropicError(w, nil, e)
 		return
 	}
 	view, e := s.resolveBlocks(r.Context(), req)
