@@ -44,16 +44,7 @@ func (c *call) serveMessages() {
 		c.badRequest(c.in.compaction)
 		return
 	}
-	var text string
-	var fc *toolCall
-	if c.in.summary {
-		text = c.summaryText()
-	} else {
-		n := c.srv.nMessages.Add(1)
-		if fc = c.in.call; fc == nil {
-			text = replyText(n, c.in.lastUser)
-		}
-	}
+	text, fc := c.reply(&c.srv.nMessages)
 	reqID := c.id("req_", "request")
 	c.w.Header().Set("request-id", reqID)
 	msg := antMessage{

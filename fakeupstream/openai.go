@@ -3,6 +3,7 @@ package fakeupstream
 import (
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
 )
 
 // Wire types of the OpenAI Responses API, trimmed to what a completed text or function-call turn
@@ -149,6 +150,20 @@ func (c *call) complete(r *oaiResponse, output any, outText string) {
 
 func (c *call) badRequest(msg string) { c.fail(http.StatusBadRequest, "", msg) }
 
+// reply decides a turn's answer: the summary for a summariser call, else the route's next
+// MOCK-REPLY text or, when the last user message asks for one, a tool call. turns is the route's
+// own counter, so summariser calls and errors do not shift later replies.
+func (c *call) reply(turns *atomic.Int64) (text string, fc *toolCall) {
+	if c.in.summary {
+		return c.summaryText(), nil
+	}
+	n := turns.Add(1)
+	if fc = c.in.call; fc == nil {
+		text = replyText(n, c.in.lastUser)
+	}
+	return text, fc
+}
+
 func (c *call) serveResponses() {
 	if !c.in.valid {
 		c.badRequest("We could not parse the JSON body of your request.")
@@ -158,16 +173,7 @@ func (c *call) serveResponses() {
 		c.badRequest(c.in.compaction)
 		return
 	}
-	var text string
-	var fc *toolCall
-	if c.in.summary {
-		text = c.summaryText()
-	} else {
-		n := c.srv.nResponses.Add(1)
-		if fc = c.in.call; fc == nil {
-			text = replyText(n, c.in.lastUser)
-		}
-	}
+	text, fc := c.reply(&c.srv.nResponses)
 	resp := c.newResponse(c.id("resp_", "response"))
 	var item any
 	if fc != nil {
@@ -336,16 +342,7 @@ func (c *call) serveChat() {
 		c.badRequest("We could not parse the JSON body of your request.")
 		return
 	}
-	var text string
-	var fc *toolCall
-	if c.in.summary {
-		text = c.summaryText()
-	} else {
-		n := c.srv.nChat.Add(1)
-		if fc = c.in.call; fc == nil {
-			text = replyText(n, c.in.lastUser)
-		}
-	}
+	text, fc := c.reply(&c.srv.nChat)
 	id := c.id("chatcmpl-", "chat")
 	usage := &chatUsage{PromptTokens: c.in.inputToks}
 	var tc chatToolCall
