@@ -67,17 +67,16 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	r := &ResponsesRequest{Body: body, Compaction: -1, Trigger: -1}
 	var err error
 	prevEnd := -1
-	seen := map[string]bool{}
+	var seen uint8 // one bit per member compactd acts on; no allocation on the hot path
 	root.ForEach(func(key, value gjson.Result) bool {
-		switch key.Str {
-		case "input", "context_management", "model", "stream", "instructions", "tools":
+		if bit := memberBit(key.Str); bit != 0 {
 			// JSON parsers disagree on duplicate keys (first wins, last wins); the upstream must
 			// not read a different input from the one compactd checked.
-			if seen[key.Str] {
+			if seen&bit != 0 {
 				err = fmt.Errorf("duplicate %q member", key.Str)
 				return false
 			}
-			seen[key.Str] = true
+			seen |= bit
 		}
 		switch key.Str {
 		case "model":
@@ -108,6 +107,25 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// memberBit numbers the top-level members whose duplicates ParseResponsesRequest refuses.
+func memberBit(key string) uint8 {
+	switch key {
+	case "input":
+		return 1
+	case "context_management":
+		return 2
+	case "model":
+		return 4
+	case "stream":
+		return 8
+	case "instructions":
+		return 16
+	case "tools":
+		return 32
+	}
+	return 0
 }
 
 // memberSpan returns the bytes to cut to remove one object member whose key starts at keyStart and
