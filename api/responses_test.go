@@ -3,10 +3,10 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/compactd/compactd/internal/fixtures"
 )
 
 func TestParseResponsesRequest(t *testing.T) {
@@ -94,16 +94,9 @@ func TestWithInputDropsContextManagement(t *testing.T) {
 // The Codex captures carry every field Codex sends; splicing the same items back must reproduce
 // the body byte for byte, which proves nothing is re-encoded on the way through.
 func TestCodexFixturesRoundTrip(t *testing.T) {
-	files, _ := filepath.Glob("../../shared/fixtures/codex-0.169/*.json")
-	if len(files) == 0 {
-		t.Skip("shared fixtures not present beside the checkout")
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			raw, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+	names, captures := fixtures.CodexAll()
+	for i, raw := range captures {
+		t.Run(names[i], func(t *testing.T) {
 			var capture struct {
 				Body json.RawMessage `json:"body"`
 			}

@@ -1,11 +1,10 @@
 package compact
 
 import (
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 
+	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/tidwall/gjson"
 )
 
@@ -27,12 +26,8 @@ func walkerSeeds(t testing.TB) []string {
 		`{"a":[1,2.5e3,true,false,null,{"b":"c"}],"id":{"nested":"skipped"},"status":"x","k":[]}`,
 		` { "spaced" : [ "a" , { "b" : "c" } ] } `,
 	}
-	files, _ := filepath.Glob("/work/shared/fixtures/codex-0.169/*.json")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
+	_, captures := fixtures.CodexAll()
+	for _, b := range captures {
 		for _, it := range gjson.GetBytes(b, "body.input").Array() {
 			seeds = append(seeds, it.Raw)
 		}

@@ -3,15 +3,13 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
-	"os"
 	"testing"
+
+	"github.com/compactd/compactd/internal/fixtures"
 )
 
 func TestClientTurnFromCodexHeaders(t *testing.T) {
-	raw, err := os.ReadFile("../../shared/fixtures/codex-0.169/remote_v2_compaction_request.json")
-	if err != nil {
-		t.Skip("shared fixtures not present beside the checkout")
-	}
+	raw := fixtures.Codex("remote_v2_compaction_request.json")
 	var capture struct{ Headers map[string]string }
 	if err := json.Unmarshal(raw, &capture); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/compactd/compactd/crypto"
 	"github.com/compactd/compactd/fakeupstream"
 	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -460,10 +460,7 @@ func toAny(items []map[string]any) []any {
 }
 
 func TestStripCodexFields(t *testing.T) {
-	raw, err := os.ReadFile("../../shared/fixtures/codex-0.169/normal_turn_request.json")
-	if err != nil {
-		t.Skip("shared fixtures not present beside the checkout")
-	}
+	raw := fixtures.Codex("normal_turn_request.json")
 	body := gjson.GetBytes(raw, "body").Raw
 	for _, strip := range []bool{false, true} {
 		h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) { c.StripCodexFields = strip })
