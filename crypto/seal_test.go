@@ -466,3 +466,27 @@ func TestDecodeEnvelopeCanonical(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkDecodeEnvelope keeps the case for the SIMD decoder measurable: decodeEnvelope (SIMD
+// decode plus the re-encode check that makes it canonical) against encoding/base64's strict
+// decoder, which would need no check. Open runs on every turn that carries a compaction item.
+func BenchmarkDecodeEnvelope(b *testing.B) {
+	r, pt := benchSetup(b, 16<<10)
+	blob := mustSeal(b, r, pt, defaultBinding)
+	b.Run("simd+check", func(b *testing.B) {
+		b.SetBytes(int64(len(blob)))
+		for b.Loop() {
+			if _, err := decodeEnvelope(blob, minEnvelope, MaxBlobLen); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/base64", func(b *testing.B) {
+		b.SetBytes(int64(len(blob)))
+		for b.Loop() {
+			if _, err := b64.DecodeString(blob); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
