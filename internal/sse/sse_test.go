@@ -1,0 +1,161 @@
+package sse
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+type got struct {
+	name, data, id string
+	hasData, term  bool
+	raw            string
+}
+
+func readAll(t *testing.T, r io.Reader, max int) ([]got, error) {
+	t.Helper()
+	rd := NewReaderSize(r, max)
+	var out []got
+	for {
+		ev, err := rd.Next()
+		if len(ev.Raw) > 0 {
+			out = append(out, got{ev.Name, string(ev.Data), ev.ID, ev.HasData(), ev.Terminated, string(ev.Raw)})
+		}
+		if err != nil {
+			if err == io.EOF {
+				return out, nil
+			}
+			return out, err
+		}
+	}
+}
+
+func TestReader(t *testing.T) {
+	cases := []struct {
+		name string
+		in   string
+		want []got
+	}{
+		{"LF", "event: a\ndata: {\"x\":1}\n\n", []got{{"a", `{"x":1}`, "", true, true, "event: a\ndata: {\"x\":1}\n\n"}}},
+		{"CRLF", "event: a\r\ndata: 1\r\n\r\n", []got{{"a", "1", "", true, true, "event: a\r\ndata: 1\r\n\r\n"}}},
+		{"lone CR", "event: a\rdata: 1\r\r", []got{{"a", "1", "", true, true, "event: a\rdata: 1\r\r"}}},
+		{"multi-line data", "data: a\ndata: b\ndata:\n\n", []got{{"", "a\nb\n", "", true, true, "data: a\ndata: b\ndata:\n\n"}}},
+		{"no space after colon", "data:x\n\n", []got{{"", "x", "", true, true, "data:x\n\n"}}},
+		{"only one space stripped", "data:  x\n\n", []got{{"", " x", "", true, true, "data:  x\n\n"}}},
+		{"comment is an event without data", ": keep-alive\n\n", []got{{"", "", "", false, true, ": keep-alive\n\n"}}},
+		{"id", "id: 7\ndata: x\n\n", []got{{"", "x", "7", true, true, "id: 7\ndata: x\n\n"}}},
+		{"leading blank lines skipped", "\n\ndata: x\n\n", []got{{"", "x", "", true, true, "data: x\n\n"}}},
+		{"BOM", "\xef\xbb\xbfdata: x\n\n", []got{{"", "x", "", true, true, "\xef\xbb\xbfdata: x\n\n"}}},
+		{"cut mid-event", "data: a\n\ndata: {\"trunc", []got{{"", "a", "", true, true, "data: a\n\n"}, {"", `{"trunc`, "", true, false, `data: {"trunc`}}},
+		{"two events", "data: 1\n\ndata: 2\n\n", []got{{"", "1", "", true, true, "data: 1\n\n"}, {"", "2", "", true, true, "data: 2\n\n"}}},
+	}
+	for _, c := range cases {
+		for _, mode := range []string{"whole", "byte-by-byte"} {
+			t.Run(c.name+"/"+mode, func(t *testing.T) {
+				var r io.Reader = strings.NewReader(c.in)
+				if mode != "whole" {
+					r = iotest.OneByteReader(r)
+				}
+				evs, err := readAll(t, r, DefaultMaxEvent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(evs) != len(c.want) {
+					t.Fatalf("%d events, want %d: %+v", len(evs), len(c.want), evs)
+				}
+				for i := range evs {
+					if evs[i] != c.want[i] {
+						t.Errorf("event %d = %+v, want %+v", i, evs[i], c.want[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestReaderLongLineAndCap(t *testing.T) {
+	long := strings.Repeat("x", 200<<10) // longer than the read buffer
+	evs, err := readAll(t, strings.NewReader("data: "+long+"\n\n"), DefaultMaxEvent)
+	if err != nil || len(evs) != 1 || evs[0].data != long {
+		t.Fatalf("long line: %d events, err %v", len(evs), err)
+	}
+	_, err = readAll(t, strings.NewReader("data: "+long+"\n\n"), 64<<10)
+	if !errors.Is(err, ErrEventTooLong) {
+		t.Fatalf("over the cap: err = %v, want ErrEventTooLong", err)
+	}
+	// Many short lines in one event count towards the cap too.
+	_, err = readAll(t, strings.NewReader(strings.Repeat("data: x\n", 20000)), 64<<10)
+	if !errors.Is(err, ErrEventTooLong) {
+		t.Fatalf("many lines over the cap: err = %v", err)
+	}
+}
+
+// A stream of lone CRs is linear to read (a naive unread-and-rebuffer approach is not).
+func TestReaderManyCRs(t *testing.T) {
+	in := strings.Repeat("data: x\r\r", 100000)
+	evs, err := readAll(t, strings.NewReader(in), DefaultMaxEvent)
+	if err != nil || len(evs) != 100000 {
+		t.Fatalf("%d events, err %v", len(evs), err)
+	}
+}
+
+func TestReaderPassesErrors(t *testing.T) {
+	boom := errors.New("reset")
+	r := io.MultiReader(strings.NewReader("data: 1\n\ndata: 2"), iotest.ErrReader(boom))
+	evs, err := readAll(t, r, DefaultMaxEvent)
+	if !errors.Is(err, boom) || len(evs) != 2 || evs[1].term {
+		t.Fatalf("events %+v, err %v", evs, err)
+	}
+}
+
+func TestAppendEventRoundTrip(t *testing.T) {
+	for _, data := range []string{`{"a":1}`, "line1\nline2", "", "trailing\n"} {
+		b := AppendEvent(nil, "message_delta", []byte(data))
+		evs, err := readAll(t, bytes.NewReader(b), DefaultMaxEvent)
+		if err != nil || len(evs) != 1 || evs[0].data != data || evs[0].name != "message_delta" {
+			t.Errorf("round trip of %q: %+v %v", data, evs, err)
+		}
+	}
+	if got := string(AppendComment(nil, "ping")); got != ": ping\n\n" {
+		t.Errorf("comment = %q", got)
+	}
+}
+
+func FuzzReader(f *testing.F) {
+	for _, s := range []string{"data: 1\n\n", "event: a\r\ndata: b\r\n\r\n", "data: a\rdata: b\r\r", ":\n\n", "data: {\"x"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rd := NewReaderSize(bytes.NewReader(b), 4096)
+		total := 0
+		for {
+			ev, err := rd.Next()
+			total += len(ev.Raw)
+			if err != nil {
+				break
+			}
+		}
+		if total > len(b) {
+			t.Fatalf("events hold %d bytes of a %d-byte stream", total, len(b))
+		}
+	})
+}
+
+func BenchmarkReader(b *testing.B) {
+	var stream []byte
+	for range 2000 {
+		stream = AppendEvent(stream, "response.output_text.delta", []byte(`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"hello ","sequence_number":12}`))
+	}
+	b.SetBytes(int64(len(stream)))
+	for b.Loop() {
+		rd := NewReader(bytes.NewReader(stream))
+		for {
+			if _, err := rd.Next(); err != nil {
+				break
+			}
+		}
+	}
+}
