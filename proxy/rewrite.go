@@ -224,8 +224,8 @@ type sseRewriter struct {
 
 	injected bool
 	broken   bool // an event was not JSON: the stream ended with an error instead
-	shift    int // added to output_index once the item is in
-	seqDelta int // added to sequence_number once the item is in
+	shift    int  // added to output_index once the item is in
+	seqDelta int  // added to sequence_number once the item is in
 	out      []byte
 	err      error
 }
