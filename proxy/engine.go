@@ -210,7 +210,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 			Model:        cr.model,
 			Entries:      compact.RenderEntries(items, w.Summarise),
 			Instructions: cr.instructions,
-			Auth:         summarizer.Auth{Header: callerCredentials(r.Header)},
+			Auth:         s.summariserAuth(r),
 		})
 		if err != nil {
 			return nil, err
@@ -221,7 +221,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	}
 	c := &compaction{id: cr.id, usage: res.Usage, window: w}
 	if !haveLedger {
-		ledger = s.ledger(ctx, summarizer.Auth{Header: callerCredentials(r.Header)}, cr.model, items, w, res, &c.usage)
+		ledger = s.ledger(ctx, s.summariserAuth(r), cr.model, items, w, res, &c.usage)
 	}
 	c.items = s.keepWindow(make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1), items, w)
 	if res.Summary != "" || ledger != "" {
@@ -295,6 +295,29 @@ func (s *Server) countItems(items []api.Item) int {
 		n += s.countItem(it)
 	}
 	return n
+}
+
+// summariserAuth is the credential a compaction's summariser calls carry (used only when no
+// summariser key is configured): what the Responses upstream gets. Without tenants that is the
+// caller's own headers. With tenants it is the authenticated tenant's OpenAI key on every route:
+// the summariser speaks the OpenAI wire API, and a Messages turn's headers carry the tenant's
+// Anthropic key instead, which it cannot use (and which must not go to an OpenAI host).
+func (s *Server) summariserAuth(r *http.Request) summarizer.Auth {
+	h := callerCredentials(r.Header)
+	if s.cfg.Tenants == nil {
+		return summarizer.Auth{Header: h}
+	}
+	name, ok := r.Context().Value(tenantKey{}).(string)
+	if !ok {
+		return summarizer.Auth{Header: h}
+	}
+	for _, k := range []string{"Authorization", "Api-Key", "X-Api-Key"} {
+		h.Del(k)
+	}
+	if key := s.cfg.Tenants.openAIKey(name); key != "" {
+		h.Set("Authorization", "Bearer "+key)
+	}
+	return summarizer.Auth{Header: h}
 }
 
 // callerCredentials are the headers the summariser may reuse when it shares the caller's upstream.

@@ -265,7 +265,7 @@ func (s *Server) compactMessages(ctx context.Context, r *http.Request, req *api.
 		Model:        req.Model,
 		Entries:      compact.RenderEntries(items, w.Summarise),
 		Instructions: cr.instructions,
-		Auth:         summarizer.Auth{Header: callerCredentials(r.Header)},
+		Auth:         s.summariserAuth(r),
 	})
 	if err != nil {
 		return nil, err
