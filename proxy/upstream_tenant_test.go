@@ -6,8 +6,8 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
-	"github.com/openai/openai-go/v3/responses"
 	openaiopt "github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/compactd/compactd/fakeupstream"
 	"github.com/compactd/compactd/proxy"
