@@ -189,14 +189,20 @@ type compactRequest struct {
 
 // compactItems summarises the conversation (everything but instructions; retained user messages
 // are also kept verbatim) and seals the result.
+//
+// Summarising (the wait for a speculative summary, the summariser's attempts, the gap check) runs
+// under the compaction deadline; archiving and sealing, local and quick, under ctx, so a summary
+// that made it in time is not lost to the clock.
 func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRequest) (*compaction, error) {
+	sctx, cancel := s.compactionContext(ctx)
+	defer cancel()
 	items, tail := cr.items, []api.Item(nil)
 	var res summarizer.Result
 	ledger, haveLedger := "", false
 	if cr.speculate {
 		// A ready summary (and ledger) of a prefix: summarise nothing now, keep what followed it
 		// verbatim.
-		if n, spec := s.useSpeculation(ctx, cr.model, items); n > 0 {
+		if n, spec := s.useSpeculation(sctx, cr.model, items); n > 0 {
 			items, tail, res, ledger, haveLedger = items[:n], items[n:], spec.res, spec.ledger, true
 		}
 	}
@@ -206,7 +212,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	}
 	if len(w.Summarise) > 0 && tail == nil {
 		var err error
-		res, err = s.summarise(ctx, "openai", summarizer.Request{
+		res, err = s.summarise(sctx, "openai", summarizer.Request{
 			Model:        cr.model,
 			Entries:      compact.RenderEntries(items, w.Summarise),
 			Instructions: cr.instructions,
@@ -221,7 +227,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	}
 	c := &compaction{id: cr.id, usage: res.Usage, window: w}
 	if !haveLedger {
-		ledger = s.ledger(ctx, s.summariserAuth(r), cr.model, items, w, res, &c.usage)
+		ledger = s.ledger(sctx, s.summariserAuth(r), cr.model, items, w, res, &c.usage)
 	}
 	c.items = s.keepWindow(make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1), items, w)
 	if res.Summary != "" || ledger != "" {
@@ -332,7 +338,8 @@ func callerCredentials(h http.Header) http.Header {
 }
 
 // summariserError is the turn's answer when the summariser fails: nothing was changed, so the
-// client can retry the same request.
+// client can retry the same request. A rate-limited summariser is a 429 and a known wait is
+// passed on as Retry-After; a compaction out of time is a 504.
 func summariserError(err error) *api.OpenAIError {
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -340,8 +347,14 @@ func summariserError(err error) *api.OpenAIError {
 	if errors.Is(err, summarizer.ErrBusy) {
 		return busyOpenAI()
 	}
-	return &api.OpenAIError{
-		Status: http.StatusBadGateway, Type: "server_error", Code: "compaction_failed",
-		Message: "compactd could not summarise the conversation (the summariser LLM failed or timed out); nothing was changed, retry the request",
+	var te *compactionTimeoutError
+	if errors.As(err, &te) {
+		return &api.OpenAIError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "compaction_timeout", Message: timeoutMessage(te)}
 	}
+	p := pushbackOf(err)
+	msg := "compactd could not summarise the conversation (" + p.why() + "); nothing was changed, " + p.retryWhen()
+	if p.rateLimited {
+		return &api.OpenAIError{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded", RetryAfter: p.after, Message: msg}
+	}
+	return &api.OpenAIError{Status: http.StatusBadGateway, Type: "server_error", Code: "compaction_failed", RetryAfter: p.after, Message: msg}
 }
