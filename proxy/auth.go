@@ -160,6 +160,17 @@ func (ts *Tenants) match(key string) *tenant {
 	return found
 }
 
+// openAIKey is the named tenant's OpenAI credential ("" if it has none): the summariser's on
+// every route (engine.go summariserAuth).
+func (ts *Tenants) openAIKey(name string) string {
+	for _, t := range ts.entries {
+		if t.name == name {
+			return t.openaiKey
+		}
+	}
+	return ""
+}
+
 type tenantKey struct{}
 
 // tenantOf is the tenant a request was authenticated as, or the configured default.

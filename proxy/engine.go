@@ -189,14 +189,20 @@ type compactRequest struct {
 
 // compactItems summarises the conversation (everything but instructions; retained user messages
 // are also kept verbatim) and seals the result.
+//
+// Summarising (the wait for a speculative summary, the summariser's attempts, the gap check) runs
+// under the compaction deadline; archiving and sealing, local and quick, under ctx, so a summary
+// that made it in time is not lost to the clock.
 func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRequest) (*compaction, error) {
+	sctx, cancel := s.compactionContext(ctx)
+	defer cancel()
 	items, tail := cr.items, []api.Item(nil)
 	var res summarizer.Result
 	ledger, haveLedger := "", false
 	if cr.speculate {
 		// A ready summary (and ledger) of a prefix: summarise nothing now, keep what followed it
 		// verbatim.
-		if n, spec := s.useSpeculation(ctx, cr.model, items); n > 0 {
+		if n, spec := s.useSpeculation(sctx, cr.model, items); n > 0 {
 			items, tail, res, ledger, haveLedger = items[:n], items[n:], spec.res, spec.ledger, true
 		}
 	}
@@ -206,11 +212,11 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	}
 	if len(w.Summarise) > 0 && tail == nil {
 		var err error
-		res, err = s.summarise(ctx, "openai", summarizer.Request{
+		res, err = s.summarise(sctx, "openai", summarizer.Request{
 			Model:        cr.model,
 			Entries:      compact.RenderEntries(items, w.Summarise),
 			Instructions: cr.instructions,
-			Auth:         summarizer.Auth{Header: callerCredentials(r.Header)},
+			Auth:         s.summariserAuth(r),
 		})
 		if err != nil {
 			return nil, err
@@ -221,7 +227,7 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 	}
 	c := &compaction{id: cr.id, usage: res.Usage, window: w}
 	if !haveLedger {
-		ledger = s.ledger(ctx, summarizer.Auth{Header: callerCredentials(r.Header)}, cr.model, items, w, res, &c.usage)
+		ledger = s.ledger(sctx, s.summariserAuth(r), cr.model, items, w, res, &c.usage)
 	}
 	c.items = s.keepWindow(make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1), items, w)
 	if res.Summary != "" || ledger != "" {
@@ -297,6 +303,29 @@ func (s *Server) countItems(items []api.Item) int {
 	return n
 }
 
+// summariserAuth is the credential a compaction's summariser calls carry (used only when no
+// summariser key is configured): what the Responses upstream gets. Without tenants that is the
+// caller's own headers. With tenants it is the authenticated tenant's OpenAI key on every route:
+// the summariser speaks the OpenAI wire API, and a Messages turn's headers carry the tenant's
+// Anthropic key instead, which it cannot use (and which must not go to an OpenAI host).
+func (s *Server) summariserAuth(r *http.Request) summarizer.Auth {
+	h := callerCredentials(r.Header)
+	if s.cfg.Tenants == nil {
+		return summarizer.Auth{Header: h}
+	}
+	name, ok := r.Context().Value(tenantKey{}).(string)
+	if !ok {
+		return summarizer.Auth{Header: h}
+	}
+	for _, k := range []string{"Authorization", "Api-Key", "X-Api-Key"} {
+		h.Del(k)
+	}
+	if key := s.cfg.Tenants.openAIKey(name); key != "" {
+		h.Set("Authorization", "Bearer "+key)
+	}
+	return summarizer.Auth{Header: h}
+}
+
 // callerCredentials are the headers the summariser may reuse when it shares the caller's upstream.
 func callerCredentials(h http.Header) http.Header {
 	out := http.Header{}
@@ -309,7 +338,8 @@ func callerCredentials(h http.Header) http.Header {
 }
 
 // summariserError is the turn's answer when the summariser fails: nothing was changed, so the
-// client can retry the same request.
+// client can retry the same request. A rate-limited summariser is a 429 and a known wait is
+// passed on as Retry-After; a compaction out of time is a 504.
 func summariserError(err error) *api.OpenAIError {
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -317,8 +347,14 @@ func summariserError(err error) *api.OpenAIError {
 	if errors.Is(err, summarizer.ErrBusy) {
 		return busyOpenAI()
 	}
-	return &api.OpenAIError{
-		Status: http.StatusBadGateway, Type: "server_error", Code: "compaction_failed",
-		Message: "compactd could not summarise the conversation (the summariser LLM failed or timed out); nothing was changed, retry the request",
+	var te *compactionTimeoutError
+	if errors.As(err, &te) {
+		return &api.OpenAIError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "compaction_timeout", Message: timeoutMessage(te)}
 	}
+	p := pushbackOf(err)
+	msg := "compactd could not summarise the conversation (" + p.why() + "); nothing was changed, " + p.retryWhen()
+	if p.rateLimited {
+		return &api.OpenAIError{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded", RetryAfter: p.after, Message: msg}
+	}
+	return &api.OpenAIError{Status: http.StatusBadGateway, Type: "server_error", Code: "compaction_failed", RetryAfter: p.after, Message: msg}
 }

@@ -85,11 +85,17 @@ func (s *Server) failurePolicy(apiName string) FailurePolicy {
 // extractiveBytes bounds an extractive fallback summary.
 const extractiveBytes = 16 << 10
 
-// summarise calls the summariser and applies the extractive policy to a failure. Cancellation and
-// a full queue are never papered over.
+// summarise calls the summariser and applies the extractive policy to a failure, the compaction
+// deadline running out included. Cancellation and a full queue are never papered over.
 func (s *Server) summarise(ctx context.Context, apiName string, req summarizer.Request) (summarizer.Result, error) {
 	res, err := s.cfg.Summarizer.Summarize(ctx, req)
-	if err == nil || ctx.Err() != nil || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, summarizer.ErrNothingToSummarize) {
+	if err != nil {
+		if te := compactionTimedOut(ctx); te != nil {
+			err = te // the compaction's deadline, not the client, ended the call
+		}
+	}
+	clientGone := ctx.Err() != nil && compactionTimedOut(ctx) == nil
+	if err == nil || clientGone || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, summarizer.ErrNothingToSummarize) {
 		return res, err
 	}
 	if s.failurePolicy(apiName) != PolicyExtractive {
@@ -113,6 +119,98 @@ func (s *Server) passThroughOnFailure(w http.ResponseWriter, apiName string, err
 	w.Header().Set("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
 	s.metrics.fallback(apiName, string(PolicyPassthrough))
 	return true
+}
+
+// DefaultCompactionTimeout bounds one compaction — every summariser attempt and backoff, every
+// chunk, the wait for a speculative summary and the ledger's gap check — when
+// Config.CompactionTimeout is zero. Five minutes is one full summariser call at the default
+// per-call timeout (2m) plus a retry of it with backoff, or a chunked summary of a very long
+// session, while a non-streaming turn still ends well inside the OpenAI and Anthropic SDKs'
+// default 10-minute request timeout, so the client reads compactd's error and not its own
+// timeout. Without it a hanging summariser held a turn for 3 attempts × 2 min + backoff.
+const DefaultCompactionTimeout = 5 * time.Minute
+
+// compactionTimeoutError is a compaction that ran out of its deadline (Config.CompactionTimeout).
+type compactionTimeoutError struct{ limit time.Duration }
+
+func (e *compactionTimeoutError) Error() string {
+	return fmt.Sprintf("compaction did not finish within its deadline of %s", e.limit)
+}
+
+// compactionContext is the context a compaction summarises under: ctx bounded by the compaction
+// deadline, whose expiry is told apart from the client going away by compactionTimedOut.
+func (s *Server) compactionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.cfg.CompactionTimeout
+	if d == 0 {
+		d = DefaultCompactionTimeout
+	}
+	if d < 0 {
+		return context.WithCancel(ctx) // no deadline of compactd's own
+	}
+	return context.WithTimeoutCause(ctx, d, &compactionTimeoutError{limit: d})
+}
+
+// compactionTimedOut returns the deadline error when ctx ended because the compaction ran out of
+// time, nil otherwise.
+func compactionTimedOut(ctx context.Context) *compactionTimeoutError {
+	var te *compactionTimeoutError
+	if ctx.Err() != nil && errors.As(context.Cause(ctx), &te) {
+		return te
+	}
+	return nil
+}
+
+// timeoutMessage is what a client reads when the compaction ran out of time.
+func timeoutMessage(te *compactionTimeoutError) string {
+	return fmt.Sprintf("compactd could not compact the conversation within its compaction timeout of %s (--compaction-timeout): "+
+		"the summariser LLM is too slow or not answering. Nothing was changed; retry the request.", te.limit)
+}
+
+// pushback is what a failed summarisation says about coming back: whether the summariser was
+// rate limited (429) or overloaded (529, or an overloaded error code), and when to retry — its
+// Retry-After, or, while the circuit breaker is open, the rest of the cooldown.
+type pushback struct {
+	rateLimited, overloaded bool
+	after                   time.Duration
+}
+
+func pushbackOf(err error) pushback {
+	var (
+		co     *summarizer.CircuitOpenError
+		e      *summarizer.Error
+		status int
+		code   string
+		after  time.Duration
+	)
+	switch {
+	case errors.As(err, &co):
+		status, code, after = co.Status, co.Code, co.RetryAfter
+	case errors.As(err, &e):
+		status, code, after = e.Status, e.Code, e.RetryAfter
+	default:
+		return pushback{}
+	}
+	overloaded := status == 529 || strings.Contains(code, "overloaded")
+	return pushback{rateLimited: status == http.StatusTooManyRequests && !overloaded, overloaded: overloaded, after: after}
+}
+
+// retryWhen renders the hint for a message (streams cannot carry a Retry-After header).
+func (p pushback) retryWhen() string {
+	if p.after <= 0 {
+		return "retry the request shortly"
+	}
+	return fmt.Sprintf("retry the request after %ds", int((p.after+time.Second-1)/time.Second))
+}
+
+// why says what the summariser answered, for a message.
+func (p pushback) why() string {
+	switch {
+	case p.rateLimited:
+		return "the summariser LLM is rate limiting compactd (it answered 429)"
+	case p.overloaded:
+		return "the summariser LLM is overloaded"
+	}
+	return "the summariser LLM failed or timed out"
 }
 
 // busyOpenAI and busyAnthropic answer a full compaction queue.

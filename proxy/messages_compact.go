@@ -261,12 +261,15 @@ func (s *Server) compactMessages(ctx context.Context, r *http.Request, req *api.
 			return nil, errors.New("the configured sealer cannot sign compaction blocks")
 		}
 	}
-	res, err := s.summarise(ctx, "anthropic", summarizer.Request{
+	// The summariser runs under the compaction deadline; archiving and sealing under ctx.
+	sctx, cancel := s.compactionContext(ctx)
+	res, err := s.summarise(sctx, "anthropic", summarizer.Request{
 		Model:        req.Model,
 		Entries:      compact.RenderEntries(items, w.Summarise),
 		Instructions: cr.instructions,
-		Auth:         summarizer.Auth{Header: callerCredentials(r.Header)},
+		Auth:         s.summariserAuth(r),
 	})
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +375,9 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 }
 
 // compactionUnavailable is the answer to a summariser failure: 529 overloaded_error, transient,
-// nothing changed. nil when the client went away.
+// nothing changed; 429 rate_limit_error when the summariser rate limited compactd; 504
+// timeout_error when the compaction ran out of time. A known wait goes out as retry-after. nil
+// when the client went away.
 func compactionUnavailable(err error) *api.AnthropicError {
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -380,8 +385,18 @@ func compactionUnavailable(err error) *api.AnthropicError {
 	if errors.Is(err, summarizer.ErrBusy) {
 		return busyAnthropic()
 	}
-	return compactionError(529, "overloaded_error", "compaction_unavailable",
-		"compactd could not summarise the conversation (the summariser LLM failed or timed out); nothing was changed, retry the request.")
+	var te *compactionTimeoutError
+	if errors.As(err, &te) {
+		return compactionError(http.StatusGatewayTimeout, "timeout_error", "compaction_timeout", timeoutMessage(te))
+	}
+	p := pushbackOf(err)
+	msg := "compactd could not summarise the conversation (" + p.why() + "); nothing was changed, " + p.retryWhen() + "."
+	e := compactionError(529, "overloaded_error", "compaction_unavailable", msg)
+	if p.rateLimited {
+		e = compactionError(http.StatusTooManyRequests, "rate_limit_error", "compaction_unavailable", msg)
+	}
+	e.RetryAfter = p.after
+	return e
 }
 
 // messagesCompacted logs and counts one Anthropic compaction, never its content.

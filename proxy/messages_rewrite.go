@@ -7,13 +7,13 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // modifyMessagesResponse rewrites an Anthropic upstream response for a turn compactd changed:
@@ -25,7 +25,9 @@ import (
 func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 	mt := msgTurnFrom(resp.Request)
 	if mt != nil {
-		guardMessagesStream(resp) // a broken upstream stream ends in an error event, not a cut
+		// A broken upstream stream ends in an error event, not a cut; on a turn compactd
+		// rewrites, so does an event that is not JSON.
+		guardMessagesStream(resp, mt.rewrites())
 	}
 	if mt == nil || !mt.rewrites() {
 		return nil
@@ -38,7 +40,18 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 		}
 		return nil
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	compacted := mt.block != nil
+	isSSE := isEventStream(resp.Header)
+	switch {
+	case isSSE && !mt.t.stream:
+		resp.Body.Close()
+		s.unrewritable(resp, "anthropic", compacted, "is an event stream, but the request was not streamed")
+		return nil
+	case !isSSE && mt.t.committed:
+		resp.Body.Close()
+		s.unrewritable(resp, "anthropic", compacted, "is JSON, but the request was streamed")
+		return nil
+	case isSSE:
 		if mt.block != nil || len(mt.applied) > 0 {
 			resp.Body = &msgSSERewriter{src: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body, mt: mt}
 			resp.Header.Del("Content-Length")
@@ -46,15 +59,20 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 		}
 		return nil
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
-	resp.Body.Close()
+	body, why, err := readRewritable(resp)
 	if err != nil {
-		return err
+		return err // the client went away
 	}
-	if mt.countTokens {
-		body = withOriginalInputTokens(body, mt.removed)
-	} else {
-		body = rewriteMessageJSON(body, mt)
+	if why == "" {
+		if mt.countTokens {
+			body = withOriginalInputTokens(body, mt.removed)
+		} else {
+			body, why = rewriteMessageJSON(body, mt)
+		}
+	}
+	if why != "" {
+		s.unrewritable(resp, "anthropic", compacted, why)
+		return nil
 	}
 	replaceBody(resp, body)
 	return nil
@@ -62,10 +80,10 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 
 // upstreamErrorEvent carries an upstream error into a stream compactd already committed: the
 // upstream's own error envelope when it sent one (Claude Code matches on its wording), else an
-// api_error naming the status.
+// api_error naming the status. The body is checked for validity and depth before it is walked.
 func upstreamErrorEvent(status int, body []byte) []byte {
 	var compacted bytes.Buffer
-	if gjson.GetBytes(body, "type").Str == "error" && json.Compact(&compacted, body) == nil {
+	if jsonx.Valid(body) == nil && gjson.GetBytes(body, "type").Str == "error" && json.Compact(&compacted, body) == nil {
 		return api.AppendSSE(nil, "error", compacted.Bytes())
 	}
 	e := &api.AnthropicError{Status: status, Type: "api_error", Message: "upstream answered HTTP " + strconv.Itoa(status)}
@@ -89,12 +107,15 @@ func withOriginalInputTokens(body []byte, removed int) []byte {
 }
 
 // rewriteMessageJSON puts the compaction block first in content, adds usage.iterations and
-// reports applied edits.
-func rewriteMessageJSON(body []byte, mt *msgTurn) []byte {
+// reports applied edits. body is valid JSON; why is set when it has no content array to take the
+// block.
+func rewriteMessageJSON(body []byte, mt *msgTurn) (_ []byte, why string) {
 	if mt.block != nil {
-		if out, ok := api.PrependToArray(body, "content", mt.block); ok {
-			body = out
+		out, ok := api.PrependToArray(body, "content", mt.block)
+		if !ok {
+			return nil, "has no content array"
 		}
+		body = out
 		u := gjson.GetBytes(body, "usage")
 		iters := iterationsJSON(mt.compUsage, messageIteration(u, u, gjson.GetBytes(body, "model").Str))
 		if out, err := sjson.SetRawBytes(body, "usage.iterations", iters); err == nil {
@@ -106,7 +127,7 @@ func rewriteMessageJSON(body []byte, mt *msgTurn) []byte {
 			body = out
 		}
 	}
-	return body
+	return body, ""
 }
 
 // compactionIteration renders the summariser's usage as a usage.iterations entry.
@@ -161,6 +182,7 @@ type msgSSERewriter struct {
 
 	startUsage gjson.Result
 	model      string
+	broken     bool // an event was not JSON: the stream ended with an error instead
 	out        []byte
 	err        error
 }
@@ -177,6 +199,9 @@ func (r *msgSSERewriter) Read(p []byte) (int, error) {
 			r.out = append(r.out, r.rewrite(ev)...)
 		}
 		r.err = err
+		if r.broken {
+			r.err = io.EOF
+		}
 	}
 	n := copy(p, r.out)
 	r.out = r.out[n:]
@@ -209,6 +234,11 @@ func (r *msgSSERewriter) rewrite(ev []byte) []byte {
 		end = len(ev) - i
 	}
 	data := bytes.TrimSpace(ev[i+len(dataPrefix) : i+end])
+	if len(data) > 0 && !bytes.Equal(data, doneMarker) && jsonx.Valid(data) != nil {
+		// Only an event larger than the stream guard holds back gets this far.
+		r.broken = true
+		return invalidUpstreamAnthropic(r.mt.block != nil, "sent an event that is not valid JSON").SSE()
+	}
 	v := gjson.ParseBytes(data)
 	newData := data
 	var after []byte

@@ -17,6 +17,7 @@ import (
 
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // Recall gives the model its memory back. After a compaction, compactd offers the upstream model
@@ -264,16 +265,28 @@ func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, 
 			s.upstreamError(w, r, err)
 			return
 		}
-		data, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
-		resp.Body.Close()
-		if err != nil {
-			s.upstreamError(w, r, err)
-			return
-		}
 		if resp.StatusCode != http.StatusOK {
+			data, _ := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
+			resp.Body.Close()
 			copyHeader(w.Header(), resp.Header)
 			w.WriteHeader(resp.StatusCode)
 			_, _ = w.Write(data)
+			return
+		}
+		var data []byte
+		why := "is an event stream, but the request was not streamed"
+		if !isEventStream(resp.Header) {
+			if data, why, err = readRewritable(resp); err != nil {
+				return // the client went away
+			}
+		}
+		resp.Body.Close()
+		if why == "" && !gjson.GetBytes(data, "output").IsArray() {
+			why = "has no output array"
+		}
+		if why != "" {
+			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", "openai", "reason", why)
+			invalidUpstreamOpenAI(t.item != nil, why).Write(w)
 			return
 		}
 		usage.add(gjson.GetBytes(data, "usage"))
@@ -348,7 +361,17 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 			s.upstreamError(w, r, err)
 			return
 		}
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		if resp.StatusCode == http.StatusOK && !isEventStream(resp.Header) {
+			resp.Body.Close()
+			e := invalidUpstreamOpenAI(t.item != nil, "is JSON, but the request was streamed")
+			if headersSent {
+				_, _ = w.Write(e.SSE(seq, t.responseID))
+				return
+			}
+			e.Write(w)
+			return
+		}
+		if resp.StatusCode != http.StatusOK {
 			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
 			if headersSent {
@@ -375,8 +398,14 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 			if err != nil {
 				break
 			}
-			if data == nil {
+			if data == nil || bytes.Equal(data, doneMarker) {
 				continue
+			}
+			if jsonx.Valid(data) != nil {
+				// A garbled or cut event: never splice into it, end the stream instead.
+				_, _ = w.Write(invalidUpstreamOpenAI(t.item != nil, "sent an event that is not valid JSON").SSE(seq, t.responseID))
+				resp.Body.Close()
+				return
 			}
 			typ := gjson.GetBytes(data, "type").Str
 			if t.responseID == "" {
@@ -428,7 +457,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 		resp.Body.Close()
 		if !final.Exists() {
 			if r.Context().Err() == nil {
-				_, _ = w.Write(upstreamUnavailable().SSE(seq, t.responseID))
+				_, _ = w.Write(upstreamInterrupted().SSE(seq, t.responseID))
 			}
 			return
 		}

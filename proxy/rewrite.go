@@ -3,31 +3,40 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
-// maxJSONResponse bounds a non-streaming response compactd reads whole to insert an item.
-const maxJSONResponse = 64 << 20
+// maxJSONResponse bounds a non-streaming response compactd reads whole to insert an item. A
+// variable only so a test can lower it (upstream_export_test.go).
+var maxJSONResponse int64 = 64 << 20
 
 // modifyResponse rewrites an upstream response for a turn that compacted: the compaction item goes
-// to output[0], in JSON or in the SSE stream.
+// to output[0], in JSON or in the SSE stream. What compactd cannot rewrite — a body cut off,
+// invalid or over the size limit, an event stream to a non-streaming request, a non-JSON event —
+// becomes a 502 (or, on a stream already under way, the terminal error events) in OpenAI's
+// dialect, never a 200 with broken JSON.
 func (s *Server) modifyResponse(resp *http.Response) error {
 	t := turnFrom(resp.Request.Context())
 	if t != nil {
-		guardResponsesStream(resp) // a broken upstream stream ends in an error event, not a cut
+		// A broken upstream stream ends in an error event, not a cut; on a turn compactd
+		// rewrites, so does an event that is not JSON.
+		guardResponsesStream(resp, t.rewrite())
 	}
 	if t == nil || !t.rewrite() {
 		return nil
 	}
-	isSSE := bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream"))
+	isSSE := isEventStream(resp.Header)
 	if resp.StatusCode/100 != 2 {
 		if t.committed {
 			// Headers are gone already: report the upstream's error inside the stream.
@@ -38,6 +47,17 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		}
 		return nil // passed through unchanged
 	}
+	if isSSE && !t.stream {
+		resp.Body.Close()
+		s.unrewritable(resp, "openai", t.item != nil, "is an event stream, but the request was not streamed")
+		return nil
+	}
+	if !isSSE && t.committed {
+		// compactd already answered with a stream: a JSON body cannot follow its events.
+		resp.Body.Close()
+		s.unrewritable(resp, "openai", t.item != nil, "is JSON, but the request was streamed")
+		return nil
+	}
 	if t.item == nil {
 		return nil
 	}
@@ -47,16 +67,100 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		resp.ContentLength = -1
 		return nil
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
-	resp.Body.Close()
+	body, why, err := readRewritable(resp)
 	if err != nil {
-		return err
+		return err // the client went away
 	}
-	if out, ok := api.PrependToArray(body, "output", t.item); ok {
-		body = out
+	if why == "" {
+		var ok bool
+		if body, ok = api.PrependToArray(body, "output", t.item); !ok {
+			why = "has no output array"
+		}
+	}
+	if why != "" {
+		s.unrewritable(resp, "openai", true, why)
+		return nil
 	}
 	replaceBody(resp, body)
 	return nil
+}
+
+func isEventStream(h http.Header) bool {
+	return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
+}
+
+// readRewritable reads a JSON body compactd is to rewrite. why says, for the client, what is
+// wrong with it ("" when it is whole, valid and under maxJSONResponse); err is set only when the
+// client went away while it was read.
+func readRewritable(resp *http.Response) (body []byte, why string, err error) {
+	body, err = io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse+1))
+	resp.Body.Close()
+	switch {
+	case err != nil && resp.Request.Context().Err() != nil:
+		return nil, "", err
+	case err != nil:
+		return nil, "was cut off before its end", nil
+	case int64(len(body)) > maxJSONResponse:
+		return nil, fmt.Sprintf("is larger than the %d MiB compactd reads to rewrite a response", maxJSONResponse>>20), nil
+	}
+	if verr := jsonx.Valid(body); verr != nil {
+		if errors.Is(verr, jsonx.ErrTooDeep) {
+			return nil, "nests JSON more than " + strconv.Itoa(jsonx.MaxDepth) + " levels deep", nil
+		}
+		return nil, "is not valid JSON (truncated or corrupt)", nil
+	}
+	return body, "", nil
+}
+
+// unrewritable replaces an upstream response compactd cannot rewrite with a 502 in the dialect
+// of the route ("openai" or "anthropic"), or, when compactd already committed the stream, with
+// the dialect's terminal error events.
+func (s *Server) unrewritable(resp *http.Response, dialect string, compacted bool, why string) {
+	s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", dialect, "reason", why, "status", resp.StatusCode)
+	committed := false
+	if t := turnFrom(resp.Request.Context()); t != nil {
+		committed = t.committed
+	}
+	var body []byte
+	if dialect == "anthropic" {
+		e := invalidUpstreamAnthropic(compacted, why)
+		e.RequestID = newID("req_compactd_")
+		if body = e.Body(); committed {
+			body = e.SSE()
+		}
+	} else {
+		e := invalidUpstreamOpenAI(compacted, why)
+		if body = e.Body(); committed {
+			t := turnFrom(resp.Request.Context())
+			body = e.SSE(t.seq, t.responseID)
+		}
+	}
+	if !committed {
+		resp.StatusCode, resp.Status = http.StatusBadGateway, "502 Bad Gateway"
+		resp.Header.Set("Content-Type", "application/json")
+	}
+	resp.Trailer = nil
+	replaceBody(resp, body)
+}
+
+// invalidUpstreamMessage tells the client what went wrong and that the retry is safe: when the
+// turn compacted, the new item never reached the client, and everything it holds is still valid.
+func invalidUpstreamMessage(compacted bool, why, held string) string {
+	msg := "compactd could not pass on the upstream API's answer: the upstream's response " + why + "."
+	if compacted {
+		return msg + " The compaction itself succeeded and the " + held + " you hold are still valid, so retrying the turn is safe."
+	}
+	return msg + " Nothing you hold is affected; retry the request."
+}
+
+func invalidUpstreamOpenAI(compacted bool, why string) *api.OpenAIError {
+	return &api.OpenAIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_response_invalid",
+		Message: invalidUpstreamMessage(compacted, why, "items")}
+}
+
+func invalidUpstreamAnthropic(compacted bool, why string) *api.AnthropicError {
+	return &api.AnthropicError{Status: http.StatusBadGateway, Type: "api_error",
+		Message: invalidUpstreamMessage(compacted, why, "messages and compaction blocks")}
 }
 
 func replaceBody(resp *http.Response, body []byte) {
@@ -66,9 +170,13 @@ func replaceBody(resp *http.Response, body []byte) {
 	resp.Header.Del("Content-Encoding")
 }
 
-// upstreamErrorFromBody keeps the upstream's own message and code when it sent an OpenAI envelope.
+// upstreamErrorFromBody keeps the upstream's own message and code when it sent an OpenAI envelope
+// (checked for validity and depth before it is walked).
 func upstreamErrorFromBody(status int, body []byte) *api.OpenAIError {
 	e := &api.OpenAIError{Status: status, Type: "server_error", Message: fmt.Sprintf("upstream answered HTTP %d", status)}
+	if jsonx.Valid(body) != nil {
+		return e
+	}
 	if m := gjson.GetBytes(body, "error.message"); m.Exists() {
 		e.Message = m.String()
 		e.Type = gjson.GetBytes(body, "error.type").String()
@@ -76,6 +184,34 @@ func upstreamErrorFromBody(status int, body []byte) *api.OpenAIError {
 	}
 	return e
 }
+
+// eventData returns the data of an SSE event's first data line, trimmed, and whether compactd
+// can use it: data that is empty, a [DONE] marker or valid JSON within the depth bound. Events
+// without data (comments, keep-alives) are usable.
+func eventData(ev []byte) (data []byte, ok bool) {
+	i := bytes.Index(ev, dataPrefix)
+	for i > 0 && ev[i-1] != '\n' {
+		j := bytes.Index(ev[i+1:], dataPrefix)
+		if j < 0 {
+			return nil, true
+		}
+		i += 1 + j
+	}
+	if i < 0 {
+		return nil, true
+	}
+	data = ev[i+len(dataPrefix):]
+	if j := bytes.IndexByte(data, '\n'); j >= 0 {
+		data = data[:j]
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || bytes.Equal(data, doneMarker) {
+		return data, true
+	}
+	return data, jsonx.Valid(data) == nil
+}
+
+var doneMarker = []byte("[DONE]")
 
 // sseRewriter streams an upstream Responses SSE body through, one event at a time: it injects the
 // compaction item's output_item.added/done pair after response.created/in_progress, shifts every
@@ -87,8 +223,9 @@ type sseRewriter struct {
 	t    *turn
 
 	injected bool
-	shift    int // added to output_index once the item is in
-	seqDelta int // added to sequence_number once the item is in
+	broken   bool // an event was not JSON: the stream ended with an error instead
+	shift    int  // added to output_index once the item is in
+	seqDelta int  // added to sequence_number once the item is in
 	out      []byte
 	err      error
 }
@@ -128,10 +265,16 @@ func (r *sseRewriter) next() {
 			if len(ev) > 0 {
 				r.out = append(r.out, r.rewriteEvent(ev)...)
 			}
+			if r.broken {
+				r.err = io.EOF
+			}
 			return
 		}
 		if len(bytes.TrimRight(line, "\r\n")) == 0 {
 			r.out = append(r.out, r.rewriteEvent(ev)...)
+			if r.broken {
+				r.err = io.EOF
+			}
 			return
 		}
 	}
@@ -150,6 +293,13 @@ func (r *sseRewriter) rewriteEvent(ev []byte) []byte {
 		end = len(ev) - i
 	}
 	data := bytes.TrimSpace(ev[i+len(dataPrefix) : i+end])
+	if len(data) > 0 && !bytes.Equal(data, doneMarker) && jsonx.Valid(data) != nil {
+		// sjson would splice into it blindly (`data: ,"sequence_number":3}`): end the stream
+		// with the error the guard below gives a cut stream. Only an event larger than the
+		// guard holds back gets this far.
+		r.broken = true
+		return invalidUpstreamOpenAI(r.t.item != nil, "sent an event that is not valid JSON").SSE(r.t.seq, r.t.responseID)
+	}
 	if len(data) == 0 || data[0] != '{' {
 		return ev
 	}

@@ -62,6 +62,11 @@ type Config struct {
 	ItemMaxAge time.Duration
 	// FailurePolicies say what a turn does when the summariser fails (default: fail).
 	FailurePolicies FailurePolicies
+	// CompactionTimeout bounds one compaction: all summariser attempts and backoffs, chunks, the
+	// wait for a speculative summary and the gap check (0 = DefaultCompactionTimeout, 5m;
+	// negative = no bound beyond the summariser's per-call timeout). Running out is a summariser
+	// failure: the failure policy applies.
+	CompactionTimeout time.Duration
 	// LedgerBytes bounds the facts ledger sealed with each summary (default 6144; -1 = no ledger).
 	LedgerBytes int
 	// GapCheck runs a second summariser pass that compares summary + ledger with the replaced

@@ -222,7 +222,7 @@ func (s *Server) maybeSpeculate(r *http.Request, model string, items []api.Item,
 	if s.spec == nil || float64(total) < s.spec.cfg.Fraction*float64(limit) {
 		return
 	}
-	auth := summarizer.Auth{Header: callerCredentials(r.Header)}
+	auth := s.summariserAuth(r)
 	started := s.spec.start(model, items, func(ctx context.Context, prefix []api.Item) (specResult, error) {
 		w := compact.Partition(prefix, s.cfg.RetainTokens, s.countItem)
 		if len(w.Summarise) == 0 {

@@ -24,10 +24,17 @@ const maxGuardEvent = 8 << 20
 // Without it httputil.ReverseProxy aborts the client's connection on an upstream read error, so
 // an agent sees a truncated stream (unexpected EOF) rather than an error it can retry on: found
 // by the fault-injected load test (loadtest/).
+//
+// With validate set (a turn compactd rewrites, whose rewriters would splice into broken JSON
+// blindly) an event whose data is not valid JSON within the depth bound is held back too, and
+// ends the stream the same way.
 type streamGuard struct {
-	src  io.ReadCloser
-	ctx  context.Context
-	fail func(seq int) []byte // the closing error events, numbered from the next sequence number
+	src      io.ReadCloser
+	ctx      context.Context
+	validate bool
+	// fail renders the closing error events, numbered from the next sequence number; invalid
+	// says an event was not JSON rather than the stream broke off.
+	fail func(seq int, invalid bool) []byte
 
 	pending  []byte // bytes after the last complete event
 	out      []byte // complete events (or the closing error) ready for the reader
@@ -47,7 +54,7 @@ func (g *streamGuard) Read(p []byte) (int, error) {
 		n, err := g.src.Read(g.buf[:])
 		g.pending = append(g.pending, g.buf[:n]...)
 		g.release()
-		if err != nil {
+		if err != nil && g.err == nil {
 			g.finish(err)
 		}
 	}
@@ -65,7 +72,16 @@ func (g *streamGuard) release() {
 		if i < 0 {
 			break
 		}
-		g.observe(g.pending[done : done+i])
+		if !g.observe(g.pending[done : done+i]) {
+			// Pass what came before, drop the event and everything after it.
+			g.out = append(g.out, g.pending[:done]...)
+			g.pending = nil
+			g.err = io.EOF
+			if g.ctx.Err() == nil {
+				g.out = append(g.out, g.fail(g.nextSeq, true)...)
+			}
+			return
+		}
 		done += i + sep
 	}
 	if done == 0 && len(g.pending) > maxGuardEvent {
@@ -90,14 +106,16 @@ func eventEnd(b []byte) (int, int) {
 	return lf, 2
 }
 
-func (g *streamGuard) observe(ev []byte) {
-	i := bytes.Index(ev, dataPrefix)
-	if i < 0 {
-		return
+// observe notes an event's sequence number and whether it is terminal. It reports false for an
+// event the guard must not pass: one that is not JSON, when validating. Data that is not JSON is
+// never walked (gjson recurses on nesting).
+func (g *streamGuard) observe(ev []byte) bool {
+	data, ok := eventData(ev)
+	if !ok {
+		return !g.validate
 	}
-	data := ev[i+len(dataPrefix):]
-	if j := bytes.IndexByte(data, '\n'); j >= 0 {
-		data = data[:j]
+	if len(data) == 0 || data[0] != '{' {
+		return true
 	}
 	if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() && int(sq.Int()) >= g.nextSeq {
 		g.nextSeq = int(sq.Int()) + 1
@@ -106,6 +124,7 @@ func (g *streamGuard) observe(ev []byte) {
 	case "response.completed", "response.failed", "response.incomplete", "error", "message_stop":
 		g.terminal = true
 	}
+	return true
 }
 
 // finish ends the stream after the upstream's read returned err.
@@ -123,17 +142,17 @@ func (g *streamGuard) finish(err error) {
 		}
 	}
 	g.pending = nil
-	g.out = append(g.out, g.fail(g.nextSeq)...)
+	g.out = append(g.out, g.fail(g.nextSeq, false)...)
 	g.err = io.EOF
 }
 
 // guardStream wraps a successful SSE response body in a streamGuard; any other response is left
 // alone.
-func guardStream(resp *http.Response, fail func(seq int) []byte) {
-	if resp.StatusCode/100 != 2 || !bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream")) {
+func guardStream(resp *http.Response, validate bool, fail func(seq int, invalid bool) []byte) {
+	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header) {
 		return
 	}
-	resp.Body = &streamGuard{src: resp.Body, ctx: resp.Request.Context(), fail: fail}
+	resp.Body = &streamGuard{src: resp.Body, ctx: resp.Request.Context(), validate: validate, fail: fail}
 }
 
 // upstreamInterrupted is the error a Responses stream ends with when the upstream's broke off.
@@ -147,21 +166,29 @@ func upstreamInterrupted() *api.OpenAIError {
 // guardResponsesStream guards a Responses stream: the closing error is `error` +
 // `response.failed`, numbered on from the upstream's sequence numbers (a rewriter above shifts
 // them like every other event).
-func guardResponsesStream(resp *http.Response) {
-	guardStream(resp, func(seq int) []byte {
+func guardResponsesStream(resp *http.Response, validate bool) {
+	guardStream(resp, validate, func(seq int, invalid bool) []byte {
+		t := turnFrom(resp.Request.Context())
 		id := ""
-		if t := turnFrom(resp.Request.Context()); t != nil {
+		if t != nil {
 			id = t.responseID
+		}
+		if invalid {
+			return invalidUpstreamOpenAI(t != nil && t.item != nil, "sent an event that is not valid JSON").SSE(seq, id)
 		}
 		return upstreamInterrupted().SSE(seq, id)
 	})
 }
 
 // guardMessagesStream guards a Messages stream: the closing error is an Anthropic `error` event.
-func guardMessagesStream(resp *http.Response) {
-	guardStream(resp, func(int) []byte {
+func guardMessagesStream(resp *http.Response, validate bool) {
+	guardStream(resp, validate, func(_ int, invalid bool) []byte {
 		e := &api.AnthropicError{Status: http.StatusBadGateway, Type: "api_error",
 			Message: "the upstream API's stream ended before the message was complete; retry the request"}
+		if invalid {
+			mt := msgTurnFrom(resp.Request)
+			e = invalidUpstreamAnthropic(mt != nil && mt.block != nil, "sent an event that is not valid JSON")
+		}
 		return e.SSE()
 	})
 }

@@ -32,7 +32,7 @@ func guardedResponse(ctx context.Context, body string, err error) *http.Response
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://upstream/v1/responses", nil)
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 		Body: &brokenBody{r: iotest.HalfReader(strings.NewReader(body)), err: err}}
-	guardResponsesStream(resp)
+	guardResponsesStream(resp, false)
 	return resp
 }
 
@@ -98,7 +98,7 @@ func TestStreamGuardLeavesOthersAlone(t *testing.T) {
 	} {
 		body := io.NopCloser(strings.NewReader("x"))
 		resp.Body = body
-		guardStream(resp, func(int) []byte { return nil })
+		guardStream(resp, false, func(int, bool) []byte { return nil })
 		if resp.Body != body {
 			t.Errorf("status %d %s: body wrapped", resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
@@ -110,7 +110,7 @@ func TestStreamGuardMessages(t *testing.T) {
 	start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n"
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 		Body: &brokenBody{r: strings.NewReader(start + "event: content_block_delta\ndata: {\"ty"), err: io.ErrUnexpectedEOF}}
-	guardMessagesStream(resp)
+	guardMessagesStream(resp, false)
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func BenchmarkStreamGuard(b *testing.B) {
 	for b.Loop() {
 		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 			Body: io.NopCloser(bytes.NewReader(stream))}
-		guardResponsesStream(resp)
+		guardResponsesStream(resp, false)
 		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 			b.Fatal(err)
 		}

@@ -35,7 +35,7 @@ type serveConfig struct {
 
 	summarizerURL, summarizerModel, summarizerKey, summarizerAPI string
 	summarizerContextTokens, summarizerMaxOutput                 int
-	summarizerTimeout                                            time.Duration
+	summarizerTimeout, compactionTimeout                         time.Duration
 
 	compactThreshold, defaultClientThreshold, retainTokens int
 	policyOverride                                         bool
@@ -79,6 +79,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.summarizerContextTokens, "summarizer-context-tokens", 128000, "summariser context window; longer histories are summarised in chunks")
 	fs.IntVar(&c.summarizerMaxOutput, "summarizer-max-output-tokens", 8192, "summary length cap in tokens")
 	fs.DurationVar(&c.summarizerTimeout, "summarizer-timeout", 2*time.Minute, "timeout of one summariser call")
+	fs.DurationVar(&c.compactionTimeout, "compaction-timeout", proxy.DefaultCompactionTimeout, "deadline of one whole compaction (all summariser attempts, chunks, gap check); past it the failure policy applies (negative: none)")
 	fs.IntVar(&c.compactThreshold, "compact-threshold", 0, "server-side policy: compact requests without context_management past this many input tokens (0: off)")
 	fs.BoolVar(&c.policyOverride, "policy-override", false, "apply --compact-threshold even to requests that send their own context_management")
 	fs.IntVar(&c.defaultClientThreshold, "default-client-threshold", 200000, "threshold used when a client sends compact_threshold: null")
@@ -194,6 +195,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		MaxHeaderBytes:       c.maxHeaderBytes,
 		ItemMaxAge:           c.itemMaxAge,
 		FailurePolicies:      policies,
+		CompactionTimeout:    c.compactionTimeout,
 		Speculative:          c.speculative,
 		LedgerBytes:          c.ledgerBytes,
 		GapCheck:             c.gapCheck,

@@ -17,7 +17,29 @@ var ErrBusy = errors.New("summarizer: too many compactions in flight")
 // ErrCircuitOpen is returned at once while the circuit breaker is open: the summariser failed
 // BreakerFailures times in a row and the cooldown has not passed. Nothing was sent; failing fast
 // keeps an outage from multiplying load (every turn past the threshold would otherwise retry).
+// Summarize returns it as a *CircuitOpenError, which matches it with errors.Is.
 var ErrCircuitOpen = errors.New("summarizer: circuit breaker open")
+
+// CircuitOpenError is ErrCircuitOpen with what a caller needs to tell its own client when to come
+// back and why: the rest of the cooldown, and what the summariser answered on the failure that
+// opened the breaker (a 429 there makes the outage a rate limit, not an error).
+type CircuitOpenError struct {
+	// RetryAfter is the time left before the breaker lets a probe through; while the half-open
+	// probe is in flight (its outcome decides) it is minProbeWait.
+	RetryAfter time.Duration
+	// Status and Code are the summariser's HTTP status and error code on the failure that opened
+	// the breaker (0 and "" when no response arrived, e.g. a timeout).
+	Status int
+	Code   string
+}
+
+func (e *CircuitOpenError) Error() string { return ErrCircuitOpen.Error() }
+
+// Is makes errors.Is(err, ErrCircuitOpen) true.
+func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOpen }
+
+// minProbeWait is the retry hint while the half-open probe is out: its outcome is near.
+const minProbeWait = time.Second
 
 // Defaults applied by NewResilient to zero ResilienceConfig fields (MaxConcurrent excepted: zero
 // means unlimited there, see DefaultResilienceConfig).
@@ -154,8 +176,8 @@ func (r *Resilient) InFlight() (inFlight, waiting int) {
 // cost of a retried summarisation stays visible.
 func (r *Resilient) Summarize(ctx context.Context, req Request) (Result, error) {
 	// Checked before queueing so an outage never fills the queue.
-	if r.br.rejects() {
-		return Result{}, ErrCircuitOpen
+	if err := r.br.rejects(); err != nil {
+		return Result{}, err
 	}
 	if err := r.acquire(ctx); err != nil {
 		return Result{}, err
@@ -166,7 +188,7 @@ func (r *Resilient) Summarize(ctx context.Context, req Request) (Result, error) 
 		return Result{}, err
 	}
 	res, err := r.attempts(ctx, req, ticket)
-	r.br.done(ticket, outcomeOf(ctx, err))
+	r.br.done(ticket, outcomeOf(ctx, err), err)
 	return res, err
 }
 
@@ -309,6 +331,19 @@ type breaker struct {
 	failures int
 	openedAt time.Time
 	probing  bool // half-open: the one probe is in flight
+	// openStatus and openCode are the summariser's answer on the failure that opened the
+	// breaker, for CircuitOpenError.
+	openStatus int
+	openCode   string
+}
+
+// openErrorLocked is the CircuitOpenError for a call rejected now.
+func (b *breaker) openErrorLocked() *CircuitOpenError {
+	wait := b.openedAt.Add(b.cooldown).Sub(b.now())
+	if b.st != StateOpen || wait < minProbeWait {
+		wait = minProbeWait
+	}
+	return &CircuitOpenError{RetryAfter: wait, Status: b.openStatus, Code: b.openCode}
 }
 
 // ticket records the generation a call was admitted in and whether it is the half-open probe.
@@ -329,21 +364,20 @@ func (b *breaker) state() string {
 	return b.st
 }
 
-// rejects is the cheap pre-queue check: true while open and cooling down, or half-open with
-// the probe already out.
-func (b *breaker) rejects() bool {
+// rejects is the cheap pre-queue check: a *CircuitOpenError while open and cooling down, or
+// half-open with the probe already out; nil otherwise.
+func (b *breaker) rejects() error {
 	if b.threshold < 0 {
-		return false
+		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.st {
-	case StateOpen:
-		return b.now().Before(b.openedAt.Add(b.cooldown))
-	case StateHalfOpen:
-		return b.probing
+	switch {
+	case b.st == StateOpen && b.now().Before(b.openedAt.Add(b.cooldown)),
+		b.st == StateHalfOpen && b.probing:
+		return b.openErrorLocked()
 	}
-	return false
+	return nil
 }
 
 // admit lets a call through or returns ErrCircuitOpen. After the cooldown the first caller
@@ -356,13 +390,13 @@ func (b *breaker) admit() (ticket, error) {
 	defer b.mu.Unlock()
 	if b.st == StateOpen {
 		if b.now().Before(b.openedAt.Add(b.cooldown)) {
-			return ticket{}, ErrCircuitOpen
+			return ticket{}, b.openErrorLocked()
 		}
 		b.setLocked(StateHalfOpen)
 	}
 	if b.st == StateHalfOpen {
 		if b.probing {
-			return ticket{}, ErrCircuitOpen
+			return ticket{}, b.openErrorLocked()
 		}
 		b.probing = true
 		return ticket{gen: b.gen, probe: true}, nil
@@ -380,8 +414,9 @@ func (b *breaker) stale(t ticket) bool {
 	return b.gen != t.gen
 }
 
-// done records an admitted call's outcome.
-func (b *breaker) done(t ticket, o outcome) {
+// done records an admitted call's outcome; err is the call's error, kept when it opens the
+// breaker.
+func (b *breaker) done(t ticket, o outcome, err error) {
 	if b.threshold < 0 {
 		return
 	}
@@ -396,7 +431,7 @@ func (b *breaker) done(t ticket, o outcome) {
 		case success:
 			b.setLocked("")
 		case failure:
-			b.setLocked(StateOpen)
+			b.openLocked(err)
 		}
 		// neutral: stay half-open; the next caller probes.
 		return
@@ -407,8 +442,18 @@ func (b *breaker) done(t ticket, o outcome) {
 	case failure:
 		b.failures++
 		if b.failures >= b.threshold {
-			b.setLocked(StateOpen)
+			b.openLocked(err)
 		}
+	}
+}
+
+// openLocked opens the breaker, remembering what the summariser answered on err.
+func (b *breaker) openLocked(err error) {
+	b.setLocked(StateOpen)
+	b.openStatus, b.openCode = 0, ""
+	var e *Error
+	if errors.As(err, &e) {
+		b.openStatus, b.openCode = e.Status, e.Code
 	}
 }
 
