@@ -14,18 +14,13 @@ import (
 	"github.com/compactd/compactd/bench"
 )
 
-func init() {
-	register("bench", "measure compactd's overhead against a bare reverse proxy, on loopback", func(args []string) error {
-		return runBench(args, os.Stdout, os.Stderr)
-	})
-}
+func runBenchCmd(args []string) error { return runBench(args, os.Stdout, os.Stderr) }
 
 // runBench runs the end-to-end benchmark and prints its Markdown tables to out (progress to
 // errOut), so `compactd bench > table.md` captures only what goes into BENCHMARKS.md.
 func runBench(args []string, out, errOut io.Writer) error {
 	o := bench.Defaults()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "CI-sized run: short cells, small bodies, few streams (overrides the defaults; explicit flags still win)")
 	duration := fs.Duration("duration", o.Duration, "measurement time of each cell (one target, one workload)")
 	conc := fs.Int("concurrency", o.Concurrency, "closed-loop workers")
@@ -57,23 +52,23 @@ func runBench(args []string, out, errOut io.Writer) error {
 	var err error
 	if set["rates"] || !*quick {
 		if o.Rates, err = parseFloats(*rates); err != nil {
-			return fmt.Errorf("--rates: %v", err)
+			return usageErrorf("bench", "--rates: %v", err)
 		}
 	}
 	if set["sizes"] || !*quick {
 		if o.Sizes, err = parseSizes(*sizes); err != nil {
-			return fmt.Errorf("--sizes: %v", err)
+			return usageErrorf("bench", "--sizes: %v", err)
 		}
 	}
 	if set["warm-size"] || !*quick {
 		ws, err := parseSizes(*warm)
 		if err != nil || len(ws) != 1 {
-			return fmt.Errorf("--warm-size: want one size, got %q", *warm)
+			return usageErrorf("bench", "--warm-size: want one size, got %q", *warm)
 		}
 		o.WarmSize = ws[0]
 	}
 	if o.Duration <= 0 || o.Concurrency <= 0 {
-		return fmt.Errorf("--duration and --concurrency must be positive")
+		return usageErrorf("bench", "--duration and --concurrency must be positive")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

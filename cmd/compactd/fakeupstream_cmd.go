@@ -11,10 +11,6 @@ import (
 	"github.com/compactd/compactd/fakeupstream"
 )
 
-func init() {
-	register("fake-upstream", "serve the built-in fake model (Responses, Chat, Messages) for demos and tests", runFakeUpstream)
-}
-
 func runFakeUpstream(args []string) error {
 	fs := flag.NewFlagSet("fake-upstream", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:9090", "address to listen on")
@@ -22,6 +18,7 @@ func runFakeUpstream(args []string) error {
 	tokenDelay := fs.Duration("token-delay", 0, "delay between streamed deltas")
 	summaryDelay := fs.Duration("summary-delay", 0, "extra delay for summariser calls")
 	grace := fs.Duration("shutdown-grace", 5*time.Second, "drain time on SIGTERM")
+	// No environment: COMPACTD_LISTEN is serve's address, not the fake's.
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -33,5 +30,5 @@ func runFakeUpstream(args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	log.Info("fake upstream listening", "addr", ln.Addr().String())
-	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}, ln, *grace, log)
+	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: defaultReadHeaderTimeout}, ln, *grace, log)
 }

@@ -11,10 +11,6 @@ import (
 	"github.com/compactd/compactd/archive/recallbench"
 )
 
-func init() {
-	register("recall-bench", "measure how many planted facts survive chained compaction (summary, ledger, recall)", runRecallBench)
-}
-
 // runRecallBench runs the recall benchmark and prints its Markdown table. It needs no network and
 // no keys: the archive is a temporary SQLite file under a throwaway key.
 func runRecallBench(args []string) error {
@@ -28,18 +24,18 @@ func runRecallBench(args []string) error {
 	topK := fs.Int("k", d.TopK, "recall hits per query")
 	excerpt := fs.Int("excerpt-bytes", d.ExcerptBytes, "bytes per recall excerpt")
 	excerpts := fs.String("excerpts", recallbench.ExcerptArchive, "what counts as recalled: archive (the archive's excerpts, what the recall tool returns) or segment (the answer anywhere in a hit's segment: the search's upper bound)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg := recallbench.Config{Seed: *seed, Steps: *steps, FactsPerRound: *facts, LedgerBudget: *budget,
 		TopK: *topK, ExcerptBytes: *excerpt, Excerpts: *excerpts}
 	if *excerpts != recallbench.ExcerptArchive && *excerpts != recallbench.ExcerptSegment {
-		return fmt.Errorf("-excerpts: want %s or %s", recallbench.ExcerptArchive, recallbench.ExcerptSegment)
+		return usageErrorf("recall-bench", "--excerpts: want %s or %s", recallbench.ExcerptArchive, recallbench.ExcerptSegment)
 	}
 	for _, s := range strings.Split(*checkpoints, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
-			return fmt.Errorf("-compactions: %q is not a positive count", s)
+			return usageErrorf("recall-bench", "--compactions: %q is not a positive count", s)
 		}
 		cfg.Checkpoints = append(cfg.Checkpoints, n)
 	}
