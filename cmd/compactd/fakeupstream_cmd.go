@@ -11,24 +11,36 @@ import (
 	"github.com/compactd/compactd/fakeupstream"
 )
 
-func runFakeUpstream(args []string) error {
+// fakeUpstreamConfig is the command line of `compactd fake-upstream`. It reads no environment:
+// COMPACTD_LISTEN is serve's address, and the fake started next to serve must not take it.
+type fakeUpstreamConfig struct {
+	listen                              string
+	firstByte, tokenDelay, summaryDelay time.Duration
+	grace                               time.Duration
+}
+
+func parseFakeUpstreamFlags(args []string) (c fakeUpstreamConfig, err error) {
 	fs := flag.NewFlagSet("fake-upstream", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:9090", "address to listen on")
-	firstByte := fs.Duration("first-byte-delay", 0, "delay before each response starts")
-	tokenDelay := fs.Duration("token-delay", 0, "delay between streamed deltas")
-	summaryDelay := fs.Duration("summary-delay", 0, "extra delay for summariser calls")
-	grace := fs.Duration("shutdown-grace", 5*time.Second, "drain time on SIGTERM")
-	// No environment: COMPACTD_LISTEN is serve's address, not the fake's.
-	if err := parseFlags(fs, args); err != nil {
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:9090", "address to listen on")
+	fs.DurationVar(&c.firstByte, "first-byte-delay", 0, "delay before each response starts")
+	fs.DurationVar(&c.tokenDelay, "token-delay", 0, "delay between streamed deltas")
+	fs.DurationVar(&c.summaryDelay, "summary-delay", 0, "extra delay for summariser calls")
+	fs.DurationVar(&c.grace, "shutdown-grace", 5*time.Second, "drain time on SIGTERM")
+	return c, parseFlags(fs, args)
+}
+
+func runFakeUpstream(args []string) error {
+	c, err := parseFakeUpstreamFlags(args)
+	if err != nil {
 		return err
 	}
 	// A long-running fake keeps no request log: it would grow without bound.
-	fake := fakeupstream.New(fakeupstream.Options{FirstByteDelay: *firstByte, TokenDelay: *tokenDelay, SummaryDelay: *summaryDelay, DropBodies: true})
-	ln, err := net.Listen("tcp", *listen)
+	fake := fakeupstream.New(fakeupstream.Options{FirstByteDelay: c.firstByte, TokenDelay: c.tokenDelay, SummaryDelay: c.summaryDelay, DropBodies: true})
+	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	log.Info("fake upstream listening", "addr", ln.Addr().String())
-	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: defaultReadHeaderTimeout}, ln, *grace, log)
+	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: defaultReadHeaderTimeout}, ln, c.grace, log)
 }
