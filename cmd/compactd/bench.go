@@ -25,10 +25,10 @@ func runBench(args []string, out, errOut io.Writer) error {
 	duration := fs.Duration("duration", o.Duration, "measurement time of each cell (one target, one workload)")
 	conc := fs.Int("concurrency", o.Concurrency, "closed-loop workers")
 	rates := fs.String("rates", joinFloats(o.Rates), "open-loop request rates per second, comma-separated (empty: none)")
-	sizes := fs.String("sizes", "2KB,200KB,2MB", "request body sizes, comma-separated (KB/MB suffixes; empty: skip the sweep)")
+	sizes := fs.String("sizes", formatSizes(o.Sizes...), "request body sizes, comma-separated (KB/MB suffixes; empty: skip the sweep)")
 	streams := fs.Int("streams", o.Streams, "concurrent long streams (0: skip)")
 	streamFor := fs.Duration("stream-for", o.StreamFor, "length of each long stream")
-	warm := fs.String("warm-size", "2MB", "body of the warm-prefix mode (0: skip)")
+	warm := fs.String("warm-size", formatSizes(o.WarmSize), "body of the warm-prefix mode (0: skip)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -101,6 +101,22 @@ func parseFloats(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// formatSizes writes sizes the way parseSizes reads them (2 << 20: "2MB").
+func formatSizes(sizes ...int) string {
+	s := make([]string, len(sizes))
+	for i, n := range sizes {
+		switch {
+		case n > 0 && n%(1<<20) == 0:
+			s[i] = strconv.Itoa(n>>20) + "MB"
+		case n > 0 && n%(1<<10) == 0:
+			s[i] = strconv.Itoa(n>>10) + "KB"
+		default:
+			s[i] = strconv.Itoa(n)
+		}
+	}
+	return strings.Join(s, ",")
 }
 
 // parseSizes reads "2KB,200KB,2MB" (binary units; a bare number is bytes; "0" is 0).

@@ -436,3 +436,28 @@ func TestServeOffConvention(t *testing.T) {
 		t.Errorf("defaults changed: %+v", d)
 	}
 }
+
+// TestServeLogsDeprecatedNames starts the real binary with the old names and checks that they
+// still take effect (the ops listener starts) and that serve logs a warning for each.
+func TestServeLogsDeprecatedNames(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the binary")
+	}
+	key, err := crypto.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startReplica(t, "deprecated", "http://127.0.0.1:1", key.String(),
+		"--admin-listen", "127.0.0.1:0", "--summarizer-retries", "2", "--archive", "off")
+	defer r.stop(t)
+	log := r.log.String()
+	for _, want := range []string{
+		`"level":"WARN","msg":"deprecated setting: --admin-listen is deprecated: use --ops-listen"`,
+		`"level":"WARN","msg":"deprecated setting: --summarizer-retries is deprecated: use --summarizer-attempts"`,
+		`"msg":"ops listener (metrics, health)"`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %s:\n%s", want, log)
+		}
+	}
+}

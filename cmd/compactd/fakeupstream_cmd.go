@@ -41,6 +41,7 @@ func runFakeUpstream(args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	log.Info("fake upstream listening", "addr", ln.Addr().String())
-	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: defaultReadHeaderTimeout}, ln, c.grace, log)
+	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: defaultReadHeaderTimeout}, ln, c.grace, log, func() {
+		log.Info("fake upstream listening", "addr", ln.Addr().String())
+	})
 }

@@ -37,7 +37,7 @@ type handoffConfig struct {
 	files    []string
 }
 
-func parseHandoffFlags(args []string, stderr io.Writer) (handoffConfig, error) {
+func parseHandoffFlags(args []string) (handoffConfig, error) {
 	var c handoffConfig
 	fs := flag.NewFlagSet("handoff", flag.ContinueOnError)
 	format := fs.String("format", "auto", "session log format: codex, claude or auto")
@@ -77,7 +77,7 @@ func parseHandoffFlags(args []string, stderr io.Writer) (handoffConfig, error) {
 }
 
 func runHandoff(args []string) error {
-	c, err := parseHandoffFlags(args, os.Stderr)
+	c, err := parseHandoffFlags(args)
 	if err != nil {
 		return err
 	}

@@ -331,15 +331,19 @@ func runServe(args []string) error {
 		return err
 	}
 	defer stopOps()
-	log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
-	return serveUntilSignal(srv, ln, c.shutdownGrace, log)
+	return serveUntilSignal(srv, ln, c.shutdownGrace, log, func() {
+		log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
+	})
 }
 
 // serveUntilSignal serves until SIGINT or SIGTERM, then stops accepting connections and gives
-// in-flight requests (streams included) up to grace to finish.
-func serveUntilSignal(srv *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger) error {
+// in-flight requests (streams included) up to grace to finish. It calls listening once the
+// signals are caught: a supervisor that sends SIGTERM as soon as it reads "listening" gets a
+// graceful shutdown, not the default disposition's abrupt exit.
+func serveUntilSignal(srv *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger, listening func()) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	listening()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
