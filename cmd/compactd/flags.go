@@ -255,6 +255,9 @@ func printHelp(w io.Writer, fs *flag.FlagSet, o parseOptions) {
 		}
 		arg, usage := flag.UnquoteUsage(f)
 		left := "--" + f.Name
+		if len(f.Name) == 1 {
+			left = "-" + f.Name // -k, -o, -v: the conventional spelling of one-letter flags
+		}
 		if arg != "" {
 			left += " " + arg
 		}
