@@ -180,6 +180,7 @@ func TestHelpAndVersion(t *testing.T) {
 		{[]string{"-version"}, []string{"compactd " + version}},
 		{[]string{"version"}, []string{"compactd " + version}},
 		{[]string{"help", "archive", "prune"}, []string{"compactd archive prune [flags] (--max-age D | --max-bytes N)"}},
+		{[]string{"help", "sessions", "search"}, []string{"compactd sessions search [flags] QUERY..."}},
 		{[]string{"archive", "prune", "-h"}, []string{"--max-age duration"}},
 		{[]string{"demo", "-h"}, []string{"--retain-tokens int"}},
 	}
@@ -253,6 +254,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"handoff"}, "no session logs given"},
 		{[]string{"handoff", "--format", "gemini", "a.jsonl"}, "unknown session format"},
 		{[]string{"help", "archive", "prune", "x"}, `unexpected argument "x"`},
+		{[]string{"help", "serve", "x"}, `unexpected argument "x"`},
+		{[]string{"help", "archive", "purge"}, `unexpected argument "purge"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

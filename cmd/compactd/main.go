@@ -112,6 +112,9 @@ func runHelp(args []string) int {
 		return usageExit(usageErrorf("help", "unknown command %q", args[0]))
 	}
 	// `help archive prune`: the subcommands are documented on their command's page.
+	if len(args) == 2 && !hasSubcommand(c, args[1]) {
+		return usageExit(usageErrorf("help", "unexpected argument %q", args[1]))
+	}
 	if err := c.run([]string{"-h"}); err != nil && !errors.Is(err, errHelp) {
 		fmt.Fprintf(os.Stderr, "compactd help: %v\n", err)
 		return 1
@@ -125,8 +128,18 @@ func printCommands(w io.Writer) {
 		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.short)
 	}
 	fmt.Fprintf(w, "\nFlags may come before or after arguments. Run 'compactd help COMMAND' (or 'compactd COMMAND -h')\n"+
-		"for a command's flags. Only serve, and the serve settings healthcheck, recall, archive, sessions and\n"+
-		"handoff share with it, read COMPACTD_* environment variables.\n")
+		"for a command's flags. COMPACTD_* environment variables are read by serve, and for the serve\n"+
+		"settings they share with it by healthcheck, recall, archive, sessions and handoff; by no other command.\n")
+}
+
+// hasSubcommand reports whether sub is one of c's subcommands (the first word of a usage form).
+func hasSubcommand(c command, sub string) bool {
+	for _, u := range strings.Split(c.usage, "\n") {
+		if strings.HasPrefix(u, sub+" ") && !strings.HasPrefix(sub, "-") && !strings.HasPrefix(sub, "[") {
+			return true
+		}
+	}
+	return false
 }
 
 // usageExit prints a usage error and returns exit status 2.
