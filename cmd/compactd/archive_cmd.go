@@ -16,10 +16,8 @@ import (
 	"github.com/compactd/compactd/crypto"
 )
 
-func init() {
-	register("recall", "search a conversation's archived history: compactd recall --conversation ID \"query\"", runRecall)
-	register("archive", "list, prune or delete archived conversations (archive list | delete ID | prune)", runArchive)
-}
+const archiveEnvHelp = `Reads COMPACTD_ARCHIVE, COMPACTD_KEYS, COMPACTD_KEY_FILE, COMPACTD_DATA_DIR and
+COMPACTD_ARCHIVE_INDEX_KEY, the serve settings it shares, so that it opens the archive serve writes.`
 
 // archiveDSN resolves --archive: "" is SQLite in the data directory, "off" disables it.
 func archiveDSN(dsn, dataDir string) string {
@@ -73,6 +71,10 @@ func retain(store archive.Store, r archive.Retention, log *slog.Logger) {
 // archiveFlags are the flags the archive CLI commands share with serve.
 type archiveFlags struct{ dsn, keys, keyFile, dataDir, indexKey, tenant string }
 
+// archiveEnv are the serve settings the archive commands read from the environment (not
+// --tenant, which is theirs alone).
+var archiveEnv = []string{"archive", "keys", "key-file", "data-dir", "archive-index-key"}
+
 func (a *archiveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.dsn, "archive", "", "archive DSN (as for serve)")
 	fs.StringVar(&a.keys, "keys", "", "keyring text (as for serve)")
@@ -102,14 +104,19 @@ func runRecall(args []string) error {
 	var af archiveFlags
 	af.register(fs)
 	conv := fs.String("conversation", "", "conversation id (required; see `compactd archive list`)")
-	limit := fs.Int("k", 5, "number of excerpts")
-	excerpt := fs.Int("excerpt-bytes", 1200, "bytes per excerpt")
-	if err := parseFlags(fs, args); err != nil {
+	limit := fs.Int("k", defaultRecallTopK, "number of excerpts")
+	excerpt := fs.Int("excerpt-bytes", defaultRecallExcerptBytes, "bytes per excerpt")
+	if err := parseFlags(fs, args, withArgs(1, -1), withEnv(archiveEnv...)); err != nil {
 		return err
 	}
 	query := strings.Join(fs.Args(), " ")
-	if *conv == "" || query == "" {
-		return errors.New(`usage: compactd recall --conversation ID "query"`)
+	switch {
+	case *conv == "":
+		return usageErrorf("recall", "--conversation is required")
+	case strings.TrimSpace(query) == "":
+		return usageErrorf("recall", "empty query")
+	case *limit <= 0 || *excerpt <= 0:
+		return usageErrorf("recall", "-k and --excerpt-bytes must be positive")
 	}
 	store, err := af.open()
 	if err != nil {
@@ -125,23 +132,51 @@ func runRecall(args []string) error {
 		return nil
 	}
 	for i, h := range hits {
-		fmt.Printf("[%d] segment %s item %d, archived %s, score %.2f\n%s\n\n", i+1, h.SegmentID, h.ItemIndex, h.CreatedAt.UTC().Format(time.RFC3339), h.Score, h.Excerpt)
+		fmt.Fprintf(os.Stdout, "[%d] segment %s item %d, archived %s, score %.2f\n%s\n\n", i+1, h.SegmentID, h.ItemIndex, h.CreatedAt.UTC().Format(time.RFC3339), h.Score, h.Excerpt)
 	}
 	return nil
 }
 
+// runArchive is `compactd archive list | delete ID | prune`. The subcommand is the first
+// positional argument, so flags may stand before or after it; flags of one subcommand are
+// rejected on the others (--max-age on list is a mistake, not a no-op).
 func runArchive(args []string) error {
 	fs := flag.NewFlagSet("archive", flag.ContinueOnError)
 	var af archiveFlags
 	af.register(fs)
 	maxAge := fs.Duration("max-age", 0, "prune: delete segments older than this")
-	maxBytes := fs.Int64("max-bytes", 0, "prune: delete oldest segments past this many bytes")
-	if err := parseFlags(fs, args); err != nil {
+	maxBytes := fs.Int64("max-bytes", 0, "prune: delete the oldest segments past this many bytes in all")
+	if err := parseFlags(fs, args, withArgs(1, 2), withEnv(archiveEnv...)); err != nil {
 		return err
 	}
 	rest := fs.Args()
-	if len(rest) == 0 {
-		return errors.New("usage: compactd archive list | delete CONVERSATION_ID | prune --max-age D --max-bytes N")
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	sub := rest[0]
+	switch sub {
+	case "list", "delete", "prune":
+	default:
+		return usageErrorf("archive", "unknown subcommand %q (want list, delete or prune)", sub)
+	}
+	if sub != "prune" && (set["max-age"] || set["max-bytes"]) {
+		return usageErrorf("archive", "--max-age and --max-bytes are flags of archive prune, not archive %s", sub)
+	}
+	if want := map[string]int{"list": 1, "delete": 2, "prune": 1}[sub]; len(rest) != want {
+		if want == 2 {
+			return usageErrorf("archive", "archive delete takes one CONVERSATION_ID")
+		}
+		return usageErrorf("archive", "unexpected argument %q", rest[want])
+	}
+	retention := archive.Retention{MaxAge: *maxAge, MaxBytes: *maxBytes}
+	if sub == "prune" {
+		// A prune without a limit would delete nothing and exit 0: retention that silently
+		// does nothing.
+		if *maxAge < 0 || *maxBytes < 0 {
+			return usageErrorf("archive", "--max-age and --max-bytes must not be negative")
+		}
+		if *maxAge == 0 && *maxBytes == 0 {
+			return usageErrorf("archive", "archive prune needs --max-age or --max-bytes")
+		}
 	}
 	store, err := af.open()
 	if err != nil {
@@ -149,7 +184,7 @@ func runArchive(args []string) error {
 	}
 	defer store.Close()
 	ctx := context.Background()
-	switch rest[0] {
+	switch sub {
 	case "list":
 		convs, err := store.Conversations(ctx, af.tenant)
 		if err != nil {
@@ -162,22 +197,17 @@ func runArchive(args []string) error {
 		}
 		return tw.Flush()
 	case "delete":
-		if len(rest) != 2 {
-			return errors.New("usage: compactd archive delete CONVERSATION_ID")
-		}
 		n, err := store.DeleteConversation(ctx, af.tenant, rest[1])
 		if err != nil {
 			return err
 		}
-		fmt.Printf("deleted %d segments of %s\n", n, rest[1])
-		return nil
-	case "prune":
-		n, err := store.Prune(ctx, archive.Retention{MaxAge: *maxAge, MaxBytes: *maxBytes})
-		if err != nil {
-			return err
-		}
-		fmt.Printf("pruned %d segments\n", n)
+		fmt.Fprintf(os.Stdout, "deleted %d segments of %s\n", n, rest[1])
 		return nil
 	}
-	return fmt.Errorf("unknown archive command %q", rest[0])
+	n, err := store.Prune(ctx, retention)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stdout, "pruned %d segments\n", n)
+	return nil
 }

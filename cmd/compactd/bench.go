@@ -14,26 +14,21 @@ import (
 	"github.com/compactd/compactd/bench"
 )
 
-func init() {
-	register("bench", "measure compactd's overhead against a bare reverse proxy, on loopback", func(args []string) error {
-		return runBench(args, os.Stdout, os.Stderr)
-	})
-}
+func runBenchCmd(args []string) error { return runBench(args, os.Stdout, os.Stderr) }
 
 // runBench runs the end-to-end benchmark and prints its Markdown tables to out (progress to
 // errOut), so `compactd bench > table.md` captures only what goes into BENCHMARKS.md.
 func runBench(args []string, out, errOut io.Writer) error {
 	o := bench.Defaults()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "CI-sized run: short cells, small bodies, few streams (overrides the defaults; explicit flags still win)")
 	duration := fs.Duration("duration", o.Duration, "measurement time of each cell (one target, one workload)")
 	conc := fs.Int("concurrency", o.Concurrency, "closed-loop workers")
 	rates := fs.String("rates", joinFloats(o.Rates), "open-loop request rates per second, comma-separated (empty: none)")
-	sizes := fs.String("sizes", "2KB,200KB,2MB", "request body sizes, comma-separated (KB/MB suffixes; empty: skip the sweep)")
+	sizes := fs.String("sizes", formatSizes(o.Sizes...), "request body sizes, comma-separated (KB/MB suffixes; empty: skip the sweep)")
 	streams := fs.Int("streams", o.Streams, "concurrent long streams (0: skip)")
 	streamFor := fs.Duration("stream-for", o.StreamFor, "length of each long stream")
-	warm := fs.String("warm-size", "2MB", "body of the warm-prefix mode (0: skip)")
+	warm := fs.String("warm-size", formatSizes(o.WarmSize), "body of the warm-prefix mode (0: skip)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -57,23 +52,23 @@ func runBench(args []string, out, errOut io.Writer) error {
 	var err error
 	if set["rates"] || !*quick {
 		if o.Rates, err = parseFloats(*rates); err != nil {
-			return fmt.Errorf("--rates: %v", err)
+			return usageErrorf("bench", "--rates: %v", err)
 		}
 	}
 	if set["sizes"] || !*quick {
 		if o.Sizes, err = parseSizes(*sizes); err != nil {
-			return fmt.Errorf("--sizes: %v", err)
+			return usageErrorf("bench", "--sizes: %v", err)
 		}
 	}
 	if set["warm-size"] || !*quick {
 		ws, err := parseSizes(*warm)
 		if err != nil || len(ws) != 1 {
-			return fmt.Errorf("--warm-size: want one size, got %q", *warm)
+			return usageErrorf("bench", "--warm-size: want one size, got %q", *warm)
 		}
 		o.WarmSize = ws[0]
 	}
 	if o.Duration <= 0 || o.Concurrency <= 0 {
-		return fmt.Errorf("--duration and --concurrency must be positive")
+		return usageErrorf("bench", "--duration and --concurrency must be positive")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -106,6 +101,22 @@ func parseFloats(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// formatSizes writes sizes the way parseSizes reads them (2 << 20: "2MB").
+func formatSizes(sizes ...int) string {
+	s := make([]string, len(sizes))
+	for i, n := range sizes {
+		switch {
+		case n > 0 && n%(1<<20) == 0:
+			s[i] = strconv.Itoa(n>>20) + "MB"
+		case n > 0 && n%(1<<10) == 0:
+			s[i] = strconv.Itoa(n>>10) + "KB"
+		default:
+			s[i] = strconv.Itoa(n)
+		}
+	}
+	return strings.Join(s, ",")
 }
 
 // parseSizes reads "2KB,200KB,2MB" (binary units; a bare number is bytes; "0" is 0).

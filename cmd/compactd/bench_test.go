@@ -57,6 +57,12 @@ func TestParseSizes(t *testing.T) {
 			t.Errorf("parseSizes(%q) = %v, %v; want %v (err %v)", tc.in, got, err, tc.want, tc.wantErr)
 		}
 	}
+	for _, sizes := range [][]int{{2 << 10, 200 << 10, 2 << 20}, {0}, {512, 1 << 20}, {1536}} {
+		// The flag defaults are formatSizes of bench.Defaults(): they must read back the same.
+		if got, err := parseSizes(formatSizes(sizes...)); err != nil || !slicesEqual(got, sizes) {
+			t.Errorf("parseSizes(formatSizes(%v)) = %v, %v", sizes, got, err)
+		}
+	}
 	if _, err := parseFloats("10,x"); err == nil {
 		t.Error("parseFloats accepted x")
 	}

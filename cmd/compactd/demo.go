@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -28,10 +27,6 @@ import (
 	"github.com/compactd/compactd/proxy"
 )
 
-func init() {
-	register("demo", "run a conversation through compactd and a built-in fake model (no API key, no network)", runDemo)
-}
-
 // demoTurns is a scripted coding session; each turn's tool output makes the history grow the way
 // real agent sessions do.
 var demoTurns = []string{
@@ -45,13 +40,32 @@ var demoTurns = []string{
 	"Run the whole test suite once more and summarise what changed today.",
 }
 
-func runDemo(args []string) error {
+// demoConfig is the command line of `compactd demo`. The demo reads no COMPACTD_* variable:
+// its own small defaults are what make a compaction happen within a few turns, and a serve
+// setting exported in the same shell must not change them.
+type demoConfig struct {
+	threshold, retainTokens int
+	stream, verbose         bool
+}
+
+func parseDemoFlags(args []string) (c demoConfig, err error) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	threshold := fs.Int("threshold", 3000, "compact_threshold the client sends (tokens)")
-	retainTokens := fs.Int("retain-tokens", 600, "newest user-message tokens kept verbatim")
-	stream := fs.Bool("stream", true, "stream the turns (SSE)")
-	verbose := fs.Bool("v", false, "also print compactd's own log")
+	fs.IntVar(&c.threshold, "threshold", 3000, "compact_threshold the client sends (tokens)")
+	fs.IntVar(&c.retainTokens, "retain-tokens", 600, "newest user-message tokens kept verbatim")
+	fs.BoolVar(&c.stream, "stream", true, "stream the turns (SSE)")
+	fs.BoolVar(&c.verbose, "v", false, "also print compactd's own log")
 	if err := parseFlags(fs, args); err != nil {
+		return c, err
+	}
+	if c.threshold <= 0 || c.retainTokens <= 0 {
+		return c, usageErrorf("demo", "--threshold and --retain-tokens must be positive")
+	}
+	return c, nil
+}
+
+func runDemo(args []string) error {
+	c, err := parseDemoFlags(args)
+	if err != nil {
 		return err
 	}
 
@@ -78,11 +92,11 @@ func runDemo(args []string) error {
 	counter := compact.NewCounter(compact.CounterOptions{})
 	defer counter.Close()
 	logOut := io.Discard
-	if *verbose {
+	if c.verbose {
 		logOut = os.Stderr
 	}
 	srv, err := proxy.New(proxy.Config{
-		Upstream: up, Sealer: ring, Summarizer: sum, Counter: counter, RetainTokens: *retainTokens,
+		Upstream: up, Sealer: ring, Summarizer: sum, Counter: counter, RetainTokens: c.retainTokens,
 		Logger: slog.New(slog.NewTextHandler(logOut, nil)),
 	})
 	if err != nil {
@@ -92,13 +106,13 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: defaultReadHeaderTimeout}
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	base := "http://" + ln.Addr().String()
 
-	fmt.Printf("compactd demo: proxy %s -> fake upstream %s\n", base, upBase)
-	fmt.Printf("client: openai-go, context_management compact_threshold=%d, stream=%v\n\n", *threshold, *stream)
+	fmt.Fprintf(os.Stdout, "compactd demo: proxy %s -> fake upstream %s\n", base, upBase)
+	fmt.Fprintf(os.Stdout, "client: openai-go, context_management compact_threshold=%d, stream=%v\n\n", c.threshold, c.stream)
 
 	client := openai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("demo-key-not-needed"), option.WithMaxRetries(0))
 	history := []any{map[string]any{"type": "message", "role": "developer", "content": "You are a coding agent working in the compactd repository."}}
@@ -114,7 +128,7 @@ func runDemo(args []string) error {
 		history = append(history, map[string]any{"type": "message", "role": "user", "content": msg})
 		sent := mustMarshalItems(history)
 		before := len(fake.Requests())
-		output, err := demoTurn(ctx, client, history, *threshold, *stream)
+		output, err := demoTurn(ctx, client, history, c.threshold, c.stream)
 		if err != nil {
 			return fmt.Errorf("turn %d: %w", i+1, err)
 		}
@@ -132,21 +146,21 @@ func runDemo(args []string) error {
 				summaries++
 			}
 		}
-		fmt.Printf("turn %d  client sent %2d items (%5d tokens) -> upstream got %2d items (%5d tokens)\n",
+		fmt.Fprintf(os.Stdout, "turn %d  client sent %2d items (%5d tokens) -> upstream got %2d items (%5d tokens)\n",
 			i+1, len(sent), countItems(sent), len(upInput), countItems(upInput))
 		for _, it := range upInput {
 			if t := gjson.GetBytes(it, "content.0.text").Str; strings.HasPrefix(t, handoff.Prefix) {
-				fmt.Printf("        upstream saw the handoff: %q…\n", clip(strings.TrimPrefix(t, handoff.Prefix), 90))
+				fmt.Fprintf(os.Stdout, "        upstream saw the handoff: %q…\n", clip(strings.TrimPrefix(t, handoff.Prefix), 90))
 			}
 		}
 		for _, o := range output {
 			if gjson.GetBytes(o, "type").Str == api.TypeCompaction {
 				enc := gjson.GetBytes(o, "encrypted_content").Str
-				fmt.Printf("        COMPACTED (%d summariser call): item %s, encrypted_content %d bytes %q…\n",
+				fmt.Fprintf(os.Stdout, "        COMPACTED (%d summariser call): item %s, encrypted_content %d bytes %q…\n",
 					summaries, gjson.GetBytes(o, "id").Str, len(enc), clip(enc[strings.IndexByte(enc, '.')+1:], 24))
 			}
 			if gjson.GetBytes(o, "type").Str == "message" {
-				fmt.Printf("        reply: %q\n", clip(gjson.GetBytes(o, "content.0.text").Str, 70))
+				fmt.Fprintf(os.Stdout, "        reply: %q\n", clip(gjson.GetBytes(o, "content.0.text").Str, 70))
 			}
 		}
 		// The client keeps its whole history plus the output, as SDK clients do; compactd
@@ -157,7 +171,7 @@ func runDemo(args []string) error {
 		history = append(history, map[string]any{"type": "function_call_output", "call_id": fmt.Sprintf("call_%d", i),
 			"output": demoToolOutput(i)})
 	}
-	fmt.Printf("\nThe upstream never saw a compaction item or a blob; it saw the summary behind a fixed handoff prefix.\n")
+	fmt.Fprintf(os.Stdout, "\nThe upstream never saw a compaction item or a blob; it saw the summary behind a fixed handoff prefix.\n")
 	return nil
 }
 

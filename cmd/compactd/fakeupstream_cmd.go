@@ -11,27 +11,37 @@ import (
 	"github.com/compactd/compactd/fakeupstream"
 )
 
-func init() {
-	register("fake-upstream", "serve the built-in fake model (Responses, Chat, Messages) for demos and tests", runFakeUpstream)
+// fakeUpstreamConfig is the command line of `compactd fake-upstream`. It reads no environment:
+// COMPACTD_LISTEN is serve's address, and the fake started next to serve must not take it.
+type fakeUpstreamConfig struct {
+	listen                              string
+	firstByte, tokenDelay, summaryDelay time.Duration
+	grace                               time.Duration
+}
+
+func parseFakeUpstreamFlags(args []string) (c fakeUpstreamConfig, err error) {
+	fs := flag.NewFlagSet("fake-upstream", flag.ContinueOnError)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:9090", "address to listen on")
+	fs.DurationVar(&c.firstByte, "first-byte-delay", 0, "delay before each response starts")
+	fs.DurationVar(&c.tokenDelay, "token-delay", 0, "delay between streamed deltas")
+	fs.DurationVar(&c.summaryDelay, "summary-delay", 0, "extra delay for summariser calls")
+	fs.DurationVar(&c.grace, "shutdown-grace", 5*time.Second, "drain time on SIGTERM")
+	return c, parseFlags(fs, args)
 }
 
 func runFakeUpstream(args []string) error {
-	fs := flag.NewFlagSet("fake-upstream", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:9090", "address to listen on")
-	firstByte := fs.Duration("first-byte-delay", 0, "delay before each response starts")
-	tokenDelay := fs.Duration("token-delay", 0, "delay between streamed deltas")
-	summaryDelay := fs.Duration("summary-delay", 0, "extra delay for summariser calls")
-	grace := fs.Duration("shutdown-grace", 5*time.Second, "drain time on SIGTERM")
-	if err := parseFlags(fs, args); err != nil {
+	c, err := parseFakeUpstreamFlags(args)
+	if err != nil {
 		return err
 	}
 	// A long-running fake keeps no request log: it would grow without bound.
-	fake := fakeupstream.New(fakeupstream.Options{FirstByteDelay: *firstByte, TokenDelay: *tokenDelay, SummaryDelay: *summaryDelay, DropBodies: true})
-	ln, err := net.Listen("tcp", *listen)
+	fake := fakeupstream.New(fakeupstream.Options{FirstByteDelay: c.firstByte, TokenDelay: c.tokenDelay, SummaryDelay: c.summaryDelay, DropBodies: true})
+	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	log.Info("fake upstream listening", "addr", ln.Addr().String())
-	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}, ln, *grace, log)
+	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: defaultReadHeaderTimeout}, ln, c.grace, log, func() {
+		log.Info("fake upstream listening", "addr", ln.Addr().String())
+	})
 }

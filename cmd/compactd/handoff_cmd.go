@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,9 +15,11 @@ import (
 	"github.com/compactd/compactd/handoff"
 )
 
-func init() {
-	register("handoff", "write a resume prompt from agent session logs", runHandoff)
-}
+const handoffHelp = `Reads COMPACTD_SUMMARIZER_URL, COMPACTD_SUMMARIZER_MODEL and COMPACTD_SUMMARIZER_KEY, the
+summariser settings it shares with serve (prefer the variable for the key: flags show up in ps).`
+
+// handoffEnv are the serve settings handoff reads from the environment.
+var handoffEnv = []string{"summarizer-url", "summarizer-model", "summarizer-key"}
 
 // handoffConfig is the parsed command line of `compactd handoff`.
 type handoffConfig struct {
@@ -36,10 +37,9 @@ type handoffConfig struct {
 	files    []string
 }
 
-func parseHandoffFlags(args []string, stderr io.Writer) (handoffConfig, error) {
+func parseHandoffFlags(args []string) (handoffConfig, error) {
 	var c handoffConfig
 	fs := flag.NewFlagSet("handoff", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	format := fs.String("format", "auto", "session log format: codex, claude or auto")
 	fs.StringVar(&c.out, "o", "", "write the resume to `FILE` (default stdout)")
 	fs.IntVar(&c.gapCheck, "gap-check", 0, "run `N` gap checkers in parallel over the raw log (needs a summariser)")
@@ -48,41 +48,27 @@ func parseHandoffFlags(args []string, stderr io.Writer) (handoffConfig, error) {
 	fs.DurationVar(&c.idle, "idle", 2*time.Minute, "with --watch: write once a session has been idle this long")
 	fs.Int64Var(&c.maxBytes, "max-bytes", 0, "with --watch: also write once a session grew this many bytes since the last resume (0: off)")
 	fs.DurationVar(&c.poll, "poll", 0, "with --watch: polling interval (default: idle/4, between 100ms and 5s)")
-	fs.StringVar(&c.sumURL, "summarizer-url", os.Getenv("COMPACTD_SUMMARIZER_URL"), "Responses API base URL of the summariser ($COMPACTD_SUMMARIZER_URL)")
-	fs.StringVar(&c.sumModel, "summarizer-model", os.Getenv("COMPACTD_SUMMARIZER_MODEL"), "summariser model ($COMPACTD_SUMMARIZER_MODEL)")
-	fs.StringVar(&c.sumKey, "summarizer-key", "", "summariser API key (default $COMPACTD_SUMMARIZER_KEY; prefer the env var: flags show up in ps)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: compactd handoff [flags] SESSION.jsonl...\n       compactd handoff --watch DIR [--idle 2m] [--max-bytes N] [flags]\n\n")
-		fs.PrintDefaults()
-	}
-	// Accept flags after the file names too (compactd handoff a.jsonl -o out.md).
-	for {
-		if err := fs.Parse(args); err != nil {
-			return c, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		c.files = append(c.files, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	var err error
-	if c.format, err = handoff.ParseFormat(*format); err != nil {
+	fs.StringVar(&c.sumURL, "summarizer-url", "", "Responses API base URL of the summariser")
+	fs.StringVar(&c.sumModel, "summarizer-model", "", "summariser model")
+	fs.StringVar(&c.sumKey, "summarizer-key", "", "summariser API key (prefer the env variable: flags show up in ps)")
+	// Flags may follow the file names too (compactd handoff a.jsonl -o out.md).
+	if err := parseFlags(fs, args, withArgs(0, -1), withEnv(handoffEnv...)); err != nil {
 		return c, err
 	}
-	if c.sumKey == "" {
-		c.sumKey = os.Getenv("COMPACTD_SUMMARIZER_KEY")
+	c.files = fs.Args()
+	var err error
+	if c.format, err = handoff.ParseFormat(*format); err != nil {
+		return c, usageErrorf("handoff", "--format: %v", err)
 	}
 	switch {
 	case c.watch == "" && len(c.files) == 0:
-		fs.Usage()
-		return c, errors.New("no session logs given")
+		return c, usageErrorf("handoff", "no session logs given")
 	case c.watch != "" && len(c.files) > 0:
-		return c, errors.New("--watch takes a directory, not session files")
+		return c, usageErrorf("handoff", "--watch takes a directory, not session files")
 	case c.gapCheck < 0 || c.budget <= 0 || c.idle <= 0 || c.maxBytes < 0:
-		return c, errors.New("--gap-check, --budget, --idle and --max-bytes must not be negative")
+		return c, usageErrorf("handoff", "--gap-check, --budget, --idle and --max-bytes must not be negative")
 	case c.gapCheck > 0 && c.sumModel == "":
-		return c, errors.New("--gap-check needs --summarizer-model (or COMPACTD_SUMMARIZER_MODEL)")
+		return c, usageErrorf("handoff", "--gap-check needs --summarizer-model (or COMPACTD_SUMMARIZER_MODEL)")
 	}
 	if c.poll <= 0 {
 		c.poll = min(max(c.idle/4, 100*time.Millisecond), 5*time.Second)
@@ -91,10 +77,7 @@ func parseHandoffFlags(args []string, stderr io.Writer) (handoffConfig, error) {
 }
 
 func runHandoff(args []string) error {
-	c, err := parseHandoffFlags(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
+	c, err := parseHandoffFlags(args)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func TestParseHandoffFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseHandoffFlags(tt.args, io.Discard)
+			c, err := parseHandoffFlags(tt.args)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -67,7 +67,7 @@ func TestParseHandoffFlags(t *testing.T) {
 
 func TestHandoffOnce(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "resume.md")
-	c, err := parseHandoffFlags([]string{codexLog, claudeLog, "-o", out}, io.Discard)
+	c, err := parseHandoffFlags([]string{codexLog, claudeLog, "-o", out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestHandoffGapCheckCLI(t *testing.T) {
 			"parallel_tool_calls":false,"tool_choice":"auto","tools":[]}`)
 	}))
 	defer srv.Close()
-	c, err := parseHandoffFlags([]string{"--gap-check", "3", "--summarizer-url", srv.URL, "--summarizer-model", "m", claudeLog}, io.Discard)
+	c, err := parseHandoffFlags([]string{"--gap-check", "3", "--summarizer-url", srv.URL, "--summarizer-model", "m", claudeLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestHandoffGapCheckCLI(t *testing.T) {
 // resume to appear (the wait is a generous deadline, not a timing assertion).
 func TestHandoffWatch(t *testing.T) {
 	dir := t.TempDir()
-	c, err := parseHandoffFlags([]string{"--watch", dir, "--idle", "50ms", "--poll", "10ms"}, io.Discard)
+	c, err := parseHandoffFlags([]string{"--watch", dir, "--idle", "50ms", "--poll", "10ms"})
 	if err != nil {
 		t.Fatal(err)
 	}

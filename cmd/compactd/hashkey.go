@@ -11,15 +11,11 @@ import (
 	"github.com/compactd/compactd/proxy"
 )
 
-func init() {
-	register("hash-key", "hash a client key for the tenants file (reads the key from stdin)", runHashKey)
-}
-
 // runHashKey reads a client key from standard input (not from the command line, where it would
 // land in shell history and ps) and prints its "sha256:…" form for a tenants file.
 func runHashKey(args []string) error {
 	fs := flag.NewFlagSet("hash-key", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
@@ -30,6 +26,6 @@ func runHashKey(args []string) error {
 		}
 		return errors.New("empty key: pipe the client key on stdin, e.g. `printf %s \"$KEY\" | compactd hash-key`")
 	}
-	fmt.Println(proxy.HashKey(key))
+	fmt.Fprintln(os.Stdout, proxy.HashKey(key))
 	return nil
 }

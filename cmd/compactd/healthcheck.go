@@ -11,24 +11,27 @@ import (
 	"time"
 )
 
-func init() {
-	register("healthcheck", "probe a running compactd's /healthz; exit non-zero if it is down or unhealthy", runHealthcheck)
-}
+const healthcheckHelp = `Reads COMPACTD_LISTEN and COMPACTD_OPS_LISTEN, the serve settings it shares, so that in the
+container serve runs in it finds the server without being told where (the image's HEALTHCHECK).`
+
+// healthcheckEnv are the serve settings healthcheck reads from the environment.
+var healthcheckEnv = []string{"listen", "ops-listen"}
 
 // healthcheckConfig is `compactd healthcheck`. It exists because the runtime image
 // (distroless/static) has no shell, curl or wget: Docker's HEALTHCHECK runs the binary itself in
-// exec form. It reads the same COMPACTD_LISTEN / COMPACTD_ADMIN_LISTEN as `serve` in the same
-// container, so it finds the server without being told where it is.
+// exec form. It reads the same COMPACTD_LISTEN / COMPACTD_OPS_LISTEN as `serve` in the same
+// container, so it finds the server without being told where it is; no other variable.
 type healthcheckConfig struct {
-	listen, adminListen string
-	url, path           string
-	timeout             time.Duration
+	listen, opsListen string
+	url, path         string
+	timeout           time.Duration
 }
 
 func (c *healthcheckConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "the server's --listen address")
-	fs.StringVar(&c.adminListen, "admin-listen", "", "the server's --admin-listen address; if set, health is probed there")
-	fs.StringVar(&c.url, "url", "", "full URL to probe (overrides --listen, --admin-listen and --path)")
+	fs.StringVar(&c.listen, "listen", defaultListen, "the server's --listen address")
+	fs.StringVar(&c.opsListen, "ops-listen", "", "the server's --ops-listen address; if set, health is probed there")
+	deprecate(fs, "admin-listen", "ops-listen")
+	fs.StringVar(&c.url, "url", "", "full URL to probe (overrides --listen, --ops-listen and --path)")
 	fs.StringVar(&c.path, "path", "/healthz", "path to probe: /healthz (alive) or /readyz (ready for traffic)")
 	fs.DurationVar(&c.timeout, "timeout", 3*time.Second, "give up after this long")
 }
@@ -40,8 +43,8 @@ func (c *healthcheckConfig) target() (string, error) {
 		return c.url, nil
 	}
 	addr := c.listen
-	if c.adminListen != "" {
-		addr = c.adminListen
+	if c.opsListen != "" {
+		addr = c.opsListen
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -56,11 +59,15 @@ func (c *healthcheckConfig) target() (string, error) {
 	return "http://" + net.JoinHostPort(host, port) + c.path, nil
 }
 
-func runHealthcheck(args []string) error {
-	var c healthcheckConfig
+func parseHealthcheckFlags(args []string) (c healthcheckConfig, err error) {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	c.flags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	return c, parseFlags(fs, args, withEnv(healthcheckEnv...))
+}
+
+func runHealthcheck(args []string) error {
+	c, err := parseHealthcheckFlags(args)
+	if err != nil {
 		return err
 	}
 	u, err := c.target()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,24 +22,31 @@ func TestHealthcheckTarget(t *testing.T) {
 		{"empty host", []string{"--listen", ":9000"}, nil, "http://127.0.0.1:9000/healthz"},
 		{"wildcard v6", []string{"--listen", "[::]:9000"}, nil, "http://[::1]:9000/healthz"},
 		{"specific host", []string{"--listen", "10.1.2.3:80"}, nil, "http://10.1.2.3:80/healthz"},
-		{"admin listener wins", nil, map[string]string{"COMPACTD_LISTEN": "0.0.0.0:8080", "COMPACTD_ADMIN_LISTEN": "0.0.0.0:9100"}, "http://127.0.0.1:9100/healthz"},
+		{"ops listener wins", nil, map[string]string{"COMPACTD_LISTEN": "0.0.0.0:8080", "COMPACTD_OPS_LISTEN": "0.0.0.0:9100"}, "http://127.0.0.1:9100/healthz"},
+		{"deprecated COMPACTD_ADMIN_LISTEN still works", nil, map[string]string{"COMPACTD_LISTEN": "0.0.0.0:8080", "COMPACTD_ADMIN_LISTEN": "0.0.0.0:9100"}, "http://127.0.0.1:9100/healthz"},
+		{"COMPACTD_OPS_LISTEN beats the deprecated variable", nil, map[string]string{"COMPACTD_OPS_LISTEN": ":9200", "COMPACTD_ADMIN_LISTEN": ":9100"}, "http://127.0.0.1:9200/healthz"},
+		{"deprecated --admin-listen still works", []string{"--admin-listen", ":9300"}, nil, "http://127.0.0.1:9300/healthz"},
+		{"healthcheck's own flags read no environment", nil, map[string]string{"COMPACTD_URL": "http://h:1/x", "COMPACTD_PATH": "/readyz"}, "http://127.0.0.1:8080/healthz"},
 		{"readiness", []string{"--path", "/readyz"}, nil, "http://127.0.0.1:8080/readyz"},
 		{"flag beats env", []string{"--listen", "127.0.0.1:1"}, map[string]string{"COMPACTD_LISTEN": "0.0.0.0:8080"}, "http://127.0.0.1:1/healthz"},
-		{"url overrides all", []string{"--url", "http://h:1/x"}, map[string]string{"COMPACTD_ADMIN_LISTEN": ":9100"}, "http://h:1/x"},
+		{"url overrides all", []string{"--url", "http://h:1/x"}, map[string]string{"COMPACTD_OPS_LISTEN": ":9100"}, "http://h:1/x"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"COMPACTD_LISTEN", "COMPACTD_ADMIN_LISTEN", "COMPACTD_URL", "COMPACTD_PATH"} {
+			for _, k := range []string{"COMPACTD_LISTEN", "COMPACTD_OPS_LISTEN", "COMPACTD_ADMIN_LISTEN", "COMPACTD_URL", "COMPACTD_PATH"} {
 				t.Setenv(k, tt.env[k])
 				if _, set := tt.env[k]; !set {
 					unsetenv(t, k)
 				}
 			}
 			var c healthcheckConfig
-			fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-			c.flags(fs)
-			if err := parseFlags(fs, tt.args); err != nil {
+			var err error
+			stderr := captureStderr(t, func() { c, err = parseHealthcheckFlags(tt.args) })
+			if err != nil {
 				t.Fatal(err)
+			}
+			if deprecated := strings.Contains(tt.name, "deprecated") && !strings.Contains(tt.name, "beats"); deprecated != strings.Contains(stderr, "deprecated") {
+				t.Errorf("stderr = %q; want a deprecation warning: %v", stderr, deprecated)
 			}
 			got, err := c.target()
 			if err != nil {

@@ -4,62 +4,150 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
-	"sort"
 	"strings"
 )
 
-// command is one subcommand of the compactd binary. Each lives in its own file and registers
-// itself from init, so subcommands can be added without touching this file.
+// command is one row of the command table.
 type command struct {
-	summary string
-	run     func(args []string) error
+	name  string
+	usage string // what follows "compactd NAME" in the synopsis; one line per form
+	short string // one-line description, for `compactd help`
+	long  string // optional: more help for `compactd help NAME`
+	// run parses args with parseFlags (which prints -h/--help) and runs the command.
+	run func(args []string) error
 }
 
-var commands = map[string]command{}
-
-func register(name, summary string, run func(args []string) error) {
-	if _, dup := commands[name]; dup {
-		panic("compactd: duplicate command " + name)
+// commandTable is every command of the binary, in the order `compactd help` lists them.
+//
+// To add a command: write its run function in its own file (define a flag.FlagSet named after
+// the command and parse it with parseFlags, which gives flags-anywhere, stray-argument errors,
+// help and the environment policy), then add one line here. To add a serve flag: one line in
+// serveConfig.flags (it reads its COMPACTD_* variable by itself).
+//
+// It is a function rather than a package variable because parseFlags looks commands up in it for
+// their help, which would make a variable's initialiser refer to itself.
+func commandTable() []command {
+	return []command{
+		{"serve", "[flags]", "run the proxy (the default command)", serveHelp, runServe},
+		{"demo", "[flags]", "run a conversation through compactd and a built-in fake model (no API key, no network)", "", runDemo},
+		{"keygen", "", "print a new sealing key (id:secret) for COMPACTD_KEYS or a key file", "", runKeygen},
+		{"hash-key", "< KEY", "hash a client key for the tenants file (reads the key from stdin)", "", runHashKey},
+		{"healthcheck", "[flags]", "probe a running compactd's /healthz; exit non-zero if it is down or unhealthy", healthcheckHelp, runHealthcheck},
+		{"recall", "[flags] --conversation ID QUERY...", "search a conversation's archived history", archiveEnvHelp, runRecall},
+		{"archive", "list [flags]\ndelete [flags] CONVERSATION_ID\nprune [flags] (--max-age D | --max-bytes N)", "list, delete or prune archived conversations", archiveEnvHelp, runArchive},
+		{"handoff", "[flags] SESSION.jsonl...\n--watch DIR [--idle 2m] [--max-bytes N] [flags]", "write a resume prompt from agent session logs", handoffHelp, runHandoff},
+		{"sessions", "index [flags] DIR...\nsearch [flags] QUERY...", "index agent session logs and search across them", archiveEnvHelp, runSessions},
+		{"fake-upstream", "[flags]", "serve the built-in fake model (Responses, Chat, Messages) for demos and tests", "", runFakeUpstream},
+		{"bench", "[flags]", "measure compactd's overhead against a bare reverse proxy, on loopback", "", runBenchCmd},
+		{"recall-bench", "[flags]", "measure how many planted facts survive chained compaction (summary, ledger, recall)", "", runRecallBench},
+		{"version", "", "print the build version (also: compactd --version)", "", runVersion},
+		{"help", "[COMMAND]", "show the commands, or a command's flags (also: compactd CMD -h)", "", nil}, // handled by run
 	}
-	commands[name] = command{summary: summary, run: run}
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "usage: compactd [command] [flags]\n\ncommands (default: serve):\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+func lookupCommand(name string) (command, bool) {
+	for _, c := range commandTable() {
+		if c.name == name {
+			return c, true
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-12s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintf(os.Stderr, "\nRun 'compactd COMMAND -h' for a command's flags.\n")
+	return command{}, false
 }
 
-func main() {
-	args := os.Args[1:]
+func main() { os.Exit(run(os.Args[1:])) }
+
+// run runs the command line args and returns the exit status: 0, 1 when the command failed,
+// 2 for a usage error. Help and the version go to stdout; errors to stderr.
+func run(args []string) int {
 	name := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch a := args[0]; {
+		case a == "--version" || a == "-version":
+			name, args = "version", args[1:]
+		case a == "-h" || a == "-help" || a == "--help":
+			name, args = "help", args[1:]
+		case !strings.HasPrefix(a, "-"):
+			name, args = a, args[1:]
+		}
 	}
 	if name == "help" {
-		usage()
-		return
+		return runHelp(args)
 	}
-	cmd, ok := commands[name]
+	c, ok := lookupCommand(name)
 	if !ok {
-		fmt.Fprintf(os.Stderr, "compactd: unknown command %q\n\n", name)
-		usage()
-		os.Exit(2)
+		return usageExit(usageErrorf("", "unknown command %q", name))
 	}
-	if err := cmd.run(args); errors.Is(err, flag.ErrHelp) {
-		return
-	} else if err != nil {
-		fmt.Fprintf(os.Stderr, "compactd %s: %v\n", name, err)
-		os.Exit(1)
+	err := c.run(args)
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		if ue.cmd == "" {
+			ue.cmd = name
+		}
+		return usageExit(ue)
 	}
+	fmt.Fprintf(os.Stderr, "compactd %s: %v\n", name, err)
+	return 1
+}
+
+// runHelp is `compactd help [COMMAND]`; `compactd help CMD` is `compactd CMD -h`.
+func runHelp(args []string) int {
+	switch {
+	case len(args) == 0:
+		printCommands(os.Stdout)
+		return 0
+	case len(args) > 2:
+		return usageExit(usageErrorf("help", "unexpected argument %q", args[2]))
+	case args[0] == "help":
+		printCommands(os.Stdout)
+		return 0
+	}
+	c, ok := lookupCommand(args[0])
+	if !ok {
+		return usageExit(usageErrorf("help", "unknown command %q", args[0]))
+	}
+	// `help archive prune`: the subcommands are documented on their command's page.
+	if len(args) == 2 && !hasSubcommand(c, args[1]) {
+		return usageExit(usageErrorf("help", "unexpected argument %q", args[1]))
+	}
+	if err := c.run([]string{"-h"}); err != nil && !errors.Is(err, errHelp) {
+		fmt.Fprintf(os.Stderr, "compactd help: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func printCommands(w io.Writer) {
+	fmt.Fprintf(w, "usage: compactd [COMMAND] [flags] [arguments]\n\ncommands (default: serve):\n")
+	for _, c := range commandTable() {
+		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.short)
+	}
+	fmt.Fprintf(w, "\nFlags may come before or after arguments. Run 'compactd help COMMAND' (or 'compactd COMMAND -h')\n"+
+		"for a command's flags. COMPACTD_* environment variables are read by serve, and for the serve\n"+
+		"settings they share with it by healthcheck, recall, archive, sessions and handoff; by no other command.\n")
+}
+
+// hasSubcommand reports whether sub is one of c's subcommands (the first word of a usage form).
+func hasSubcommand(c command, sub string) bool {
+	for _, u := range strings.Split(c.usage, "\n") {
+		if strings.HasPrefix(u, sub+" ") && !strings.HasPrefix(sub, "-") && !strings.HasPrefix(sub, "[") {
+			return true
+		}
+	}
+	return false
+}
+
+// usageExit prints a usage error and returns exit status 2.
+func usageExit(err *usageError) int {
+	if err.cmd == "" {
+		fmt.Fprintf(os.Stderr, "compactd: %s\nRun 'compactd help' for the commands.\n", err.msg)
+	} else {
+		fmt.Fprintf(os.Stderr, "compactd %s: %s\nRun 'compactd help %s' for usage.\n", err.cmd, err.msg, err.cmd)
+	}
+	return 2
 }

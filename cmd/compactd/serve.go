@@ -21,9 +21,11 @@ import (
 	"github.com/compactd/compactd/proxy"
 )
 
-func init() {
-	register("serve", "run the proxy (the default command)", runServe)
-}
+// serveHelp is serve's extra help text.
+const serveHelp = `Every flag also reads its environment variable, COMPACTD_ + the flag name in upper case with
+_ for - (--max-body-bytes: COMPACTD_MAX_BODY_BYTES); a flag on the command line wins.
+Off convention: a limit, size, count, duration or threshold is turned off with 0, a feature
+with --FEATURE=false, the archive with --archive off.`
 
 // serveConfig is every setting of `compactd serve`, each a flag and a COMPACTD_* variable.
 type serveConfig struct {
@@ -63,65 +65,143 @@ type serveConfig struct {
 	archiveMaxAge               time.Duration
 	archiveMaxBytes             int64
 	adminToken                  string
-	recall                      proxy.RecallConfig
+	recall                      bool
+	recallConfig                proxy.RecallConfig
 }
 
+// flags defines serve's flags: one line per flag, default from a package constant (defaults.go
+// for those without one). Every flag reads its COMPACTD_* variable without further ado. A
+// renamed flag keeps its old name with deprecate(fs, old, new).
 func (c *serveConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to listen on")
-	fs.StringVar(&c.upstream, "upstream", "https://api.openai.com", "Responses API upstream base URL (without /v1)")
-	fs.StringVar(&c.anthropicUpstream, "anthropic-upstream", "https://api.anthropic.com", "Messages API upstream base URL (without /v1); /v1/messages* goes there")
+	fs.StringVar(&c.listen, "listen", defaultListen, "address to listen on")
+	fs.StringVar(&c.upstream, "upstream", defaultUpstream, "Responses API upstream base URL (without /v1)")
+	fs.StringVar(&c.anthropicUpstream, "anthropic-upstream", defaultAnthropicUpstream, "Messages API upstream base URL (without /v1); /v1/messages* goes there")
 	fs.BoolVar(&c.anthropicApplyEdits, "anthropic-apply-edits", false, "apply clear_thinking/clear_tool_uses context edits in compactd (for Messages upstreams without context editing) instead of forwarding them")
 	fs.BoolVar(&c.allowEditedSummaries, "allow-edited-summaries", false, "accept Anthropic compaction blocks whose readable summary the client edited (otherwise 400 compaction_content_mismatch)")
 	fs.StringVar(&c.summarizerURL, "summarizer-url", "", "summariser base URL including /v1 (default: the upstream's /v1)")
 	fs.StringVar(&c.summarizerModel, "summarizer-model", "", "summariser model (default: the request's own model)")
-	fs.StringVar(&c.summarizerKey, "summarizer-key", "", "summariser API key (default: forward the caller's credentials)")
-	fs.StringVar(&c.summarizerAPI, "summarizer-api", "responses", "summariser wire API: responses or chat")
-	fs.IntVar(&c.summarizerContextTokens, "summarizer-context-tokens", 128000, "summariser context window; longer histories are summarised in chunks")
-	fs.IntVar(&c.summarizerMaxOutput, "summarizer-max-output-tokens", 8192, "summary length cap in tokens")
-	fs.DurationVar(&c.summarizerTimeout, "summarizer-timeout", 2*time.Minute, "timeout of one summariser call")
-	fs.DurationVar(&c.compactionTimeout, "compaction-timeout", proxy.DefaultCompactionTimeout, "deadline of one whole compaction (all summariser attempts, chunks, gap check); past it the failure policy applies (negative: none)")
+	fs.StringVar(&c.summarizerKey, "summarizer-key", "", "summariser API key (default: forward the caller's credentials; prefer the env variable)")
+	fs.StringVar(&c.summarizerAPI, "summarizer-api", summarizer.APIResponses, "summariser wire API: responses or chat")
+	fs.IntVar(&c.summarizerContextTokens, "summarizer-context-tokens", summarizer.DefaultContextTokens, "summariser context window; longer histories are summarised in chunks")
+	fs.IntVar(&c.summarizerMaxOutput, "summarizer-max-output-tokens", summarizer.DefaultMaxOutputTokens, "summary length cap in tokens")
+	fs.DurationVar(&c.summarizerTimeout, "summarizer-timeout", summarizer.DefaultTimeout, "timeout of one summariser call")
+	fs.DurationVar(&c.compactionTimeout, "compaction-timeout", proxy.DefaultCompactionTimeout, "deadline of one whole compaction (all summariser attempts, chunks, gap check); past it the failure policy applies (0: none)")
 	fs.IntVar(&c.compactThreshold, "compact-threshold", 0, "server-side policy: compact requests without context_management past this many input tokens (0: off)")
 	fs.BoolVar(&c.policyOverride, "policy-override", false, "apply --compact-threshold even to requests that send their own context_management")
-	fs.IntVar(&c.defaultClientThreshold, "default-client-threshold", 200000, "threshold used when a client sends compact_threshold: null")
-	fs.IntVar(&c.retainTokens, "retain-tokens", 64000, "budget of newest user messages kept verbatim across a compaction")
+	fs.IntVar(&c.defaultClientThreshold, "default-client-threshold", compact.DefaultClientThreshold, "threshold used when a client sends compact_threshold: null")
+	fs.IntVar(&c.retainTokens, "retain-tokens", compact.DefaultRetainBudget, "budget of newest user messages kept verbatim across a compaction")
 	fs.StringVar(&c.keys, "keys", "", "keyring text: id:secret entries, first active, rest retired (prefer the env variable)")
 	fs.StringVar(&c.keyFile, "key-file", "", "path of a keyring file (same format as --keys, mode 0600)")
 	fs.StringVar(&c.dataDir, "data-dir", crypto.DefaultDataDir(), "where a generated keyring (and the archive) live")
-	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", 32<<20, "largest request body compactd reads")
-	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time allowed to read request headers")
-	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "keep-alive connection idle timeout")
-	fs.DurationVar(&c.upstreamHeader, "upstream-header-timeout", 10*time.Minute, "time to wait for the upstream's response headers (streams themselves have no timeout)")
-	fs.DurationVar(&c.keepAlive, "keepalive", 5*time.Second, "while summarising a streamed turn, commit the stream and send keep-alives after this long")
-	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests and streams may take to finish")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body compactd reads")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time allowed to read request headers (0: off)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "keep-alive connection idle timeout (0: off)")
+	fs.DurationVar(&c.upstreamHeader, "upstream-header-timeout", defaultUpstreamHeader, "time to wait for the upstream's response headers; streams themselves have no timeout (0: off)")
+	fs.DurationVar(&c.keepAlive, "keepalive", defaultKeepAlive, "while summarising a streamed turn, commit the stream and send keep-alives after this long")
+	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGTERM, how long in-flight requests and streams may take to finish")
 	fs.BoolVar(&c.stripCodexFields, "strip-codex-fields", false, "remove Codex-only fields (client_metadata, internal_chat_message_metadata_passthrough) for strict upstreams")
 	fs.StringVar(&c.archiveDSN, "archive", "", "archive of replaced history: \"\" = SQLite in the data dir, a .db path, postgres://…, or \"off\"")
 	fs.StringVar(&c.archiveIndexKey, "archive-index-key", "", "key id the archive's search index is derived from (default: the active key; pin it before rotating keys)")
-	fs.DurationVar(&c.archiveMaxAge, "archive-max-age", 0, "delete archived history older than this (0: keep)")
-	fs.Int64Var(&c.archiveMaxBytes, "archive-max-bytes", 0, "delete the oldest archived history past this many bytes (0: unlimited)")
-	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…); the API is off without it")
-	fs.BoolVar(&c.recall.Disabled, "recall-off", false, "do not offer the model the recall tool after a compaction")
-	fs.StringVar(&c.recall.ToolName, "recall-tool-name", "compactd_recall", "name of the recall tool")
-	fs.StringVar(&c.recall.Description, "recall-tool-description", "", "description of the recall tool (default: built in)")
-	fs.IntVar(&c.recall.MaxRounds, "recall-max-rounds", 3, "recall rounds per turn")
-	fs.IntVar(&c.recall.TopK, "recall-top-k", 5, "excerpts per recall search")
-	fs.IntVar(&c.recall.ExcerptBytes, "recall-excerpt-bytes", 1200, "bytes per recall excerpt")
-	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", 1<<20, "largest request header block; larger ones get a 431 in the API's dialect")
-	fs.DurationVar(&c.itemMaxAge, "item-max-age", 0, "refuse compaction items older than this (0: no limit)")
+	fs.DurationVar(&c.archiveMaxAge, "archive-max-age", 0, "delete archived history older than this (0: off, keep it)")
+	fs.Int64Var(&c.archiveMaxBytes, "archive-max-bytes", 0, "delete the oldest archived history past this many bytes (0: off, unlimited)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener; the API is off without it")
+	fs.BoolVar(&c.recall, "recall", true, "offer the model the recall tool after a compaction")
+	deprecateInverted(fs, "recall-off", "recall")
+	fs.StringVar(&c.recallConfig.ToolName, "recall-tool-name", defaultRecallToolName, "name of the recall tool")
+	fs.StringVar(&c.recallConfig.Description, "recall-tool-description", "", "description of the recall tool (default: built in)")
+	fs.IntVar(&c.recallConfig.MaxRounds, "recall-max-rounds", defaultRecallMaxRounds, "recall rounds per turn")
+	fs.IntVar(&c.recallConfig.TopK, "recall-top-k", defaultRecallTopK, "excerpts per recall search")
+	fs.IntVar(&c.recallConfig.ExcerptBytes, "recall-excerpt-bytes", defaultRecallExcerptBytes, "bytes per recall excerpt")
+	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "largest request header block; larger ones get a 431 in the API's dialect (0: off, net/http's 1 MiB cap only)")
+	fs.DurationVar(&c.itemMaxAge, "item-max-age", 0, "refuse compaction items older than this (0: off, no limit)")
 	fs.StringVar(&c.tenantsFile, "tenants-file", "", "YAML/JSON tenants file: client keys (hashed) -> tenant, upstream credentials by env var, rate limits; enables proxy authentication")
-	fs.Float64Var(&c.speculative.Fraction, "speculative-fraction", 0.85, "start summarising in the background past this fraction of the threshold (negative: off)")
-	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", 2, "background summarisations at once")
-	fs.DurationVar(&c.speculative.TTL, "speculative-ttl", 15*time.Minute, "how long an unused speculative summary is kept")
-	fs.StringVar(&c.failurePolicy, "summarizer-failure-policy", "fail", "when the summariser fails: fail, passthrough or extractive, or per route: responses=…,messages=…")
-	fs.IntVar(&c.resilience.MaxAttempts, "summarizer-retries", 3, "attempts per summarisation (retries on 429/5xx with exponential backoff and jitter, honouring Retry-After)")
-	fs.IntVar(&c.resilience.BreakerFailures, "breaker-failures", 5, "consecutive failed summarisations that open the circuit breaker (negative: no breaker)")
-	fs.DurationVar(&c.resilience.BreakerCooldown, "breaker-cooldown", 30*time.Second, "how long the breaker stays open before one probe")
-	fs.IntVar(&c.resilience.MaxConcurrent, "max-concurrent-compactions", 8, "summarisations in flight at once (0: unlimited)")
-	fs.IntVar(&c.resilience.MaxQueue, "compaction-queue", 32, "compactions allowed to wait for a slot; past it the turn gets a 429")
-	fs.IntVar(&c.ledgerBytes, "ledger-bytes", 6144, "facts ledger sealed with each summary, in bytes (-1: none)")
+	fs.Float64Var(&c.speculative.Fraction, "speculative-fraction", defaultSpeculativeFraction, "start summarising in the background past this fraction of the threshold (0: off)")
+	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", defaultSpeculativeMaxConcurrent, "background summarisations at once")
+	fs.DurationVar(&c.speculative.TTL, "speculative-ttl", defaultSpeculativeTTL, "how long an unused speculative summary is kept")
+	fs.StringVar(&c.failurePolicy, "summarizer-failure-policy", string(proxy.PolicyFail), "when the summariser fails: fail, passthrough or extractive, or per route: responses=…,messages=…")
+	fs.IntVar(&c.resilience.MaxAttempts, "summarizer-attempts", summarizer.DefaultMaxAttempts, "attempts per summarisation, the first included (retries on 429/5xx with exponential backoff and jitter, honouring Retry-After; 1: no retries)")
+	deprecate(fs, "summarizer-retries", "summarizer-attempts")
+	fs.IntVar(&c.resilience.BreakerFailures, "breaker-failures", summarizer.DefaultBreakerFailures, "consecutive failed summarisations that open the circuit breaker (0: off, no breaker)")
+	fs.DurationVar(&c.resilience.BreakerCooldown, "breaker-cooldown", summarizer.DefaultBreakerCooldown, "how long the breaker stays open before one probe")
+	fs.IntVar(&c.resilience.MaxConcurrent, "max-concurrent-compactions", summarizer.DefaultMaxConcurrent, "summarisations in flight at once (0: off, unlimited)")
+	fs.IntVar(&c.resilience.MaxQueue, "compaction-queue", summarizer.DefaultMaxQueue, "compactions allowed to wait for a slot; past it the turn gets a 429 (0: off, no waiting)")
+	fs.IntVar(&c.ledgerBytes, "ledger-bytes", defaultLedgerBytes, "facts ledger sealed with each summary, in bytes (0: off, no ledger)")
 	fs.BoolVar(&c.gapCheck, "gap-check", false, "second summariser pass that adds facts the summary and ledger still miss")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	c.obs.flags(fs)
+}
+
+// parseServeFlags parses serve's command line and environment and checks the values. Uses of
+// deprecated names are returned, to be logged once the logger exists.
+func parseServeFlags(args []string) (c serveConfig, warnings []string, err error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c.flags(fs)
+	err = parseFlags(fs, args, withEnvAll(), withWarnings(func(w string) { warnings = append(warnings, w) }))
+	if err != nil {
+		return c, warnings, err
+	}
+	return c, warnings, c.check()
+}
+
+// check rejects values the packages would silently replace by their default (they read 0 as
+// "use the default"), and maps the CLI's off convention, 0, onto the packages' spelling of off
+// where that differs (a negative number).
+func (c *serveConfig) check() error {
+	for _, p := range []struct {
+		name string
+		ok   bool
+	}{
+		{"summarizer-context-tokens", c.summarizerContextTokens > 0},
+		{"summarizer-max-output-tokens", c.summarizerMaxOutput > 0},
+		{"summarizer-timeout", c.summarizerTimeout > 0},
+		{"summarizer-attempts", c.resilience.MaxAttempts > 0},
+		{"breaker-cooldown", c.resilience.BreakerCooldown > 0},
+		{"default-client-threshold", c.defaultClientThreshold > 0},
+		{"retain-tokens", c.retainTokens > 0},
+		{"max-body-bytes", c.maxBodyBytes > 0},
+		{"keepalive", c.keepAlive > 0},
+		{"recall-max-rounds", c.recallConfig.MaxRounds > 0},
+		{"recall-top-k", c.recallConfig.TopK > 0},
+		{"recall-excerpt-bytes", c.recallConfig.ExcerptBytes > 0},
+		{"speculative-max-concurrent", c.speculative.MaxConcurrent > 0},
+		{"speculative-ttl", c.speculative.TTL > 0},
+	} {
+		if !p.ok {
+			return usageErrorf("serve", "--%s must be positive", p.name)
+		}
+	}
+	for _, p := range []struct {
+		name string
+		bad  bool
+	}{
+		{"compact-threshold", c.compactThreshold < 0},
+		{"archive-max-age", c.archiveMaxAge < 0},
+		{"archive-max-bytes", c.archiveMaxBytes < 0},
+		{"item-max-age", c.itemMaxAge < 0},
+		{"max-concurrent-compactions", c.resilience.MaxConcurrent < 0},
+		{"max-header-bytes", c.maxHeaderBytes < 0},
+	} {
+		if p.bad {
+			return usageErrorf("serve", "--%s must not be negative (0 turns it off)", p.name)
+		}
+	}
+	// Negative values were the packages' off before 0 was; they still mean off.
+	c.speculative.Fraction = offAsNegative(c.speculative.Fraction)
+	c.resilience.BreakerFailures = offAsNegative(c.resilience.BreakerFailures)
+	c.resilience.MaxQueue = offAsNegative(c.resilience.MaxQueue)
+	c.ledgerBytes = offAsNegative(c.ledgerBytes)
+	c.recallConfig.Disabled = !c.recall
+	return nil
+}
+
+// offAsNegative turns the CLI's off (0, or a negative number) into -1, which is off for the
+// packages whose zero value means "default".
+func offAsNegative[T int | float64 | time.Duration](v T) T {
+	if v <= 0 {
+		return -1
+	}
+	return v
 }
 
 func newLogger(format, level string) (*slog.Logger, error) {
@@ -195,12 +275,12 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		MaxHeaderBytes:       c.maxHeaderBytes,
 		ItemMaxAge:           c.itemMaxAge,
 		FailurePolicies:      policies,
-		CompactionTimeout:    c.compactionTimeout,
+		CompactionTimeout:    offAsNegative(c.compactionTimeout),
 		Speculative:          c.speculative,
 		LedgerBytes:          c.ledgerBytes,
 		GapCheck:             c.gapCheck,
 		Archive:              store,
-		Recall:               c.recall,
+		Recall:               c.recallConfig,
 		AdminToken:           c.adminToken,
 		Upstream:             up,
 		AnthropicUpstream:    antUp,
@@ -220,15 +300,16 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 }
 
 func runServe(args []string) error {
-	var c serveConfig
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	c.flags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	c, warnings, err := parseServeFlags(args)
+	if err != nil {
 		return err
 	}
 	log, err := newLogger(c.logFormat, c.logLevel)
 	if err != nil {
-		return err
+		return usageErrorf("serve", "%v", err)
+	}
+	for _, w := range warnings {
+		log.Warn("deprecated setting: " + w)
 	}
 	handler, err := c.build(log)
 	if err != nil {
@@ -252,15 +333,19 @@ func runServe(args []string) error {
 		return err
 	}
 	defer stopOps()
-	log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
-	return serveUntilSignal(srv, ln, c.shutdownGrace, log)
+	return serveUntilSignal(srv, ln, c.shutdownGrace, log, func() {
+		log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
+	})
 }
 
 // serveUntilSignal serves until SIGINT or SIGTERM, then stops accepting connections and gives
-// in-flight requests (streams included) up to grace to finish.
-func serveUntilSignal(srv *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger) error {
+// in-flight requests (streams included) up to grace to finish. It calls listening once the
+// signals are caught: a supervisor that sends SIGTERM as soon as it reads "listening" gets a
+// graceful shutdown, not the default disposition's abrupt exit.
+func serveUntilSignal(srv *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger, listening func()) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	listening()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -20,7 +20,7 @@ import (
 // independently.
 type obsConfig struct {
 	metrics            bool
-	adminListen        string
+	opsListen          string
 	metricsToken       string
 	metricsBasicAuth   string
 	metricModels       string
@@ -30,7 +30,8 @@ type obsConfig struct {
 
 func (o *obsConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.metrics, "metrics", true, "serve Prometheus metrics on /metrics")
-	fs.StringVar(&o.adminListen, "admin-listen", "", "separate listener for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9464 (default: /metrics on the main listener)")
+	fs.StringVar(&o.opsListen, "ops-listen", "", "separate ops listener for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9464 (default: all on the main listener; the admin API stays there)")
+	deprecate(fs, "admin-listen", "ops-listen")
 	fs.StringVar(&o.metricsToken, "metrics-token", "", "bearer token required on /metrics (prefer the env variable)")
 	fs.StringVar(&o.metricsBasicAuth, "metrics-basic-auth", "", "user:password required on /metrics as basic auth (prefer the env variable)")
 	fs.StringVar(&o.metricModels, "metric-models", "", "comma-separated model names always kept as gen_ai_request_model label values (others: the first 32 seen, then \"other\")")
@@ -43,7 +44,7 @@ func (o *obsConfig) newServer(cfg proxy.Config) (*proxy.Server, error) {
 	if o.metrics {
 		cfg.Registry = proxy.NewRegistry()
 	}
-	cfg.MetricsSeparate = o.adminListen != ""
+	cfg.MetricsSeparate = o.opsListen != ""
 	cfg.MetricsToken = o.metricsToken
 	if o.metricsBasicAuth != "" {
 		u, p, ok := strings.Cut(o.metricsBasicAuth, ":")
@@ -76,16 +77,16 @@ func (o *obsConfig) newServer(cfg proxy.Config) (*proxy.Server, error) {
 	return proxy.New(cfg)
 }
 
-// serveOps starts the ops listener when --admin-listen is set and returns its stop function.
+// serveOps starts the ops listener when --ops-listen is set and returns its stop function.
 func (o *obsConfig) serveOps(s *proxy.Server, log *slog.Logger) (stop func(), err error) {
-	if o.adminListen == "" {
+	if o.opsListen == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", o.adminListen)
+	ln, err := net.Listen("tcp", o.opsListen)
 	if err != nil {
-		return nil, fmt.Errorf("--admin-listen: %w", err)
+		return nil, fmt.Errorf("--ops-listen: %w", err)
 	}
-	srv := &http.Server{Handler: s.OpsHandler(), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: s.OpsHandler(), ReadHeaderTimeout: defaultReadHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("ops listener (metrics, health)", "addr", ln.Addr().String())

@@ -29,7 +29,7 @@ func TestObsConfigNewServer(t *testing.T) {
 			auth: func(r *http.Request) { r.Header.Set("Authorization", "Bearer t0k") }},
 		{name: "basic", obs: obsConfig{metrics: true, metricsBasicAuth: "prom:s3cret"}, anon: 401, authed: 200,
 			auth: func(r *http.Request) { r.SetBasicAuth("prom", "s3cret") }},
-		{name: "separate ops listener", obs: obsConfig{metrics: true, adminListen: "127.0.0.1:0"}},
+		{name: "separate ops listener", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,7 +64,7 @@ func TestObsConfigNewServer(t *testing.T) {
 					t.Errorf("authenticated /metrics = %d, want %d", got, tt.authed)
 				}
 			}
-			if tt.obs.adminListen != "" {
+			if tt.obs.opsListen != "" {
 				if got := get(s.OpsHandler(), nil); got != 200 {
 					t.Errorf("ops /metrics = %d, want 200", got)
 				}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -17,10 +16,6 @@ import (
 	"github.com/compactd/compactd/archive"
 	"github.com/compactd/compactd/handoff"
 )
-
-func init() {
-	register("sessions", "index agent session logs and search across them (sessions index DIR | search \"query\")", runSessions)
-}
 
 // Session logs go into the same encrypted full-text store as the compaction archive, one segment
 // per session (kind "session"), under the conversation "session:<id>" so that they never mix with
@@ -34,12 +29,25 @@ func runSessions(args []string) error {
 	format := fset.String("format", "auto", "index: session log format, codex, claude or auto")
 	limit := fset.Int("k", 10, "search: number of results")
 	excerpt := fset.Int("excerpt-bytes", 400, "search: bytes per excerpt")
-	if err := parseFlags(fset, args); err != nil {
+	if err := parseFlags(fset, args, withArgs(1, -1), withEnv(archiveEnv...)); err != nil {
 		return err
 	}
 	rest := fset.Args()
-	if len(rest) < 2 || (rest[0] != "index" && rest[0] != "search") {
-		return errors.New(`usage: compactd sessions index DIR… | compactd sessions search "query"`)
+	set := map[string]bool{}
+	fset.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case rest[0] != "index" && rest[0] != "search":
+		return usageErrorf("sessions", "unknown subcommand %q (want index or search)", rest[0])
+	case len(rest) < 2 && rest[0] == "index":
+		return usageErrorf("sessions", "sessions index needs a DIR")
+	case len(rest) < 2:
+		return usageErrorf("sessions", "sessions search needs a QUERY")
+	case rest[0] == "index" && (set["k"] || set["excerpt-bytes"]):
+		return usageErrorf("sessions", "-k and --excerpt-bytes are flags of sessions search, not sessions index")
+	case rest[0] == "search" && set["format"]:
+		return usageErrorf("sessions", "--format is a flag of sessions index, not sessions search")
+	case *limit <= 0 || *excerpt <= 0:
+		return usageErrorf("sessions", "-k and --excerpt-bytes must be positive")
 	}
 	store, err := af.open()
 	if err != nil {
@@ -66,7 +74,7 @@ func runSessions(args []string) error {
 				return nil
 			}
 			n++
-			fmt.Printf("indexed %s  %s\n", id, path)
+			fmt.Fprintf(os.Stdout, "indexed %s  %s\n", id, path)
 			return nil
 		})
 		if err != nil {
@@ -128,7 +136,7 @@ func searchSessions(ctx context.Context, store archive.Store, tenant, query stri
 		return nil
 	}
 	for _, h := range hits {
-		fmt.Printf("%s  %s\n  %s\n\n", strings.TrimPrefix(h.Conversation, sessionConvPrefix), h.CreatedAt.UTC().Format(time.RFC3339),
+		fmt.Fprintf(os.Stdout, "%s  %s\n  %s\n\n", strings.TrimPrefix(h.Conversation, sessionConvPrefix), h.CreatedAt.UTC().Format(time.RFC3339),
 			strings.ReplaceAll(h.Excerpt, "\n", "\n  "))
 	}
 	return nil
