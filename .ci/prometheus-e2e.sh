@@ -83,7 +83,7 @@ token="e2e-$RANDOM$RANDOM"
 "$work/compactd" fake-upstream --listen "127.0.0.1:$up_port" >"$work/fake.log" 2>&1 &
 pids+=($!)
 COMPACTD_METRICS_TOKEN="$token" "$work/compactd" serve \
-  --listen "127.0.0.1:$px_port" --admin-listen "127.0.0.1:$ops_port" \
+  --listen "127.0.0.1:$px_port" --ops-listen "127.0.0.1:$ops_port" \
   --upstream "http://127.0.0.1:$up_port" --anthropic-upstream "http://127.0.0.1:$up_port" \
   --data-dir "$work/data" --ready-check-upstream --log-format json --retain-tokens 1000 \
   >"$work/compactd.log" 2>&1 &

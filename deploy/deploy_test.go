@@ -438,7 +438,7 @@ func TestBinaryServesHealthcheck(t *testing.T) {
 	addr, _ := serve(t, bin, common...)
 	port := strconv.Itoa(listenPort(t, addr))
 	// As compose runs it: metrics and probes on a separate ops listener.
-	mainAddr, opsAddr := serve(t, bin, append(common, "COMPACTD_ADMIN_LISTEN=127.0.0.1:0")...)
+	mainAddr, opsAddr := serve(t, bin, append(common, "COMPACTD_OPS_LISTEN=127.0.0.1:0")...)
 	if opsAddr == "" {
 		t.Fatal("no ops listener address logged")
 	}
@@ -485,8 +485,8 @@ func TestBinaryServesHealthcheck(t *testing.T) {
 		{"image HEALTHCHECK via COMPACTD_LISTEN", nil, []string{"COMPACTD_LISTEN=0.0.0.0:" + port}, true},
 		{"--listen", []string{"--listen", addr}, nil, true},
 		{"readiness", []string{"--listen", addr, "--path", "/readyz"}, nil, true},
-		{"ops listener via COMPACTD_ADMIN_LISTEN", nil, []string{"COMPACTD_LISTEN=" + mainAddr, "COMPACTD_ADMIN_LISTEN=0.0.0.0:" + strconv.Itoa(listenPort(t, opsAddr))}, true},
-		{"ops listener down", nil, []string{"COMPACTD_LISTEN=" + mainAddr, "COMPACTD_ADMIN_LISTEN=" + deadAddr(t)}, false},
+		{"ops listener via COMPACTD_OPS_LISTEN", nil, []string{"COMPACTD_LISTEN=" + mainAddr, "COMPACTD_OPS_LISTEN=0.0.0.0:" + strconv.Itoa(listenPort(t, opsAddr))}, true},
+		{"ops listener down", nil, []string{"COMPACTD_LISTEN=" + mainAddr, "COMPACTD_OPS_LISTEN=" + deadAddr(t)}, false},
 		{"dead port", []string{"--listen", dead}, nil, false},
 		{"dead port via env", nil, []string{"COMPACTD_LISTEN=0.0.0.0:" + strconv.Itoa(listenPort(t, dead))}, false},
 		{"unhealthy server", []string{"--url", unhealthy.URL + "/healthz"}, nil, false},
@@ -1174,7 +1174,7 @@ func TestCompose(t *testing.T) {
 	// Prometheus, with the config compose mounts, scrapes compactd by service name on the port
 	// that serves /metrics: the ops listener if there is one, else the API port.
 	metricsPort := port
-	if a := interpolate(cd.Environment["COMPACTD_ADMIN_LISTEN"]); a != "" {
+	if a := interpolate(cd.Environment["COMPACTD_OPS_LISTEN"]); a != "" {
 		metricsPort = listenPort(t, a)
 	}
 	promFile, ok := mounts["prometheus:/etc/prometheus/prometheus.yml"]

@@ -55,7 +55,7 @@ func (s *Server) routeObservability(r chi.Router) {
 }
 
 // OpsHandler serves /metrics, /healthz and /readyz, for a separate admin listener
-// (--admin-listen) that keeps scrapes and probes off the API port. Admin requests are not
+// (--ops-listen) that keeps scrapes and probes off the API port. Admin requests are not
 // counted in the request metrics.
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
