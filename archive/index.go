@@ -11,8 +11,11 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // maxTokenBytes drops longer runs (base64, minified blobs): they are noise in a word index and
@@ -126,45 +129,232 @@ func terms(text string, set map[string]struct{}) {
 // excerpts) and opaque payloads (reasoning encrypted_content, thinking signatures, base64 media).
 func itemText(item []byte) string {
 	var b strings.Builder
-	walkText(gjson.ParseBytes(item), func(s string) {
+	walkText(bytesToString(item), func(s string) {
 		if b.Len() > 0 {
 			b.WriteByte('\n')
 		}
 		b.WriteString(s)
 	})
-	if b.Len() == 0 && !gjson.ValidBytes(item) {
+	if b.Len() == 0 && jsonx.Valid(item) != nil {
 		return string(item) // not JSON (e.g. a plain-text session log line): index it as is
 	}
 	return b.String()
 }
 
-func walkText(v gjson.Result, fn func(string)) {
-	switch v.Type {
-	case gjson.String:
-		if !(strings.HasPrefix(v.Str, "data:") && strings.Contains(v.Str[:min(len(v.Str), 100)], ";base64,")) {
-			fn(v.Str)
-		}
-	case gjson.Number:
-		fn(v.Raw)
-	case gjson.JSON:
-		if v.IsArray() {
-			v.ForEach(func(_, e gjson.Result) bool { walkText(e, fn); return true })
-			return
-		}
-		base64Source := v.Get("type").Str == "base64"
-		v.ForEach(func(k, e gjson.Result) bool {
-			switch k.Str {
-			case "encrypted_content", "signature", "type", "id", "call_id", "status":
-				return true
-			case "data":
-				if base64Source {
-					return true
-				}
+// ItemText is the text the archive indexes and cuts excerpts from for one raw item (see
+// itemText); recallbench reads segments through it so it measures what the archive sees.
+func ItemText(item []byte) string { return itemText(item) }
+
+// textSkipKeys are the members whose values itemText leaves out.
+var textSkipKeys = map[string]bool{
+	"encrypted_content": true, "signature": true, "type": true, "id": true, "call_id": true, "status": true,
+}
+
+// walkText calls fn for every string (decoded) and number (as written) in the first JSON value of
+// js, in document order, except the values of textSkipKeys, inline data: URLs, and the data of a
+// base64 source ({"type":"base64","media_type":…,"data":…}, Anthropic images and documents).
+//
+// It is one forward pass with an explicit stack of open objects, linear in len(js) at any depth:
+// a recursive walk over gjson results re-scans the rest of the value at every level (quadratic in
+// depth) and grows the goroutine stack by a frame per level. Whether an object is a base64 source
+// depends on a sibling that may come after "data", so when the bytes mention base64 a first pass
+// (also linear) marks those objects.
+func walkText(js string, fn func(string)) {
+	var base64Objs map[int]bool
+	if strings.Contains(js, "base64") {
+		seen := map[int]bool{} // objects whose first "type" member was met
+		scanJSON(js, func(int, string) bool { return true }, func(obj int, key, lit string) {
+			if key != "type" || seen[obj] {
+				return
 			}
-			walkText(e, fn)
-			return true
+			seen[obj] = true
+			if lit == `"base64"` {
+				if base64Objs == nil {
+					base64Objs = map[int]bool{}
+				}
+				base64Objs[obj] = true
+			}
 		})
 	}
+	scanJSON(js,
+		func(obj int, key string) bool {
+			return !textSkipKeys[key] && !(key == "data" && base64Objs[obj])
+		},
+		func(_ int, _ string, lit string) {
+			if lit[0] != '"' {
+				if c := lit[0]; c == '-' || c == '+' || '0' <= c && c <= '9' {
+					fn(lit) // a number, as written
+				}
+				return
+			}
+			s := unquote(lit)
+			if !(strings.HasPrefix(s, "data:") && strings.Contains(s[:min(len(s), 100)], ";base64,")) {
+				fn(s)
+			}
+		})
+}
+
+// scanJSON walks the first JSON value of js once, without recursing. For each object member it
+// asks member(obj, key) whether to walk the value (false skips it by counting brackets); for each
+// scalar it calls scalar(obj, key, lit), lit being a string literal with its quotes or a number
+// or literal as written. obj is the byte offset of the enclosing object's '{' (-1 in an array or
+// at the top), key the member's decoded key ("" in arrays). Malformed JSON ends the walk early; it
+// never panics or loops.
+func scanJSON(js string, member func(obj int, key string) bool, scalar func(obj int, key, lit string)) {
+	var buf [32]int
+	stack := buf[:0] // offsets of open objects, -1 for open arrays
+	top := func() int {
+		if len(stack) == 0 {
+			return -1
+		}
+		return stack[len(stack)-1]
+	}
+	key, wantKey := "", false
+	for i := 0; i < len(js); {
+		switch js[i] {
+		case ' ', '\t', '\n', '\r', ':':
+			i++
+		case ',':
+			key, wantKey = "", top() >= 0
+			i++
+		case '{':
+			stack = append(stack, i)
+			key, wantKey = "", true
+			i++
+		case '[':
+			stack = append(stack, -1)
+			key, wantKey = "", false
+			i++
+		case '}', ']':
+			if len(stack) == 0 {
+				return
+			}
+			stack = stack[:len(stack)-1]
+			key, wantKey = "", false
+			i++
+			if len(stack) == 0 {
+				return // the first value is complete; gjson ignores what follows too
+			}
+		case '"':
+			end, ok := strEnd(js, i)
+			if !ok {
+				return
+			}
+			lit := js[i:end]
+			i = end
+			if wantKey {
+				wantKey = false
+				key = unquote(lit)
+				if !member(top(), key) {
+					if i, ok = skipMember(js, i); !ok {
+						return
+					}
+				}
+				continue
+			}
+			scalar(top(), key, lit)
+			if len(stack) == 0 {
+				return
+			}
+		default:
+			if wantKey {
+				return // malformed: an object key must be a string
+			}
+			end := scalarEnd(js, i)
+			scalar(top(), key, js[i:end])
+			i = end
+			if len(stack) == 0 {
+				return
+			}
+		}
+	}
+}
+
+// unquote decodes a JSON string literal (quotes included); literals without escapes are sliced.
+func unquote(lit string) string {
+	if len(lit) < 2 {
+		return ""
+	}
+	if strings.IndexByte(lit, '\\') < 0 {
+		return lit[1 : len(lit)-1]
+	}
+	return gjson.Parse(lit).Str // a string literal: gjson decodes it without recursing
+}
+
+// strEnd returns the offset just past the string literal that starts at js[i] (a '"').
+func strEnd(js string, i int) (int, bool) {
+	for j := i + 1; j < len(js); j++ {
+		switch js[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, true
+		}
+	}
+	return len(js), false
+}
+
+// scalarEnd returns the offset just past the number or literal that starts at js[i]; like gjson,
+// it ends at whitespace, a comma or a closing bracket.
+func scalarEnd(js string, i int) int {
+	j := i + 1
+	for j < len(js) {
+		switch js[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return j
+		}
+		j++
+	}
+	return j
+}
+
+// skipMember skips the ':' and the value that follow an object key ending at js[i], counting
+// brackets instead of recursing.
+func skipMember(js string, i int) (int, bool) {
+	for i < len(js) && (js[i] == ' ' || js[i] == '\t' || js[i] == '\n' || js[i] == '\r' || js[i] == ':') {
+		i++
+	}
+	if i >= len(js) {
+		return i, false
+	}
+	switch js[i] {
+	case '"':
+		return strEnd(js, i)
+	case '{', '[':
+		depth := 0
+		for i < len(js) {
+			switch js[i] {
+			case '"':
+				end, ok := strEnd(js, i)
+				if !ok {
+					return end, false
+				}
+				i = end
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1, true
+				}
+			}
+			i++
+		}
+		return i, false
+	case '}', ']', ',':
+		return i, false
+	default:
+		return scalarEnd(js, i), true
+	}
+}
+
+// bytesToString views b as a string without copying; the string must not outlive b's contents.
+func bytesToString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // blindIndex turns plaintext terms into keyed hash words. Each tenant gets its own HMAC key,

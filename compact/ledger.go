@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // LedgerHeading opens every rendered ledger. Ledger recognises it in the handoff message of an
@@ -169,12 +170,17 @@ func (c *ledgerCollector) item(it api.Item) {
 		if id == "" {
 			id = v.Get("id").Str
 		}
-		if st := exitStatus(out); st != "" && id != "" {
+		// A string output that is itself JSON ({"output":"…","metadata":{…}}, Codex shell) is
+		// client bytes the front door's depth check never saw: only a document that passes
+		// jsonx.Valid (linear, non-recursive) is handed to gjson, whose validator recurses once
+		// per level and would overflow the stack on a multi-megabyte "[[[[…" output.
+		isJSON := strings.HasPrefix(out, "{") && jsonx.Valid(stringBytes(out)) == nil
+		if st := exitStatus(out, isJSON); st != "" && id != "" {
 			if _, ok := c.exits[id]; !ok {
 				c.exits[id] = st
 			}
 		}
-		if strings.HasPrefix(out, "{") && gjson.Valid(out) { // {"output":"…","metadata":{…}}
+		if isJSON {
 			if o := gjson.Get(out, "output"); o.Type == gjson.String {
 				out = o.Str
 			}
@@ -194,7 +200,12 @@ var shellTools = map[string]bool{
 var pathKeys = []string{"path", "file", "file_path", "filepath", "filename", "target_file", "notebook_path"}
 
 func (c *ledgerCollector) toolCall(name, args, callID string) {
-	a := gjson.Parse(args)
+	// The arguments string is client JSON inside a JSON string, unseen by the front door's depth
+	// check: it is read only once it passes jsonx.Valid.
+	var a gjson.Result
+	if jsonx.Valid(stringBytes(args)) == nil {
+		a = gjson.Parse(args)
+	}
 	var argv []string
 	var line string
 	if cmd := a.Get("command"); cmd.IsArray() {
@@ -809,8 +820,9 @@ var exitRe = regexp.MustCompile(`(?i)(?:exit code:?|process exited with code|exi
 
 // exitStatus finds a command's exit status in its output: Codex exec_command ("Process exited
 // with code N"), Codex shell ("Exit code: N" or JSON metadata.exit_code), or "exit status N".
-func exitStatus(out string) string {
-	if strings.HasPrefix(out, "{") {
+// isJSON says out has passed jsonx.Valid, so gjson may read it.
+func exitStatus(out string, isJSON bool) string {
+	if isJSON {
 		if ec := gjson.Get(out, "metadata.exit_code"); ec.Type == gjson.Number {
 			return "exit " + ec.Raw
 		}

@@ -222,9 +222,9 @@ func (c *Counter) exact(kind uint8, s string) int {
 func (c *Counter) jsonTokens(s string, schemaKeys bool) int {
 	n := 0
 	walkStrings(s, schemaKeys,
-		func(_ string, v gjson.Result) {
-			if v.Str != "" {
-				n += c.bpe(v.Str)
+		func(str string) {
+			if str != "" {
+				n += c.bpe(str)
 			}
 		},
 		func(t int) { n += t })

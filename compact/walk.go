@@ -1,6 +1,7 @@
 package compact
 
 import (
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -28,44 +29,25 @@ const (
 	fileDataBytesPerToken = 16
 )
 
-// walkStrings calls visit for every string value in the JSON value json, at any depth, except
-// those under skipKeys. key is the string's object key ("" inside arrays). schemaKeys reports
-// object keys under a "properties" object (JSON-schema property names in tool definitions), which
-// the model reads although they are keys, not values. Inline image data URLs and file_data are
-// reported to special instead of visit.
-func walkStrings(json string, schemaKeys bool, visit func(key string, v gjson.Result), special func(tokens int)) {
-	walkValue(gjson.Parse(json), "", schemaKeys, visit, special)
+// walkStrings calls visit for every string value in the JSON value json, decoded, at any depth,
+// in document order, except those under skipKeys. schemaKeys also reports the object keys of a
+// "properties" object (JSON-schema property names in tool definitions), which the model reads
+// although they are keys, not values. Inline image data URLs and file_data are reported to
+// special instead of visit. It is walkRawStrings with each literal decoded.
+func walkStrings(json string, schemaKeys bool, visit func(s string), special func(tokens int)) {
+	walkRawStrings(json, schemaKeys, func(lit string) { visit(unquote(lit)) }, special)
 }
 
-func walkValue(v gjson.Result, key string, schemaKeys bool, visit func(string, gjson.Result), special func(int)) {
-	switch {
-	case v.Type == gjson.String:
-		switch {
-		case key == "image_url" && isDataURL(v.Raw):
-			special(imageTokens)
-		case key == "file_data":
-			special(len(v.Raw)/fileDataBytesPerToken + 1)
-		default:
-			visit(key, v)
-		}
-	case v.IsObject():
-		props := schemaKeys && key == "properties"
-		v.ForEach(func(k, val gjson.Result) bool {
-			if skipKeys[k.Str] {
-				return true
-			}
-			if props {
-				visit("", k)
-			}
-			walkValue(val, k.Str, schemaKeys, visit, special)
-			return true
-		})
-	case v.IsArray():
-		v.ForEach(func(_, val gjson.Result) bool {
-			walkValue(val, "", schemaKeys, visit, special)
-			return true
-		})
+// unquote decodes a JSON string literal (quotes included). Literals without escapes, the common
+// case, are sliced, not copied.
+func unquote(lit string) string {
+	if len(lit) < 2 {
+		return ""
 	}
+	if strings.IndexByte(lit, '\\') < 0 {
+		return lit[1 : len(lit)-1]
+	}
+	return gjson.Parse(lit).Str // a string literal: gjson decodes it without recursing
 }
 
 // isDataURL reports whether a raw JSON string literal starts with a data: URL.
@@ -82,186 +64,174 @@ func bytesToString(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// rawWalker visits the same strings as walkStrings but hands over raw string literals (quotes
-// and escapes included) without decoding them. gjson decodes every string it meets, which costs
-// an allocation and a copy per escaped string; the estimator reads escapes on the fly instead,
-// and this walker is what lets it run at memory speed over multi-megabyte histories. Malformed
-// JSON ends the walk early; it never panics or loops.
-type rawWalker struct {
-	s          string
-	i          int
-	schemaKeys bool
-	visit      func(lit string)
-	special    func(tokens int)
+// stringBytes views s as bytes without copying, for read-only checks such as jsonx.Valid on a
+// string that may be megabytes long. The caller must not modify the bytes.
+func stringBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
+// Open containers on the walker's stack.
+const (
+	inArray  = 'a'
+	inObject = 'o'
+	inProps  = 'p' // an object under a "properties" key, when schema keys are counted
+)
+
+// walkRawStrings visits the string values of the first JSON value in json as raw literals
+// (quotes and escapes included), without decoding them: the estimator reads escapes on the fly,
+// and not copying strings is what lets it run at memory speed over multi-megabyte histories.
+//
+// It is one forward pass over the bytes with an explicit stack of open containers (one byte per
+// level), so its cost is linear in len(json) whatever the nesting: a recursive walk over gjson
+// results re-scans every sub-value once per enclosing level (quadratic in depth) and grows the
+// goroutine stack by a frame per level. Malformed JSON ends the walk early; it never panics or
+// loops.
 func walkRawStrings(json string, schemaKeys bool, visit func(lit string), special func(int)) {
-	w := rawWalker{s: json, schemaKeys: schemaKeys, visit: visit, special: special}
-	w.value("", 0)
-}
-
-func (w *rawWalker) ws() {
-	for w.i < len(w.s) {
-		switch w.s[w.i] {
-		case ' ', '\t', '\n', '\r':
-			w.i++
+	var buf [64]byte
+	stack := buf[:0]
+	key := ""        // the key of the value about to be read ("" in arrays and at the top)
+	wantKey := false // the next string is an object key
+	for i := 0; i < len(json); {
+		switch c := json[i]; c {
+		case ' ', '\t', '\n', '\r', ':':
+			i++
+		case ',':
+			wantKey = len(stack) > 0 && stack[len(stack)-1] != inArray
+			key = ""
+			i++
+		case '{':
+			kind := byte(inObject)
+			if schemaKeys && key == "properties" {
+				kind = inProps
+			}
+			stack = append(stack, kind)
+			key, wantKey = "", true
+			i++
+		case '[':
+			stack = append(stack, inArray)
+			key, wantKey = "", false
+			i++
+		case '}', ']':
+			if len(stack) == 0 {
+				return
+			}
+			stack = stack[:len(stack)-1]
+			key, wantKey = "", false
+			i++
+			if len(stack) == 0 {
+				return // the first value is complete; gjson ignores what follows too
+			}
+		case '"':
+			end, ok := strEnd(json, i)
+			if !ok {
+				return
+			}
+			lit := json[i:end]
+			i = end
+			if wantKey {
+				wantKey = false
+				k := unquote(lit)
+				if skipKeys[k] {
+					if i, ok = skipMember(json, i); !ok {
+						return
+					}
+					continue
+				}
+				if stack[len(stack)-1] == inProps {
+					visit(lit)
+				}
+				key = k
+				continue
+			}
+			switch {
+			case key == "image_url" && isDataURL(lit):
+				special(imageTokens)
+			case key == "file_data":
+				special(len(lit)/fileDataBytesPerToken + 1)
+			default:
+				visit(lit)
+			}
+			if len(stack) == 0 {
+				return
+			}
 		default:
-			return
+			if wantKey {
+				return // malformed: an object key must be a string
+			}
+			i = scalarEnd(json, i)
+			if len(stack) == 0 {
+				return
+			}
 		}
 	}
 }
 
-// str consumes a string literal starting at w.i (a '"') and returns it with its quotes.
-func (w *rawWalker) str() (string, bool) {
-	start := w.i
-	for j := w.i + 1; j < len(w.s); j++ {
-		switch w.s[j] {
+// strEnd returns the offset just past the string literal that starts at json[i] (a '"').
+func strEnd(json string, i int) (int, bool) {
+	for j := i + 1; j < len(json); j++ {
+		switch json[j] {
 		case '\\':
 			j++
 		case '"':
-			w.i = j + 1
-			return w.s[start:w.i], true
+			return j + 1, true
 		}
 	}
-	w.i = len(w.s)
-	return "", false
+	return len(json), false
 }
 
-// maxDepth bounds recursion on hostile nesting; deeper values are skipped, not visited.
-const maxDepth = 64
-
-func (w *rawWalker) value(key string, depth int) bool {
-	w.ws()
-	if w.i >= len(w.s) {
-		return false
+// scalarEnd returns the offset just past the number or literal that starts at json[i].
+func scalarEnd(json string, i int) int {
+	j := i + 1
+	for j < len(json) {
+		switch json[j] {
+		case ',', '}', ']', ':', '"', '[', '{', ' ', '\t', '\n', '\r':
+			return j
+		}
+		j++
 	}
-	switch w.s[w.i] {
-	case '"':
-		lit, ok := w.str()
-		if !ok {
-			return false
-		}
-		switch {
-		case key == "image_url" && isDataURL(lit):
-			w.special(imageTokens)
-		case key == "file_data":
-			w.special(len(lit)/fileDataBytesPerToken + 1)
-		default:
-			w.visit(lit)
-		}
-		return true
-	case '{':
-		w.i++
-		props := w.schemaKeys && key == "properties"
-		for {
-			w.ws()
-			if w.i >= len(w.s) {
-				return false
-			}
-			if w.s[w.i] == '}' {
-				w.i++
-				return true
-			}
-			if w.s[w.i] == ',' {
-				w.i++
-				continue
-			}
-			if w.s[w.i] != '"' {
-				return false
-			}
-			klit, ok := w.str()
-			if !ok {
-				return false
-			}
-			k := klit[1 : len(klit)-1]
-			w.ws()
-			if w.i >= len(w.s) || w.s[w.i] != ':' {
-				return false
-			}
-			w.i++
-			if skipKeys[k] || depth >= maxDepth {
-				if !w.skip() {
-					return false
-				}
-				continue
-			}
-			if props {
-				w.visit(klit)
-			}
-			if !w.value(k, depth+1) {
-				return false
-			}
-		}
-	case '[':
-		w.i++
-		for {
-			w.ws()
-			if w.i >= len(w.s) {
-				return false
-			}
-			switch w.s[w.i] {
-			case ']':
-				w.i++
-				return true
-			case ',':
-				w.i++
-				continue
-			}
-			if depth >= maxDepth {
-				if !w.skip() {
-					return false
-				}
-				continue
-			}
-			if !w.value("", depth+1) {
-				return false
-			}
-		}
-	default:
-		return w.skip()
-	}
+	return j
 }
 
-// skip consumes one value without visiting it.
-func (w *rawWalker) skip() bool {
-	w.ws()
-	if w.i >= len(w.s) {
-		return false
+// skipMember skips the ':' and the value that follow an object key ending at json[i], without
+// visiting anything; it counts brackets instead of recursing.
+func skipMember(json string, i int) (int, bool) {
+	for i < len(json) && (json[i] == ' ' || json[i] == '\t' || json[i] == '\n' || json[i] == '\r' || json[i] == ':') {
+		i++
 	}
-	switch w.s[w.i] {
+	if i >= len(json) {
+		return i, false
+	}
+	switch json[i] {
 	case '"':
-		_, ok := w.str()
-		return ok
+		return strEnd(json, i)
 	case '{', '[':
 		depth := 0
-		for w.i < len(w.s) {
-			switch w.s[w.i] {
+		for i < len(json) {
+			switch json[i] {
 			case '"':
-				if _, ok := w.str(); !ok {
-					return false
+				end, ok := strEnd(json, i)
+				if !ok {
+					return end, false
 				}
+				i = end
 				continue
 			case '{', '[':
 				depth++
 			case '}', ']':
 				depth--
 				if depth == 0 {
-					w.i++
-					return true
+					return i + 1, true
 				}
 			}
-			w.i++
+			i++
 		}
-		return false
+		return i, false
+	case '}', ']', ',':
+		return i, false
 	default:
-		start := w.i
-		for w.i < len(w.s) {
-			switch w.s[w.i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return w.i > start
-			}
-			w.i++
-		}
-		return w.i > start
+		return scalarEnd(json, i), true
 	}
 }

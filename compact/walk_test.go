@@ -6,14 +6,51 @@ import (
 
 	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
-// collect returns what each walker visits: decoded strings plus the special token charges.
-func collect(js string, schemaKeys bool) (viaGJSON, viaRaw []string, specG, specR int) {
-	walkStrings(js, schemaKeys, func(_ string, v gjson.Result) { viaGJSON = append(viaGJSON, v.Str) }, func(n int) { specG += n })
+// refWalkStrings is the recursive gjson walk walkStrings replaced, kept as the oracle for what
+// it must visit: fine on shallow values, quadratic and stack-hungry on deep ones.
+func refWalkStrings(v gjson.Result, key string, schemaKeys bool, visit func(string), special func(int)) {
+	switch {
+	case v.Type == gjson.String:
+		switch {
+		case key == "image_url" && isDataURL(v.Raw):
+			special(imageTokens)
+		case key == "file_data":
+			special(len(v.Raw)/fileDataBytesPerToken + 1)
+		default:
+			visit(v.Str)
+		}
+	case v.IsObject():
+		props := schemaKeys && key == "properties"
+		v.ForEach(func(k, val gjson.Result) bool {
+			if skipKeys[k.Str] {
+				return true
+			}
+			if props {
+				visit(k.Str)
+			}
+			refWalkStrings(val, k.Str, schemaKeys, visit, special)
+			return true
+		})
+	case v.IsArray():
+		v.ForEach(func(_, val gjson.Result) bool {
+			refWalkStrings(val, "", schemaKeys, visit, special)
+			return true
+		})
+	}
+}
+
+// collect returns what the reference walk, walkStrings and walkRawStrings visit: decoded strings
+// plus the special token charges.
+func collect(js string, schemaKeys bool) (ref, dec, raw []string, specRef, specDec, specRaw int) {
+	refWalkStrings(gjson.Parse(js), "", schemaKeys, func(s string) { ref = append(ref, s) }, func(n int) { specRef += n })
+	walkStrings(js, schemaKeys, func(s string) { dec = append(dec, s) }, func(n int) { specDec += n })
 	walkRawStrings(js, schemaKeys, func(lit string) {
-		viaRaw = append(viaRaw, gjson.Parse(lit).Str)
-	}, func(n int) { specR += n })
+		raw = append(raw, gjson.Parse(lit).Str)
+	}, func(n int) { specRaw += n })
 	return
 }
 
@@ -38,9 +75,9 @@ func walkerSeeds(t testing.TB) []string {
 func TestRawWalkerMatchesGJSON(t *testing.T) {
 	for _, js := range walkerSeeds(t) {
 		for _, sk := range []bool{false, true} {
-			g, r, sg, sr := collect(js, sk)
-			if !reflect.DeepEqual(g, r) || sg != sr {
-				t.Errorf("walkers disagree on %.80s (schemaKeys=%v):\ngjson %q %d\nraw   %q %d", js, sk, g, sg, r, sr)
+			g, d, r, sg, sd, sr := collect(js, sk)
+			if !reflect.DeepEqual(g, r) || !reflect.DeepEqual(g, d) || sg != sr || sg != sd {
+				t.Errorf("walkers disagree on %.80s (schemaKeys=%v):\ngjson %q %d\ndecoded %q %d\nraw   %q %d", js, sk, g, sg, d, sd, r, sr)
 			}
 		}
 	}
@@ -54,12 +91,12 @@ func FuzzRawWalker(f *testing.F) {
 	f.Add(`[[[[[[`)
 	f.Fuzz(func(t *testing.T, js string) {
 		walkRawStrings(js, true, func(string) {}, func(int) {}) // must not panic or hang
-		if !gjson.Valid(js) {
+		if jsonx.ValidString(js) != nil {
 			return
 		}
-		g, r, sg, sr := collect(js, true)
-		if !reflect.DeepEqual(g, r) || sg != sr {
-			t.Errorf("walkers disagree on %q:\n%q\n%q", js, g, r)
+		g, d, r, sg, sd, sr := collect(js, true)
+		if !reflect.DeepEqual(g, r) || !reflect.DeepEqual(g, d) || sg != sr || sg != sd {
+			t.Errorf("walkers disagree on %q:\n%q\n%q\n%q", js, g, d, r)
 		}
 	})
 }

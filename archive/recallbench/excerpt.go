@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/compactd/compactd/archive"
 )
 
@@ -47,37 +45,8 @@ func hitText(ctx context.Context, store archive.Store, h archive.Hit, strategy s
 	}
 	var b strings.Builder
 	for _, raw := range seg.Items {
-		b.WriteString(itemText(raw))
+		b.WriteString(archive.ItemText(raw))
 		b.WriteByte('\n')
 	}
 	return b.String(), nil
-}
-
-// itemText is the searchable text of a raw item: its string and number values, one per line,
-// without the structural fields (type, id, call_id, status) and ciphertext.
-func itemText(raw []byte) string {
-	var b strings.Builder
-	var walk func(v gjson.Result)
-	walk = func(v gjson.Result) {
-		switch {
-		case v.Type == gjson.String || v.Type == gjson.Number:
-			if b.Len() > 0 {
-				b.WriteByte('\n')
-			}
-			b.WriteString(v.String())
-		case v.IsArray():
-			v.ForEach(func(_, e gjson.Result) bool { walk(e); return true })
-		case v.IsObject():
-			v.ForEach(func(k, e gjson.Result) bool {
-				switch k.Str {
-				case "type", "id", "call_id", "status", "encrypted_content":
-				default:
-					walk(e)
-				}
-				return true
-			})
-		}
-	}
-	walk(gjson.ParseBytes(raw))
-	return b.String()
 }
