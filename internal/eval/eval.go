@@ -73,7 +73,7 @@ type Config struct {
 
 	// Upstream is the model's base URL (without /v1); "" runs the built-in fake upstream with
 	// the Lossy summariser.
-	Upstream string              `json:"upstream"`
+	Upstream string             `json:"upstream"`
 	Lossy    fakeupstream.Lossy `json:"lossy"`
 	// APIKey goes to compactd as a bearer token (compactd forwards it upstream).
 	APIKey string `json:"-"`

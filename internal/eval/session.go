@@ -198,7 +198,9 @@ func (g *gen) grepLines(ident string, extra []string) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-func read(path, out string) Step { return Step{Role: "tool", Action: "read", Target: path, Output: out} }
+func read(path, out string) Step {
+	return Step{Role: "tool", Action: "read", Target: path, Output: out}
+}
 func run(cmd string, exit int, out string) Step {
 	return Step{Role: "tool", Action: "run", Target: cmd, Output: out, Exit: exit}
 }
