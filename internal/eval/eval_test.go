@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/compact"
+	"github.com/compactd/compactd/fakeupstream"
 )
 
 // ciConfig is the CI-sized run: two sessions (one per shape), three compactions.
@@ -251,4 +252,49 @@ func sampleReport() *Report {
 		rep.Rows = append(rep.Rows, row)
 	}
 	return rep
+}
+
+// TestEvalExternalCompactd measures a compactd that is already running (here configuration (d)
+// in front of the fake): one "external" row, cost unknown, and the same scores as the in-process
+// run of that configuration.
+func TestEvalExternalCompactd(t *testing.T) {
+	ctx := context.Background()
+	cfg := ciConfig(1)
+	full := cfg.withDefaults()
+	fake := fakeupstream.New(fakeupstream.Options{DropBodies: true, Summaries: fakeupstream.LossySummaries(full.Lossy), Answer: Answer})
+	upBase, stopFake, err := fake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopFake()
+	full.SummarizerModel = "fake-summariser"
+	base, _, stop, err := startCompactd(ctx, full, upBase, Variants[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ext := cfg
+	ext.Compactd = base
+	rep, err := Run(ctx, ext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 || rep.Rows[0].Variant.Name != "external" || rep.Rows[0].Cost.Known {
+		t.Fatalf("rows %+v: want one external row without cost", rep.Rows)
+	}
+	cfg.Variants = []string{"d"}
+	in, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range rep.Rows[0].Points {
+		if q := in.Rows[0].Points[i]; p.Correct != q.Correct || p.Facts != q.Facts {
+			t.Errorf("after %d compactions: external %d/%d, in-process (d) %d/%d", p.Compactions, p.Correct, p.Facts, q.Correct, q.Facts)
+		}
+	}
+	var text bytes.Buffer
+	_ = rep.WriteText(&text)
+	if !strings.Contains(text.String(), "n/a (external compactd)") {
+		t.Errorf("text report: %s", text.String())
+	}
 }
