@@ -56,6 +56,11 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	modelSet := false
+	fs.Visit(func(f *flag.Flag) { modelSet = modelSet || f.Name == "model" })
+	if (*upstream != "" || *compactdURL != "") && !modelSet {
+		return fmt.Errorf("--model is required with --upstream or --compactd (the default %q is the fake upstream's)", d.Model)
+	}
 	cfg := eval.Config{Seed: *seed, Sessions: *sessions, Steps: *steps, Facts: *facts, Turns: *turns,
 		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, Model: *model,
 		Upstream: strings.TrimRight(*upstream, "/"), Compactd: *compactdURL,

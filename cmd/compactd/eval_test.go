@@ -64,6 +64,8 @@ func TestEvalCommandFlags(t *testing.T) {
 		{"--shapes", "chat"},
 		{"--configs", "e"},
 		{"stray"},
+		{"--upstream", "http://127.0.0.1:1"}, // no --model
+		{"--compactd", "http://127.0.0.1:1"},
 		{"--summarizer-key-env", "COMPACTD_EVAL_TEST_UNSET_VARIABLE"},
 	} {
 		var out, errb bytes.Buffer
