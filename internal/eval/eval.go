@@ -417,7 +417,7 @@ type session struct {
 func (s *session) run(ctx context.Context, roundDone func()) ([]Asked, error) {
 	rounds := Session(s.seed, s.cfg.Checkpoints[len(s.cfg.Checkpoints)-1], s.cfg.Steps, s.cfg.Facts, s.cfg.Turns)
 	history := []json.RawMessage{js(map[string]any{"type": "message", "role": "developer",
-		"content": "You are a coding agent working in the acme/svc repository. Answer questions about this session with the exact value only."})}
+		"content": "You are a coding agent working in the shopco/billing repository. Answer questions about this session with the exact value only."})}
 	var facts []Fact
 	var asked []Asked
 	seq := 0

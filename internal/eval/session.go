@@ -62,33 +62,37 @@ type Round struct {
 	Facts []Fact
 }
 
+// The vocabulary of a billing service's code base, where the sessions happen.
 var (
-	verbs = []string{"parse", "load", "flush", "merge", "resolve", "encode", "decode", "scan", "index", "rotate",
-		"sync", "fetch", "apply", "build", "render", "split", "trim", "seal", "probe", "drain", "route", "stage",
-		"emit", "prune", "claim", "replay", "verify", "hydrate", "shard", "lease"}
-	nouns = []string{"Shard", "Manifest", "Segment", "Budget", "Cursor", "Window", "Tenant", "Route", "Lease",
-		"Token", "Batch", "Frame", "Header", "Bucket", "Queue", "Snapshot", "Journal", "Replica", "Quota", "Schema",
-		"Plan", "Digest", "Span", "Watermark", "Checkpoint", "Backlog", "Epoch", "Fence", "Offset", "Ticket"}
-	pkgs       = []string{"store", "proxy", "index", "queue", "auth", "ingest", "sched", "cache", "wal", "gc", "raft", "api"}
-	goTypes    = []string{"int", "int64", "uint32", "string", "bool", "error", "[]byte", "time.Duration", "*Options", "[]string"}
-	cfgKeys    = []string{"read_timeout", "write_timeout", "max_conns", "pool_size", "flush_interval", "retry_limit", "batch_size", "log_level", "cache_ttl", "queue_depth", "shard_count", "replicas", "idle_timeout"}
-	approaches = []string{"a sync.Map cache", "an mmap-backed reader", "a global mutex", "a goroutine per request",
-		"a channel fan-out", "reflection-based decoding", "a bloom filter pre-check", "an LRU with TTL eviction",
-		"optimistic locking with retries", "cgo bindings to zstd", "a lock-free ring buffer"}
+	verbs = []string{"handle", "compute", "validate", "refresh", "publish", "collect", "restore", "migrate",
+		"reconcile", "schedule", "encrypt", "compress", "throttle", "dispatch", "register", "evict", "persist",
+		"normalize", "forward", "retry", "settle", "accrue", "prorate", "void"}
+	nouns = []string{"Invoice", "Account", "Webhook", "Session", "Cart", "Refund", "Coupon", "Payout", "Customer",
+		"Order", "Receipt", "Meter", "Usage", "Credit", "Charge", "Dispute", "Tax", "Price", "Catalog", "Wallet",
+		"Voucher", "Profile", "Region", "Currency", "Mandate", "Subscription"}
+	pkgs    = []string{"billing", "payments", "tax", "ledgerdb", "webhooks", "pricing", "accounts", "notify", "fx", "reports"}
+	argType = []string{"string", "int64", "uuid.UUID", "time.Time", "money.Amount", "*Request", "[]LineItem", "bool"}
+	retType = []string{"error", "(int64, error)", "(*Invoice, error)", "bool", "money.Amount", "([]Charge, error)"}
+	cfgKeys = []string{"dsn", "max_open_conns", "statement_timeout", "retry_backoff", "webhook_secret_ref", "currency",
+		"rounding", "grace_period", "batch_window", "rate_limit", "log_format", "region"}
+	approaches = []string{"a per-tenant goroutine pool", "caching prices in Redis", "a single advisory lock",
+		"storing amounts as float64", "an outbox table poller", "server-sent events for webhooks",
+		"a materialised view refreshed hourly", "two-phase commit across shards", "optimistic row versions",
+		"JSONB columns for line items", "a retry queue in memory"}
 	reasons = []string{
-		"it deadlocked when two writers held the %s lock",
-		"p99 latency of %s rose to %dms under contention",
-		"it allocated %d bytes per call in %s",
-		"%s lost writes after a crash in the fsync window",
-		"the race detector flagged %s in %d of 20 runs",
-		"%s needed %d MB of RSS at 10k tenants",
+		"%s double-charged %d customers when a retry raced the first attempt",
+		"rounding drift in %s reached %d cents per thousand invoices",
+		"the lock on %s stalled checkout for %dms at peak",
+		"%s lost events when the pod was evicted mid-batch",
+		"migrating %s would have locked the table for %d minutes",
+		"%s made the nightly report %d times slower",
 	}
 	errorTmpls = []string{
-		"dial tcp 127.0.0.1:%d: connect: connection refused",
-		"open /var/lib/%s/segment-%d.db: permission denied",
-		"lease %d expired before renewal in %s",
-		"checksum mismatch in segment %d of %s",
-		"context deadline exceeded after %dms waiting for %s",
+		"pq: duplicate key value violates unique constraint \"%s_pkey\" (row %d)",
+		"stripe: card_declined for charge %d in %s",
+		"dial tcp 10.0.%d.7:5432: i/o timeout in %s",
+		"invoice %d: currency mismatch in %s: EUR vs USD",
+		"webhook signature check failed after %dms for %s",
 	}
 )
 
@@ -99,16 +103,17 @@ type gen struct {
 }
 
 func newGen(seed uint64) *gen {
-	return &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), used: map[string]bool{}}
+	return &gen{r: rand.New(rand.NewPCG(seed^0x5eed, seed+0x2545f4914f6cdd1d)), used: map[string]bool{}}
 }
 
-func (g *gen) pick(xs []string) string { return xs[g.r.IntN(len(xs))] }
+func (g *gen) one(xs []string) string { return xs[g.r.IntN(len(xs))] }
+func (g *gen) num(lo, hi int) int     { return lo + g.r.IntN(hi-lo) }
 
 // ident is a camelCase identifier never returned before in this session: each fact's subject is
-// unique, so its question has exactly one answer.
+// unique, so its question has exactly one answer. Noise uses two-word names, facts three.
 func (g *gen) ident() string {
 	for {
-		s := g.pick(verbs) + g.pick(nouns) + g.pick(nouns)
+		s := g.one(verbs) + g.one(nouns) + g.one(nouns)
 		if !g.used[s] {
 			g.used[s] = true
 			return s
@@ -116,82 +121,82 @@ func (g *gen) ident() string {
 	}
 }
 
-func (g *gen) noiseIdent() string { return g.pick(verbs) + g.pick(nouns) }
-func (g *gen) typeName() string   { return g.pick(nouns) + g.pick(nouns) }
+func (g *gen) word() string { return g.one(verbs) + g.one(nouns) }
+func (g *gen) typeName() string {
+	return g.one(nouns) + g.one([]string{"Record", "Batch", "Event", "Line", "Row"})
+}
 func (g *gen) path() string {
-	return "internal/" + g.pick(pkgs) + "/" + strings.ToLower(g.pick(nouns)) + ".go"
+	return "internal/" + g.one(pkgs) + "/" + strings.ToLower(g.one(nouns)) + "_" + g.one([]string{"store", "handler", "job", "client"}) + ".go"
 }
 
-func (g *gen) goFunc(name string) string {
-	var params []string
-	for i := range 1 + g.r.IntN(3) {
-		params = append(params, fmt.Sprintf("%s%d %s", strings.ToLower(g.pick(nouns)[:1]), i, g.pick(goTypes)))
+// method is one Go method of the service's handler type.
+func (g *gen) method(name string) string {
+	args := []string{"ctx context.Context"}
+	for i := range g.r.IntN(3) {
+		args = append(args, fmt.Sprintf("%s %s", []string{"id", "at", "amt"}[i], g.one(argType)))
 	}
-	res := g.pick(goTypes)
-	if g.r.IntN(2) == 0 {
-		res = "(" + g.pick(goTypes) + ", error)"
-	}
-	return "func " + name + "(" + strings.Join(params, ", ") + ") " + res + " {"
+	return fmt.Sprintf("func (h *%sHandler) %s(%s) %s {", g.one(nouns), name, strings.Join(args, ", "), g.one(retType))
 }
 
-// goSource is a plausible Go file; extra lines are spliced in at a random function position.
-func (g *gen) goSource(pkg string, extra []string) string {
+// goFile is a plausible Go file of the service; extra lines go in at a random position.
+func (g *gen) goFile(pkg string, extra []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "package %s\n\nimport (\n\t\"context\"\n\t\"fmt\"\n\t\"time\"\n)\n\n", pkg)
-	n := 3 + g.r.IntN(3)
+	fmt.Fprintf(&b, "package %s\n\nimport (\n\t\"context\"\n\t\"log/slog\"\n)\n\n", pkg)
+	n := g.num(3, 6)
 	at := g.r.IntN(n)
 	for i := range n {
 		if i == at && extra != nil {
-			for _, l := range extra {
-				b.WriteString(l + "\n")
-			}
-			b.WriteString("\tif err := ctx.Err(); err != nil {\n\t\treturn nil, nil, err\n\t}\n\treturn nil, nil, nil\n}\n\n")
+			b.WriteString(strings.Join(extra, "\n") + "\n\treturn nil, nil, ctx.Err()\n}\n\n")
 		}
-		name := g.noiseIdent()
-		fmt.Fprintf(&b, "// %s %ss the %s.\n%s\n", name, strings.ToLower(g.pick(verbs)), strings.ToLower(g.pick(nouns)), g.goFunc(name))
-		fmt.Fprintf(&b, "\tif s.size > %d {\n\t\treturn fmt.Errorf(\"%s: too large: %%d\", s.size)\n\t}\n\treturn nil\n}\n\n", g.r.IntN(4096), strings.ToLower(name))
+		name := g.word()
+		fmt.Fprintf(&b, "%s\n\tslog.DebugContext(ctx, %q, \"attempt\", %d)\n\treturn h.store.Save(ctx, %q)\n}\n\n",
+			g.method(name), strings.ToLower(name), g.num(1, 9), strings.ToLower(g.one(nouns)))
 	}
 	return b.String()
 }
 
-func (g *gen) testLog(pkg string) string {
+func (g *gen) testRun(pkg string) string {
 	var b strings.Builder
-	for range 3 + g.r.IntN(5) {
-		name := "Test" + g.pick(nouns) + g.pick(nouns)
-		fmt.Fprintf(&b, "=== RUN   %s\n--- PASS: %s (0.%02ds)\n", name, name, g.r.IntN(100))
+	for range g.num(2, 7) {
+		fmt.Fprintf(&b, "ok  \tgithub.com/shopco/billing/internal/%s/%s\t0.%03ds\n", pkg, strings.ToLower(g.one(nouns)), g.num(1, 999))
 	}
-	fmt.Fprintf(&b, "PASS\nok  \tgithub.com/acme/svc/internal/%s\t0.%03ds\n", pkg, g.r.IntN(1000))
+	fmt.Fprintf(&b, "?   \tgithub.com/shopco/billing/internal/%s/testdata\t[no test files]\n", pkg)
 	return b.String()
 }
 
-func (g *gen) cfgValue(key string) string {
-	switch {
-	case strings.HasSuffix(key, "timeout") || strings.HasSuffix(key, "interval") || strings.HasSuffix(key, "ttl"):
-		return fmt.Sprintf("%ds", 1+g.r.IntN(120))
-	case key == "log_level":
-		return g.pick([]string{"debug", "info", "warn"})
+func (g *gen) cfgLine(key string) string {
+	var v string
+	switch key {
+	case "statement_timeout", "retry_backoff", "grace_period", "batch_window":
+		v = fmt.Sprintf("%dms", g.num(50, 5000))
+	case "currency":
+		v = g.one([]string{"EUR", "USD", "GBP"})
+	case "region":
+		v = g.one([]string{"eu-west-1", "us-east-2"})
+	case "dsn":
+		v = "postgres://billing@db:5432/billing"
+	default:
+		v = fmt.Sprint(g.num(2, 400))
 	}
-	return fmt.Sprint(1 + g.r.IntN(512))
+	return "  " + key + ": " + v
 }
 
-func (g *gen) yamlConfig(extra []string) string {
-	var lines []string
-	for _, sec := range []string{"server", "storage", "limits"} {
-		lines = append(lines, sec+":")
-		for range 3 + g.r.IntN(3) {
-			k := g.pick(cfgKeys)
-			lines = append(lines, "  "+k+": "+g.cfgValue(k))
-		}
+// yaml is a deploy config of noise keys, with extra lines spliced in at a random position.
+func (g *gen) yaml(extra []string) string {
+	lines := []string{"apiVersion: v1", "kind: ConfigMap", "data:"}
+	for range g.num(5, 10) {
+		lines = append(lines, g.cfgLine(g.one(cfgKeys)))
 	}
-	at := 1 + g.r.IntN(len(lines)-1)
+	at := 3 + g.r.IntN(len(lines)-2)
 	lines = append(lines[:at], append(extra, lines[at:]...)...)
 	return strings.Join(lines, "\n") + "\n"
 }
 
-func (g *gen) grepLines(ident string, extra []string) string {
+// grep is ripgrep-style output for an identifier, with extra lines at a random position.
+func (g *gen) grep(ident string, extra []string) string {
 	var lines []string
-	for range 2 + g.r.IntN(5) {
-		lines = append(lines, fmt.Sprintf("%s:%d:\t%s := %s(ctx, %s)", g.path(), 10+g.r.IntN(900), strings.ToLower(g.pick(nouns)), ident, strings.ToLower(g.pick(nouns))))
+	for range g.num(2, 6) {
+		lines = append(lines, fmt.Sprintf("%s:%d:\tif err := h.%s(ctx, id); err != nil {", g.path(), g.num(20, 700), ident))
 	}
 	at := g.r.IntN(len(lines) + 1)
 	lines = append(lines[:at], append(extra, lines[at:]...)...)
@@ -208,32 +213,32 @@ func run(cmd string, exit int, out string) Step {
 // noise is one ordinary step. It carries numbers, signatures, config values and paths of its
 // own, so summaries and the ledger's budget are contended the way real sessions contend them.
 func (g *gen) noise() Step {
-	pkg := g.pick(pkgs)
+	pkg := g.one(pkgs)
 	switch g.r.IntN(6) {
 	case 0:
-		return read(g.path(), g.goSource(pkg, nil))
+		return read(g.path(), g.goFile(pkg, nil))
 	case 1:
-		return run("go test ./internal/"+pkg+"/...", 0, g.testLog(pkg))
+		return run("go test ./internal/"+pkg+"/...", 0, g.testRun(pkg))
 	case 2:
-		id := g.noiseIdent()
-		return run("grep -rn "+id+" internal", 0, g.grepLines(id, nil))
+		id := g.word()
+		return run("rg -n "+id+" internal", 0, g.grep(id, nil))
 	case 3:
 		var b strings.Builder
-		for range 6 + g.r.IntN(8) {
-			fmt.Fprintf(&b, "-rw-r--r-- 1 dev dev %6d Nov 29 09:%02d %s\n", g.r.IntN(90000), g.r.IntN(60), strings.ToLower(g.pick(nouns))+".go")
+		for range g.num(4, 12) {
+			fmt.Fprintf(&b, "%s_%s.go\n", strings.ToLower(g.one(nouns)), g.one([]string{"store", "handler", "job", "client", "test"}))
 		}
-		return run("ls -la internal/"+pkg, 0, b.String())
+		return run("ls internal/"+pkg, 0, b.String())
 	case 4:
-		return read("deploy/"+pkg+".yaml", g.yamlConfig(nil))
+		return read("deploy/"+pkg+".yaml", g.yaml(nil))
 	}
-	return Step{Role: "assistant", Text: fmt.Sprintf("The %s path looks fine; %s is only called from %s. I'll check the %s tests next.",
-		strings.ToLower(g.pick(nouns)), g.noiseIdent(), g.path(), pkg)}
+	return Step{Role: "assistant", Text: fmt.Sprintf("%s only runs after %s commits, so the %s path is safe. Next I'll look at %s.",
+		g.word(), g.word(), strings.ToLower(g.one(nouns)), g.path())}
 }
 
 // plant returns the steps holding one fact of the given kind, and the fact. The questions name
 // their subject in backticks; Answer (answer.go) reads the value back out of a context.
 func (g *gen) plant(kind string, round int) ([]Step, Fact) {
-	pkg := g.pick(pkgs)
+	pkg := g.one(pkgs)
 	f := Fact{Kind: kind, Round: round}
 	switch kind {
 	case KindReturnType:
@@ -241,26 +246,26 @@ func (g *gen) plant(kind string, round int) ([]Step, Fact) {
 		f.Answer = fmt.Sprintf("(*%s, []%s, error)", g.typeName(), g.typeName())
 		sig := fmt.Sprintf("func %s(ctx context.Context, src io.Reader) %s {", name, f.Answer)
 		f.Question = "What does the function `" + name + "` return? Reply with only its return type, exactly as declared."
-		return []Step{read(g.path(), g.goSource(pkg, []string{"// " + name + " reads one frame.", sig}))}, f
+		return []Step{read(g.path(), g.goFile(pkg, []string{"// " + name + " loads the billing period.", sig}))}, f
 	case KindLineNumber:
 		name := g.ident()
 		p := g.path()
 		f.Answer = fmt.Sprintf("%s:%d", p, 100+g.r.IntN(1900))
 		def := fmt.Sprintf("%s:func %s(ctx context.Context) error {", f.Answer, name)
 		f.Question = "Where is the function `" + name + "` defined? Reply with only path:line."
-		return []Step{run("grep -rn "+name+" internal", 0, g.grepLines(name, []string{def}))}, f
+		return []Step{run("rg -n "+name+" internal", 0, g.grep(name, []string{def}))}, f
 	case KindConfig:
-		key := strings.ToLower(g.ident()[:4]) + "_" + strings.ToLower(g.pick(nouns)) + "_" + g.pick([]string{"timeout", "limit", "window", "threshold"})
+		key := strings.ToLower(g.ident()[:4]) + "_" + strings.ToLower(g.one(nouns)) + "_" + g.one([]string{"timeout", "limit", "window", "threshold"})
 		for g.used[key] {
 			key += "_x"
 		}
 		g.used[key] = true
-		f.Answer = fmt.Sprintf("%d%s", 1000+g.r.IntN(9000), g.pick([]string{"ms", "KiB", "s", ""}))
+		f.Answer = fmt.Sprintf("%d%s", 1000+g.r.IntN(9000), g.one([]string{"ms", "KiB", "s", ""}))
 		f.Question = "What is `" + key + "` set to in deploy/" + pkg + ".yaml? Reply with only the value."
-		return []Step{read("deploy/"+pkg+".yaml", g.yamlConfig([]string{"  " + key + ": " + f.Answer}))}, f
+		return []Step{read("deploy/"+pkg+".yaml", g.yaml([]string{"  " + key + ": " + f.Answer}))}, f
 	case KindError:
 		name := g.ident()
-		tmpl := g.pick(errorTmpls)
+		tmpl := g.one(errorTmpls)
 		if strings.Index(tmpl, "%d") < strings.Index(tmpl, "%s") || !strings.Contains(tmpl, "%s") {
 			if strings.Contains(tmpl, "%s") {
 				f.Answer = fmt.Sprintf(tmpl, 1000+g.r.IntN(60000), strings.ToLower(name))
@@ -270,13 +275,13 @@ func (g *gen) plant(kind string, round int) ([]Step, Fact) {
 		} else {
 			f.Answer = fmt.Sprintf(tmpl, strings.ToLower(name), 1000+g.r.IntN(60000))
 		}
-		out := fmt.Sprintf("go: downloading github.com/acme/svc v1.%d.0\n%s: error: %s\nexit status 1\n", g.r.IntN(20), name, f.Answer)
+		out := fmt.Sprintf("go: downloading github.com/shopco/money v1.%d.0\n%s: error: %s\nexit status 1\n", g.r.IntN(20), name, f.Answer)
 		f.Question = "What exact error did `" + name + "` fail with? Reply with only the error message."
 		return []Step{run("go run ./cmd/"+strings.ToLower(name), 1, out)}, f
 	case KindRejected:
 		subject := g.ident()
-		approach := g.pick(approaches) + " in " + subject
-		tmpl := g.pick(reasons)
+		approach := g.one(approaches) + " in " + subject
+		tmpl := g.one(reasons)
 		switch {
 		case strings.Count(tmpl, "%") == 1:
 			f.Answer = fmt.Sprintf(tmpl, subject)
@@ -307,7 +312,7 @@ func (g *gen) plant(kind string, round int) ([]Step, Fact) {
 func (g *gen) round(n, steps, facts, turns int) Round {
 	var all []Step
 	all = append(all, Step{Role: "user", Text: fmt.Sprintf("Round %d: make %s handle %s correctly and report %s errors to the caller.",
-		n, g.noiseIdent(), strings.ToLower(g.pick(nouns)), strings.ToLower(g.pick(nouns)))})
+		n, g.word(), strings.ToLower(g.one(nouns)), strings.ToLower(g.one(nouns)))})
 	at := map[int]string{}
 	for i := range min(facts, steps) {
 		pos := g.r.IntN(steps)
@@ -327,8 +332,8 @@ func (g *gen) round(n, steps, facts, turns int) Round {
 		all = append(all, g.noise())
 	}
 	all = append(all,
-		Step{Role: "assistant", Text: fmt.Sprintf("Done: %s now handles the %s case and the tests pass.", g.noiseIdent(), strings.ToLower(g.pick(nouns)))},
-		Step{Role: "user", Text: "Thanks. Next, look at the " + g.pick(pkgs) + " package."})
+		Step{Role: "assistant", Text: fmt.Sprintf("Done: %s now handles the %s case and the tests pass.", g.word(), strings.ToLower(g.one(nouns)))},
+		Step{Role: "user", Text: "Thanks. Next, look at the " + g.one(pkgs) + " package."})
 	turns = max(1, min(turns, len(all)))
 	per := (len(all) + turns - 1) / turns
 	for i := 0; i < len(all); i += per {
