@@ -65,8 +65,11 @@ type Options struct {
 	TokenDelay     time.Duration // between SSE deltas
 	SummaryDelay   time.Duration // extra delay when answering a summariser call
 	Deltas         int           // text deltas per streamed reply (default 4)
-	// Summaries controls summariser answers: nil = DefaultSummary.
+	// Summaries controls summariser answers: nil = DefaultSummary. LossySummaries makes one
+	// that drops details deterministically.
 	Summaries func(transcript string) string
+	// Answer, when set, makes ordinary turns answer questions from their context (answer.go).
+	Answer Answerer
 	// RecordBodies keeps request bodies in the log. New records bodies whatever its value
 	// (a bool cannot tell "unset" from "false"); set DropBodies to turn recording off.
 	RecordBodies bool

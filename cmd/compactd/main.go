@@ -42,6 +42,7 @@ func commandTable() []command {
 		{"sessions", "index [flags] DIR...\nsearch [flags] QUERY...", "index agent session logs and search across them", archiveEnvHelp, runSessions},
 		{"fake-upstream", "[flags]", "serve the built-in fake model (Responses, Chat, Messages) for demos and tests", "", runFakeUpstream},
 		{"bench", "[flags]", "measure compactd's overhead against a bare reverse proxy, on loopback", "", runBenchCmd},
+		{"eval", "[flags]", "measure what survives compaction: planted facts asked after 1, 3 and 10 compactions, four configurations", "", runEval},
 		{"recall-bench", "[flags]", "measure how many planted facts survive chained compaction (summary, ledger, recall)", "", runRecallBench},
 		{"version", "", "print the build version (also: compactd --version)", "", runVersion},
 		{"help", "[COMMAND]", "show the commands, or a command's flags (also: compactd CMD -h)", "", nil}, // handled by run

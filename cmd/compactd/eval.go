@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+
+	"github.com/compactd/compactd/internal/eval"
+)
+
+// runEval runs `compactd eval`. Output: the table on stdout (or JSON with --json), an HTML report
+// with --html, a progress bar on stderr when stderr is a terminal.
+func runEval(args []string) error {
+	return evalMain(args, os.Stdout, os.Stderr, isTerminal(os.Stderr))
+}
+
+func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
+	d := eval.DefaultConfig()
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	upstream := fs.String("upstream", "", "model upstream base URL without /v1 (OpenAI, vLLM, Ollama, a gateway); empty: the built-in fake upstream")
+	compactdURL := fs.String("compactd", "", "measure an already running compactd at this base URL instead of in-process ones (one configuration: whatever it runs)")
+	model := fs.String("model", d.Model, "model the sessions and questions are sent to")
+	keyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "environment variable holding the upstream API key (sent as a bearer token; unset: none)")
+	sumURL := fs.String("summarizer-url", "", "summariser base URL including /v1 (default: the upstream's /v1)")
+	sumModel := fs.String("summarizer-model", "", "summariser model (default: the request's model)")
+	sumAPI := fs.String("summarizer-api", "responses", "summariser wire API: responses or chat")
+	sumKeyEnv := fs.String("summarizer-key-env", "", "environment variable holding the summariser API key (default: forward the upstream key)")
+	seed := fs.Uint64("seed", d.Seed, "seed: the same seed gives the same sessions, facts and (with the fake upstream) scores")
+	sessions := fs.Int("sessions", d.Sessions, "sessions per configuration")
+	shapes := fs.String("shapes", strings.Join(d.Shapes, ","), "session shapes, taken in turn: "+strings.Join(eval.Shapes, ", "))
+	checkpoints := fs.String("compactions", "1,3,10", "comma-separated compaction counts after which the facts are asked")
+	steps := fs.Int("steps", d.Steps, "agent steps per compaction round")
+	facts := fs.Int("facts", d.Facts, "facts planted per round")
+	turns := fs.Int("turns", d.Turns, "client turns per round (the last carries compact_threshold)")
+	threshold := fs.Int("threshold", d.Threshold, "compact_threshold of a round's last turn (tokens)")
+	retain := fs.Int("retain-tokens", d.Retain, "newest user-message tokens compactd keeps verbatim")
+	ledger := fs.Int("ledger-bytes", d.LedgerBytes, "facts ledger budget of configurations (b)-(d), bytes")
+	configs := fs.String("configs", "a,b,c,d", "configurations to run: a summary, b +ledger, c +gap check, d +recall")
+	keep := fs.Float64("lossy-keep", d.Lossy.Keep, "fake upstream only: chance a detail line makes it into a summary")
+	maxLines := fs.Int("lossy-max-lines", d.Lossy.MaxLines, "fake upstream only: detail lines a summary keeps at most")
+	asJSON := fs.Bool("json", false, "print the report as JSON (every answer included) instead of the table")
+	htmlPath := fs.String("html", "", "also write a self-contained HTML report with a chart to this file")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	modelSet := false
+	fs.Visit(func(f *flag.Flag) { modelSet = modelSet || f.Name == "model" })
+	if (*upstream != "" || *compactdURL != "") && !modelSet {
+		return fmt.Errorf("--model is required with --upstream or --compactd (the default %q is the fake upstream's)", d.Model)
+	}
+	cfg := eval.Config{Seed: *seed, Sessions: *sessions, Steps: *steps, Facts: *facts, Turns: *turns,
+		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, Model: *model,
+		Upstream: strings.TrimRight(*upstream, "/"), Compactd: *compactdURL,
+		SummarizerURL: *sumURL, SummarizerModel: *sumModel, SummarizerAPI: *sumAPI,
+		Lossy: d.Lossy}
+	cfg.Lossy.Keep, cfg.Lossy.MaxLines = *keep, *maxLines
+	cfg.APIKey = os.Getenv(*keyEnv)
+	if *sumKeyEnv != "" {
+		if cfg.SummarizerKey = os.Getenv(*sumKeyEnv); cfg.SummarizerKey == "" {
+			return fmt.Errorf("--summarizer-key-env: %s is not set", *sumKeyEnv)
+		}
+	}
+	for _, s := range strings.Split(*shapes, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Shapes = append(cfg.Shapes, s)
+		}
+	}
+	for _, s := range strings.Split(*configs, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Variants = append(cfg.Variants, s)
+		}
+	}
+	for _, s := range strings.Split(*checkpoints, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--compactions: %q is not a positive count", s)
+		}
+		cfg.Checkpoints = append(cfg.Checkpoints, n)
+	}
+	if progress {
+		cfg.Progress = func(done, total int) { drawProgress(stderr, done, total) }
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := eval.Run(ctx, cfg)
+	if progress {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if err != nil {
+		return err
+	}
+	if *htmlPath != "" {
+		f, err := os.Create(*htmlPath)
+		if err != nil {
+			return err
+		}
+		if err := rep.WriteHTML(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return rep.WriteJSON(stdout)
+	}
+	return rep.WriteText(stdout)
+}
+
+// drawProgress redraws a one-line bar in place.
+func drawProgress(w io.Writer, done, total int) {
+	const width = 30
+	filled := width * done / max(total, 1)
+	fmt.Fprintf(w, "\r[%s%s] %d/%d rounds", strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, total)
+}
+
+// isTerminal reports whether f is a character device (a terminal), without a terminal library.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

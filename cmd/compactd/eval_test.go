@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+var ciEvalFlags = []string{"--sessions", "2", "--steps", "12", "--threshold", "1000", "--compactions", "1,3"}
+
+// TestEvalCommand runs `compactd eval` end to end against the built-in fake upstream: the table
+// on stdout, --json for scripts, --html for a report, the four configurations in the expected
+// order, and no progress bar when stderr is not a terminal.
+func TestEvalCommand(t *testing.T) {
+	html := filepath.Join(t.TempDir(), "report.html")
+	var stdout, stderr bytes.Buffer
+	if err := evalMain(append(ciEvalFlags, "--html", html), &stdout, &stderr, false); err != nil {
+		t.Fatalf("eval: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"(a) summary", "(b) +ledger", "(c) +gap check", "(d) +recall", "3 compactions", "by fact kind"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("stderr is not a terminal, yet got %q", stderr.String())
+	}
+	page, err := os.ReadFile(html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(page, []byte("<svg")) || bytes.Count(page, []byte(`class="series"`)) != 4 {
+		t.Error("the HTML report lacks its chart")
+	}
+
+	stdout.Reset()
+	if err := evalMain(append(ciEvalFlags, "--json"), &stdout, &stderr, false); err != nil {
+		t.Fatal(err)
+	}
+	rows := gjson.GetBytes(stdout.Bytes(), "rows").Array()
+	if len(rows) != 4 {
+		t.Fatalf("JSON has %d rows, want 4:\n%s", len(rows), stdout.String()[:min(stdout.Len(), 500)])
+	}
+	for i := range 2 {
+		prev := -1.0
+		for _, r := range rows {
+			got := r.Get("points").Array()[i].Get("recall").Float()
+			if got < prev {
+				t.Errorf("checkpoint %d: (%s) recall %.2f below the previous configuration's %.2f", i, r.Get("config.name").Str, got, prev)
+			}
+			prev = got
+		}
+	}
+}
+
+func TestEvalCommandFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--compactions", "0"},
+		{"--compactions", "x"},
+		{"--shapes", "chat"},
+		{"--configs", "e"},
+		{"stray"},
+		{"--upstream", "http://127.0.0.1:1"}, // no --model
+		{"--compactd", "http://127.0.0.1:1"},
+		{"--summarizer-key-env", "COMPACTD_EVAL_TEST_UNSET_VARIABLE"},
+	} {
+		var out, errb bytes.Buffer
+		if err := evalMain(args, &out, &errb, false); err == nil {
+			t.Errorf("eval %v: no error", args)
+		}
+	}
+}
+
+func TestEvalProgressBar(t *testing.T) {
+	var b bytes.Buffer
+	drawProgress(&b, 15, 30)
+	if got := b.String(); got != "\r[###############...............] 15/30 rounds" {
+		t.Errorf("progress bar %q", got)
+	}
+}
+
+func TestEvalProgressOnTerminal(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := evalMain([]string{"--sessions", "1", "--steps", "12", "--threshold", "1000", "--compactions", "1", "--configs", "a"}, &out, &errb, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errb.String(), "] 1/1 rounds") || !strings.HasSuffix(errb.String(), "\r\033[K") {
+		t.Errorf("progress on a terminal: %q", errb.String())
+	}
+	if strings.Contains(out.String(), "\r") {
+		t.Error("progress leaked into stdout")
+	}
+}
