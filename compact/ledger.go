@@ -25,6 +25,7 @@ type ledgerCat uint8
 const (
 	catDecision ledgerCat = iota
 	catError
+	catGap // facts a gap-check pass found missing: only ever carried forward, never extracted
 	catCommand
 	catPath
 	catSignature
@@ -32,7 +33,10 @@ const (
 	numLedgerCats
 )
 
-var ledgerTitles = [numLedgerCats]string{"Decisions", "Errors", "Commands", "Files", "Signatures", "Values"}
+var ledgerTitles = [numLedgerCats]string{"Decisions", "Errors", GapCheckTitle, "Commands", "Files", "Signatures", "Values"}
+
+// GapCheckTitle heads the ledger section that holds a gap-check pass's findings.
+const GapCheckTitle = "Gap check"
 
 // Per-fact and per-source caps. One `ls -R` or a 5,000-line test log must not fill a category on
 // its own; one fact must not be a paragraph.
@@ -141,7 +145,13 @@ func (c *ledgerCollector) item(it api.Item) {
 		if p := ledgerStart(text); p >= 0 {
 			text, carried = text[:p], text[p:]
 		}
-		if !it.Handoff && !isInjectedContext(text) {
+		switch {
+		case it.Handoff:
+			// The previous summary: a fact it held that this compaction's summary dropped would
+			// be lost for good (chained summaries are lossy), so it gets into the ledger. It is
+			// the oldest material, met last, so it ranks behind everything newer.
+			c.output(text)
+		case !isInjectedContext(text):
 			c.decisions(text)
 		}
 		if carried != "" {
@@ -629,7 +639,7 @@ func (c *ledgerCollector) carry(text string) {
 		case strings.HasPrefix(line, "- ") && cat != numLedgerCats:
 			rendered := line[2:]
 			raw := rendered
-			if cat != catDecision {
+			if cat != catDecision && cat != catGap {
 				raw = unCodeSpan(rendered)
 			}
 			if len(rendered) <= maxDecisionBytes+64 {
@@ -639,6 +649,60 @@ func (c *ledgerCollector) carry(text string) {
 			done = true // end of the ledger block
 		}
 	})
+}
+
+// WithGapFindings adds a gap-check pass's bullets to a rendered ledger, in its Gap check section,
+// so that the next compaction carries them forward like every other ledger fact (a section the
+// carry did not recognise used to be dropped there). Each line of the pass's output is one
+// finding, whatever its list marker; headings, findings the ledger already holds, and the pass's
+// "nothing missing" are left out. found is the summariser's output, already bounded by its
+// output cap.
+func WithGapFindings(ledger, found string) string {
+	low := strings.ToLower(ledger)
+	var bullets strings.Builder
+	forLines(found, func(line string) {
+		text := clipFact(collapseSpace(listItemText(line)), maxDecisionBytes)
+		if text == "" || strings.HasPrefix(text, "#") || strings.EqualFold(strings.TrimRight(text, "."), "nothing missing") ||
+			strings.Contains(low, strings.ToLower(text)) {
+			return
+		}
+		low += "\n" + strings.ToLower(text)
+		bullets.WriteString("- ")
+		bullets.WriteString(text)
+		bullets.WriteByte('\n')
+	})
+	if bullets.Len() == 0 {
+		return ledger
+	}
+	head := "### " + GapCheckTitle + "\n"
+	if ledger == "" {
+		return LedgerHeading + "\n" + head + strings.TrimSuffix(bullets.String(), "\n")
+	}
+	if i := strings.Index(ledger, "\n"+head); i >= 0 {
+		// Newest first within the section, as in every category.
+		at := i + 1 + len(head)
+		return ledger[:at] + bullets.String() + ledger[at:]
+	}
+	return strings.TrimRight(ledger, "\n") + "\n" + head + strings.TrimSuffix(bullets.String(), "\n")
+}
+
+// listItemText strips a list marker ("- ", "* ", "• ", "1. ", "2) ") from a line: models asked for
+// bullets do not always write the same ones, and a finding is worth keeping whatever its marker.
+func listItemText(line string) string {
+	line = strings.TrimSpace(line)
+	for _, m := range []string{"- ", "* ", "• "} {
+		if t, ok := strings.CutPrefix(line, m); ok {
+			return strings.TrimSpace(t)
+		}
+	}
+	i := 0
+	for i < len(line) && i < 4 && line[i] >= '0' && line[i] <= '9' {
+		i++
+	}
+	if i > 0 && i+1 < len(line) && (line[i] == '.' || line[i] == ')') && line[i+1] == ' ' {
+		return strings.TrimSpace(line[i+2:])
+	}
+	return line
 }
 
 // render chooses facts by category priority and, within a category, newest first, skipping any

@@ -347,3 +347,37 @@ func BenchmarkLedger1MB(b *testing.B) {
 		Ledger(items, idx, "", 6<<10)
 	}
 }
+
+// Facts of a chained compaction: what a gap check found, and what only the previous summary held,
+// must survive the next compaction even when the new summary drops them (measured by
+// `compactd eval`: without this the gap check scored below the ledger alone at 10 compactions).
+func TestLedgerChainKeepsGapFindingsAndPreviousSummaryFacts(t *testing.T) {
+	first := WithGapFindings(ledgerOf(lUser("Let's keep the old API.")),
+		"## Missing\n- parseConfig returns (*Config, error)\n- nothing missing\n* Let's keep the old API.\n\n2) the flag is --dry-run")
+	if got := section(first, GapCheckTitle); len(got) != 2 || got[0] != "parseConfig returns (*Config, error)" || got[1] != "the flag is --dry-run" {
+		t.Fatalf("gap section = %q, want only the new finding\n%s", got, first)
+	}
+	// The next compaction replaces the handoff: previous summary + that ledger, then new work.
+	handoff := api.Item{Raw: []byte(lUser("Summary: the server listens on 127.0.0.1:8443.\n\n" + first)), Type: "message", Role: "user", Handoff: true}
+	items := []api.Item{handoff, item(lUser("Prefer table-driven tests."))}
+	got := Ledger(items, []int{0, 1}, "A short new summary that forgot the details.", 1<<20)
+	for _, want := range []string{"parseConfig returns (*Config, error)", "127.0.0.1:8443", "keep the old API", "Prefer table-driven tests."} {
+		if !strings.Contains(got, want) {
+			t.Errorf("chained ledger lost %q:\n%s", want, got)
+		}
+	}
+	if gap := section(got, GapCheckTitle); len(gap) != 2 {
+		t.Errorf("carried gap section = %q", gap)
+	}
+	// A second gap pass adds to the same section, newest first, without repeating.
+	again := WithGapFindings(got, "- retry budget is 3 attempts\n- parseConfig returns (*Config, error)")
+	if gap := section(again, GapCheckTitle); len(gap) != 3 || gap[0] != "retry budget is 3 attempts" {
+		t.Errorf("second gap pass: section = %q\n%s", gap, again)
+	}
+	if strings.Count(again, "### "+GapCheckTitle) != 1 {
+		t.Errorf("two gap sections:\n%s", again)
+	}
+	if WithGapFindings("", "- nothing missing") != "" {
+		t.Error("nothing missing made a ledger")
+	}
+}

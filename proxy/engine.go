@@ -289,10 +289,7 @@ func (s *Server) ledger(ctx context.Context, auth summarizer.Auth, model string,
 	usage.InputTokens += gap.Usage.InputTokens
 	usage.OutputTokens += gap.Usage.OutputTokens
 	usage.TotalTokens += gap.Usage.TotalTokens
-	if found := strings.TrimSpace(gap.Summary); found != "" {
-		ledger = strings.TrimSpace(ledger + "\n\n### Gap check\n" + found)
-	}
-	return ledger
+	return compact.WithGapFindings(ledger, gap.Summary)
 }
 
 func (s *Server) countItems(items []api.Item) int {
