@@ -179,3 +179,27 @@ func TestSkimAllocations(t *testing.T) {
 		t.Errorf("ParseResponsesRequest: %v allocations for 400 items", n)
 	}
 }
+
+func TestMessagesSkimAllocations(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","messages":[`)
+	for i := range 200 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a \"quoted\" line\n"},{"type":"text","text":"b"}]},{"type":"text","text":"c"}]}`)
+	}
+	b.WriteString(`]}`)
+	body := []byte(b.String())
+	n := testing.AllocsPerRun(5, func() {
+		if _, err := ParseMessagesRequest(body); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Two Blocks allocations per message (append growth, as before the checks), plus growth of the Messages and members slices): the nested
+	// tool_result checks allocate nothing.
+	if n > 2*200+30 {
+		t.Errorf("ParseMessagesRequest: %v allocations for 200 messages", n)
+	}
+	t.Logf("%v allocations", n)
+}
