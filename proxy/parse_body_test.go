@@ -22,7 +22,7 @@ var parsedRoutes = []struct {
 	{"/v1/messages/count_tokens", true, `{"model":"claude-fake","messages":[{"role":"user","content":"hi"}]}`},
 }
 
-func post(t *testing.T, url string, body []byte) (int, []byte) {
+func parsePost(t *testing.T, url string, body []byte) (int, []byte) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
@@ -36,9 +36,9 @@ func post(t *testing.T, url string, body []byte) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-// checkEnvelope asserts b is a 400 invalid_request_error in the route's dialect whose message
+// parseEnvelope asserts b is a 400 invalid_request_error in the route's dialect whose message
 // contains want, and returns OpenAI's param (or "").
-func checkEnvelope(t *testing.T, anthropic bool, status int, b []byte, want string) string {
+func parseEnvelope(t *testing.T, anthropic bool, status int, b []byte, want string) string {
 	t.Helper()
 	if status != http.StatusBadRequest {
 		t.Fatalf("status %d, want 400: %.300s", status, b)
@@ -80,8 +80,8 @@ func TestDeeplyNestedBodiesThroughProxy(t *testing.T) {
 	for _, rt := range parsedRoutes {
 		for _, b := range bodies {
 			t.Run(strings.TrimPrefix(rt.path, "/v1/")+"/"+b.name, func(t *testing.T) {
-				status, resp := post(t, h.proxyURL+rt.path, b.body)
-				checkEnvelope(t, rt.anthropic, status, resp, "more than 1000 levels deep")
+				status, resp := parsePost(t, h.proxyURL+rt.path, b.body)
+				parseEnvelope(t, rt.anthropic, status, resp, "more than 1000 levels deep")
 				if n := len(h.fake.Requests()); n != 0 {
 					t.Fatalf("the upstream received %d requests", n)
 				}
@@ -90,7 +90,7 @@ func TestDeeplyNestedBodiesThroughProxy(t *testing.T) {
 	}
 	for _, rt := range parsedRoutes {
 		t.Run(strings.TrimPrefix(rt.path, "/v1/")+"/afterwards", func(t *testing.T) {
-			if status, resp := post(t, h.proxyURL+rt.path, []byte(rt.normal)); status != http.StatusOK {
+			if status, resp := parsePost(t, h.proxyURL+rt.path, []byte(rt.normal)); status != http.StatusOK {
 				t.Fatalf("a normal request after the deep ones: %d %.300s", status, resp)
 			}
 		})
@@ -144,11 +144,11 @@ func TestRefusedBodiesThroughProxy(t *testing.T) {
 		for _, c := range openai {
 			t.Run(strings.TrimPrefix(path, "/v1/")+"/"+c.name, func(t *testing.T) {
 				before := len(h.fake.Requests())
-				status, b := post(t, h.proxyURL+path, []byte(c.body))
+				status, b := parsePost(t, h.proxyURL+path, []byte(c.body))
 				if n := len(h.fake.Requests()) - before; n != 0 {
 					t.Fatalf("the upstream received %d requests", n)
 				}
-				if param := checkEnvelope(t, false, status, b, c.want); param != c.param {
+				if param := parseEnvelope(t, false, status, b, c.want); param != c.param {
 					t.Fatalf("param %q, want %q", param, c.param)
 				}
 			})
@@ -158,11 +158,11 @@ func TestRefusedBodiesThroughProxy(t *testing.T) {
 		for _, c := range anthropic {
 			t.Run(strings.TrimPrefix(path, "/v1/")+"/"+c.name, func(t *testing.T) {
 				before := len(h.fake.Requests())
-				status, b := post(t, h.proxyURL+path, []byte(c.body))
+				status, b := parsePost(t, h.proxyURL+path, []byte(c.body))
 				if n := len(h.fake.Requests()) - before; n != 0 {
 					t.Fatalf("the upstream received %d requests", n)
 				}
-				checkEnvelope(t, true, status, b, c.want)
+				parseEnvelope(t, true, status, b, c.want)
 			})
 		}
 	}
