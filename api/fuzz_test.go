@@ -3,9 +3,14 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // Fuzz targets for the request skims: every body a client can send goes through them before
@@ -50,6 +55,28 @@ var responsesSeeds = []string{
 	`{"input":5}`,
 	`[1]`,
 	`{"input":`,
+	// nesting: at, and just past, the depth limit; deep inside a string (not nesting at all)
+	`{"input":[{"role":"user","content":` + nested(jsonx.MaxDepth-3, false) + `}]}`,
+	`{"input":` + nested(jsonx.MaxDepth, false) + `}`,
+	`{"x":` + nested(jsonx.MaxDepth, true) + `}`,
+	`{"input":"` + strings.Repeat("[", 5000) + `"}`,
+	strings.Repeat("[", 2000),
+	// duplicates, plain and escaped, at every level compactd reads
+	`{"input":[{"type":"message","role":"user","content":"x","type":"compaction","encrypted_content":"e"}]}`,
+	`{"input":[{"type":"message","role":"user","content":"x","typ\u0065":"compaction","encrypted_content":"e"}]}`,
+	`{"input":[{"role":"user","content":[{"type":"input_text","text":"a","type":"compaction"}]}]}`,
+	`{"input":[],"inp\u0075t":[{"type":"compaction","encrypted_content":"e"}]}`,
+	`{"model":"a","model":"b","input":"x"}`,
+	`{"input":[{"role":"user","content":"a","x":1,"x":2}],"y":1,"y":2}`,
+	// compaction items where compactd does not open them
+	`{"input":[{"role":"user","content":[{"type":"compaction","encrypted_content":"e"}]}]}`,
+	`{"input":[{"type":"function_call_output","call_id":"c","output":[{"type":"compaction_summary"}]}]}`,
+	`{"instructions":[{"type":"compaction","encrypted_content":"e"}]}`,
+	// truncation, at several points of an agent-like body
+	`{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"a`,
+	`{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"a"}]},`,
+	`{"model":"m","input":[{"type":"compaction","encrypted_content":"e\`,
+	`{"model":"m","inp`,
 }
 
 func FuzzParseResponsesRequest(f *testing.F) {
@@ -58,11 +85,39 @@ func FuzzParseResponsesRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseResponsesRequest(body)
+		checkSkimError(t, body, err)
 		if err != nil {
 			return
 		}
 		if !json.Valid(body) {
 			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		// What compactd decided must be what a last-key-wins upstream reads.
+		for i, it := range r.Items {
+			if r.InputString {
+				break
+			}
+			m := lastWins(t, it.Raw)
+			// (encoding/json replaces invalid UTF-8, which no type compactd acts on contains)
+			if typ, ok := jsonString(m["type"]); ok && typ != it.Type && utf8.ValidString(it.Type) {
+				t.Fatalf("item %d: compactd read type %q, a last-key-wins upstream reads %q: %q", i, it.Type, typ, it.Raw)
+			}
+			for _, member := range []string{"content", "output", "summary"} {
+				var parts []json.RawMessage
+				if json.Unmarshal(m[member], &parts) != nil {
+					continue
+				}
+				for j, p := range parts {
+					if typ, _ := jsonString(lastWins(t, p)["type"]); isCompactionType(typ) {
+						t.Fatalf("accepted a %s part in input[%d].%s[%d]: %q", typ, i, member, j, body)
+					}
+				}
+			}
+		}
+		if top := lastWins(t, body); top["model"] != nil {
+			if model, ok := jsonString(top["model"]); ok && model != r.Model {
+				t.Fatalf("compactd read model %q, a last-key-wins upstream reads %q", r.Model, model)
+			}
 		}
 		for i, it := range r.Items {
 			if !json.Valid(it.Raw) {
@@ -113,6 +168,47 @@ func FuzzParseResponsesRequest(f *testing.F) {
 	})
 }
 
+// checkSkimError holds a skim's refusal to its contract: a *BodyError of a known kind, and
+// ErrTooDeep exactly for valid documents past the depth limit.
+func checkSkimError(t *testing.T, body []byte, err error) {
+	t.Helper()
+	if err == nil {
+		if jsonx.CheckDepth(body, jsonx.MaxDepth) != nil {
+			t.Fatalf("accepted a body deeper than %d: %.200q", jsonx.MaxDepth, body)
+		}
+		return
+	}
+	var be *BodyError
+	if !errors.As(err, &be) {
+		t.Fatalf("error %v is not a *BodyError", err)
+	}
+	known := false
+	for _, k := range []error{ErrInvalidJSON, ErrTooDeep, ErrDuplicateMember, ErrMisplacedCompaction, ErrShape} {
+		known = known || errors.Is(err, k)
+	}
+	if !known {
+		t.Fatalf("error %v is of no known kind", err)
+	}
+	if deep := jsonx.CheckDepth(body, jsonx.MaxDepth) != nil; json.Valid(body) && errors.Is(err, ErrTooDeep) != deep {
+		t.Fatalf("valid body: ErrTooDeep = %v, deeper than the limit = %v (%v)", errors.Is(err, ErrTooDeep), deep, err)
+	}
+}
+
+// lastWins decodes an object as an upstream that keeps the last of duplicate keys would.
+func lastWins(t *testing.T, raw []byte) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &m) // not an object: nil map, no claims
+	return m
+}
+
+func jsonString(raw json.RawMessage) (string, bool) {
+	var s string
+	if raw == nil || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
 func reversed(s []int) []int {
 	out := make([]int, len(s))
 	for i, v := range s {
@@ -132,6 +228,26 @@ var messagesSeeds = []string{
 	`{"messages":{}}`,
 	`{}`,
 	`[]`,
+	// nesting
+	`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":` + nested(jsonx.MaxDepth-6, false) + `}]}]}`,
+	`{"messages":` + nested(jsonx.MaxDepth, false) + `}`,
+	`{"metadata":` + nested(jsonx.MaxDepth, true) + `}`,
+	`{"messages":` + strings.Repeat("[", 2000),
+	// duplicates, plain and escaped
+	`{"messages":[{"role":"user","content":"hi"}],"messages":[{"role":"user","content":[{"type":"compaction","content":"s","encrypted_content":"e"}]}]}`,
+	`{"messages":[],"m\u0065ssages":[{"role":"user","content":"x"}]}`,
+	`{"messages":[{"role":"user","content":[{"type":"text","text":"a","type":"compaction","content":"s"}]}]}`,
+	`{"messages":[{"role":"user","content":[{"type":"text","text":"a","\u0074ype":"compaction"}]}]}`,
+	`{"messages":[{"role":"user","content":"a","content":[{"type":"compaction","content":"s"}]}]}`,
+	`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a","type":"compaction"}]}]}]}`,
+	// compaction blocks where compactd does not open them
+	`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"compaction","content":"s"}]}]}]}`,
+	`{"system":[{"type":"compaction","content":"s"}],"messages":[]}`,
+	`{"messages":[{"role":"user","content":{"type":"compaction","content":"s"}}]}`,
+	// truncation
+	`{"model":"claude","messages":[{"role":"user","content":[{"type":"compaction","content":"s","encrypted_content":"e`,
+	`{"model":"claude","messages":[{"role":"user","content":[{"type":"text","text":"a"}]},`,
+	`{"model":"claude","messages":[{"role":"user","content":"\`,
 }
 
 func FuzzParseMessagesRequest(f *testing.F) {
@@ -140,8 +256,35 @@ func FuzzParseMessagesRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseMessagesRequest(body)
+		checkSkimError(t, body, err)
 		if err != nil {
 			return
+		}
+		// What compactd decided must be what a last-key-wins upstream reads.
+		var upMsgs []json.RawMessage
+		if json.Unmarshal(lastWins(t, body)["messages"], &upMsgs) == nil && len(upMsgs) != len(r.Messages) {
+			t.Fatalf("compactd read %d messages, a last-key-wins upstream reads %d: %q", len(r.Messages), len(upMsgs), body)
+		}
+		for i, m := range r.Messages {
+			if m.StringContent {
+				continue
+			}
+			for j, b := range m.Blocks {
+				bm := lastWins(t, b.Raw)
+				if typ, ok := jsonString(bm["type"]); ok && typ != b.Type && utf8.ValidString(b.Type) {
+					t.Fatalf("block %d.%d: compactd read type %q, a last-key-wins upstream reads %q", i, j, b.Type, typ)
+				}
+				if b.Type != BlockCompaction && bytes.Contains(bm["content"], []byte(`compaction`)) {
+					var nested []json.RawMessage
+					if json.Unmarshal(bm["content"], &nested) == nil {
+						for _, n := range nested {
+							if typ, _ := jsonString(lastWins(t, n)["type"]); typ == BlockCompaction {
+								t.Fatalf("accepted a compaction block nested in block %d.%d: %q", i, j, body)
+							}
+						}
+					}
+				}
+			}
 		}
 		for i, m := range r.Messages {
 			if !json.Valid(m.Raw) {

@@ -1,13 +1,14 @@
 package api
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // Block types compactd treats specially in Anthropic Messages content.
@@ -67,21 +68,33 @@ type member struct {
 	start, end int // the member's bytes, key through value
 }
 
-// ParseMessagesRequest skims body. It fails only on bodies that are not JSON objects or whose
-// messages are not an array of objects with array or string content; everything else is left to
-// the parts of compactd that act on a field, and to the upstream.
+// ParseMessagesRequest skims body. It fails (with a *BodyError whose Param is in Anthropic's
+// "messages.0.content.1" notation) on bodies that are not JSON objects or nest deeper than
+// jsonx.MaxDepth, whose messages are not an array of objects with string or list content and
+// object blocks, that repeat a member compactd acts on (at the top level, in a message, in a
+// content block or in a block nested in one), or that carry a compaction block anywhere but
+// directly in a message's content. Everything else is left to the parts of compactd that act on
+// a field, and to the upstream.
 func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
-	if len(body) == 0 || !gjson.ValidBytes(body) {
-		return nil, ErrInvalidJSON
+	if err := checkBody(body); err != nil {
+		return nil, err
 	}
 	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view, no copy
 	root := gjson.Parse(s)
 	if !root.IsObject() {
-		return nil, ErrInvalidJSON
+		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body must be a JSON object."}
 	}
 	r := &MessagesRequest{Body: body}
 	var err error
+	var seen uint8 // one bit per member compactd acts on; no allocation on the hot path
 	root.ForEach(func(key, value gjson.Result) bool {
+		if bit := messagesMemberBit(key.Str); bit != 0 {
+			if seen&bit != 0 {
+				err = duplicateError(key.Str, key.Str)
+				return false
+			}
+			seen |= bit
+		}
 		end := value.Index + len(value.Raw)
 		r.members = append(r.members, member{key: key.Str, start: key.Index, end: end})
 		raw := body[value.Index:end]
@@ -92,6 +105,7 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 			r.Stream = value.Type == gjson.True
 		case "system":
 			r.System = raw
+			err = checkSystem(raw)
 		case "tools":
 			r.Tools = raw
 		case "context_management":
@@ -99,7 +113,7 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 		case "compaction":
 			r.Compaction = raw
 		case "messages":
-			err = r.scanMessages(value)
+			err = r.scanMessages(raw)
 		}
 		return err == nil
 	})
@@ -109,41 +123,227 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 	return r, nil
 }
 
-func (r *MessagesRequest) scanMessages(v gjson.Result) error {
-	if v.Type == gjson.Null {
+// messagesMemberBit numbers the top-level members whose duplicates ParseMessagesRequest refuses:
+// every member compactd reads or rewrites. A body with two messages members would otherwise be
+// checked as one conversation and forwarded as another.
+func messagesMemberBit(key string) uint8 {
+	switch key {
+	case "messages":
+		return 1
+	case "model":
+		return 2
+	case "stream":
+		return 4
+	case "system":
+		return 8
+	case "tools":
+		return 16
+	case "context_management":
+		return 32
+	case "compaction":
+		return 64
+	}
+	return 0
+}
+
+// Members of a message and of a content block that compactd reads (to find, open, apply edits to
+// or summarise blocks), one bit each: a duplicate of any of them is refused.
+const (
+	blockType uint16 = 1 << iota
+	blockContent
+	blockEncryptedContent
+	blockSignature
+	blockText
+	blockID
+	blockName
+	blockInput
+	blockToolUseID
+	blockThinking
+	blockRole // messages only
+)
+
+func blockBit(name []byte) uint16 {
+	switch string(name) {
+	case "type":
+		return blockType
+	case "content":
+		return blockContent
+	case "encrypted_content":
+		return blockEncryptedContent
+	case "signature":
+		return blockSignature
+	case "text":
+		return blockText
+	case "id":
+		return blockID
+	case "name":
+		return blockName
+	case "input":
+		return blockInput
+	case "tool_use_id":
+		return blockToolUseID
+	case "thinking":
+		return blockThinking
+	}
+	return 0
+}
+
+func (r *MessagesRequest) scanMessages(arr []byte) error {
+	if string(arr) == "null" {
 		return nil
 	}
-	if !v.IsArray() {
-		return errors.New("messages: Input should be a valid list")
+	if arr[0] != '[' {
+		return shapeError("messages", "Input should be a valid list")
 	}
 	var err error
 	i := 0
-	v.ForEach(func(_, m gjson.Result) bool {
-		if !m.IsObject() {
-			err = fmt.Errorf("messages.%d: Input should be a valid dictionary", i)
+	jsonx.Elements(arr, func(s, e int) bool {
+		var msg Message
+		if msg, err = r.scanMessage(arr[s:e], i); err != nil {
 			return false
-		}
-		msg := Message{Raw: r.Body[m.Index : m.Index+len(m.Raw)], Role: m.Get("role").Str}
-		c := m.Get("content")
-		switch {
-		case c.Type == gjson.String:
-			msg.StringContent = true
-			msg.Blocks = []Block{{Raw: TextBlock(c.Str), Type: BlockText}}
-		case c.IsArray():
-			j := 0
-			c.ForEach(func(_, b gjson.Result) bool {
-				blk := Block{Raw: r.Body[b.Index : b.Index+len(b.Raw)], Type: b.Get("type").Str}
-				if blk.Type == BlockCompaction {
-					r.Blocks = append(r.Blocks, BlockRef{i, j})
-				}
-				msg.Blocks = append(msg.Blocks, blk)
-				j++
-				return true
-			})
 		}
 		r.Messages = append(r.Messages, msg)
 		i++
 		return true
+	})
+	return err
+}
+
+// scanMessage reads messages[i]: role and content, each at most once, and its blocks.
+func (r *MessagesRequest) scanMessage(raw []byte, i int) (Message, error) {
+	msg := Message{Raw: raw}
+	if raw[0] != '{' {
+		return msg, shapeError(fmt.Sprintf("messages.%d", i), "Input should be a valid dictionary")
+	}
+	var seen uint16
+	var role, content []byte
+	var err error
+	jsonx.Members(raw, func(k []byte, s, e int) bool {
+		var buf [32]byte
+		var bit uint16
+		switch name := memberName(k, &buf); string(name) {
+		case "role":
+			bit, role = blockRole, raw[s:e]
+		case "content":
+			bit, content = blockContent, raw[s:e]
+		default:
+			return true
+		}
+		if seen&bit != 0 {
+			name := "role"
+			if bit == blockContent {
+				name = "content"
+			}
+			err = duplicateError(fmt.Sprintf("messages.%d.%s", i, name), name)
+			return false
+		}
+		seen |= bit
+		return true
+	})
+	if err != nil {
+		return msg, err
+	}
+	msg.Role = str(role)
+	switch {
+	case content == nil:
+	case content[0] == '"':
+		msg.StringContent = true
+		msg.Blocks = []Block{{Raw: TextBlock(str(content)), Type: BlockText}}
+	case content[0] == '[':
+		j := 0
+		jsonx.Elements(content, func(s, e int) bool {
+			var blk Block
+			if blk, err = scanBlock(content[s:e], false); err != nil {
+				err = within(err, fmt.Sprintf("messages.%d.content.%d", i, j))
+				return false
+			}
+			if blk.Type == BlockCompaction {
+				r.Blocks = append(r.Blocks, BlockRef{i, j})
+			}
+			msg.Blocks = append(msg.Blocks, blk)
+			j++
+			return true
+		})
+	default:
+		err = shapeError(fmt.Sprintf("messages.%d.content", i), "Input should be a valid string or a valid list of content blocks")
+	}
+	return msg, err
+}
+
+// scanBlock reads one content block: its type, every member compactd reads at most once, and
+// the blocks nested in its content (tool_result, search_result, server tool results), which
+// must not hold a compaction block: compactd finds and opens compaction blocks only directly in
+// a message's content, so one nested deeper would reach the upstream unopened. Nesting is
+// bounded by jsonx.MaxDepth, which the body has passed. Errors carry a Param relative to the
+// block (".content.0.type"); the caller prefixes where the block is, so no path is built on the
+// hot path.
+func scanBlock(raw []byte, nested bool) (Block, error) {
+	blk := Block{Raw: raw}
+	if raw[0] != '{' {
+		if nested {
+			return blk, nil // tool_result content may mix in strings; nothing to smuggle there
+		}
+		return blk, shapeError("", "Input should be a valid dictionary")
+	}
+	var seen uint16
+	var typ, content []byte
+	var err error
+	jsonx.Members(raw, func(k []byte, s, e int) bool {
+		var buf [32]byte
+		name := memberName(k, &buf)
+		bit := blockBit(name)
+		if bit == 0 {
+			return true
+		}
+		if seen&bit != 0 {
+			err = duplicateError("."+string(name), string(name))
+			return false
+		}
+		seen |= bit
+		switch bit {
+		case blockType:
+			typ = raw[s:e]
+		case blockContent:
+			content = raw[s:e]
+		}
+		return true
+	})
+	if err != nil {
+		return blk, err
+	}
+	blk.Type = str(typ)
+	if blk.Type == BlockCompaction && nested {
+		return blk, &BodyError{Kind: ErrMisplacedCompaction, Message: "a compaction block is only valid directly in a message's content, where compactd opens it; compactd does not read one here and will not forward it. Send compaction blocks back where the response put them."}
+	}
+	if blk.Type == BlockCompaction || len(content) == 0 || content[0] != '[' {
+		return blk, nil
+	}
+	n := 0
+	jsonx.Elements(content, func(s, e int) bool {
+		if _, err = scanBlock(content[s:e], true); err != nil {
+			err = within(err, fmt.Sprintf(".content.%d", n))
+		}
+		n++
+		return err == nil
+	})
+	return blk, err
+}
+
+// checkSystem refuses compaction blocks (and duplicate members compactd reads) among system
+// blocks: compactd does not look for compaction blocks there.
+func checkSystem(raw []byte) error {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil
+	}
+	var err error
+	i := 0
+	jsonx.Elements(raw, func(s, e int) bool {
+		// A system block is never opened: treat it as nested, so a compaction block is refused.
+		if _, err = scanBlock(raw[s:e], true); err != nil {
+			err = within(err, fmt.Sprintf("system.%d", i))
+		}
+		i++
+		return err == nil
 	})
 	return err
 }

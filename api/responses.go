@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // Item types compactd treats specially in a Responses input array.
@@ -51,33 +53,36 @@ type ResponsesRequest struct {
 // ErrInvalidJSON is returned when the body is not a JSON object.
 var ErrInvalidJSON = errors.New("request body is not a valid JSON object")
 
-// ParseResponsesRequest skims body. It fails only on bodies that are not JSON objects or whose
-// input is neither a string nor an array of objects; field-level validation is left to the parts
-// of compactd that act on a field (and to the upstream, for everything else).
+// ParseResponsesRequest skims body. It fails (with a *BodyError) on bodies that are not JSON
+// objects or nest deeper than jsonx.MaxDepth, whose input is neither a string nor an array of
+// objects, that repeat a member compactd acts on (at the top level, in an input item or in one
+// of its content parts), or that carry a compaction item anywhere but as an item of input.
+// Everything else is left to the parts of compactd that act on a field, and to the upstream.
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
-	if len(body) == 0 || !gjson.ValidBytes(body) {
-		return nil, ErrInvalidJSON
+	if err := checkBody(body); err != nil {
+		return nil, err
 	}
 	// gjson works on strings; view the body as one without copying. Body is never written to.
 	s := unsafe.String(unsafe.SliceData(body), len(body))
 	root := gjson.Parse(s)
 	if !root.IsObject() {
-		return nil, ErrInvalidJSON
+		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body must be a JSON object."}
 	}
 	r := &ResponsesRequest{Body: body, Compaction: -1, Trigger: -1}
 	var err error
 	prevEnd := -1
-	var seen uint8 // one bit per member compactd acts on; no allocation on the hot path
+	var seen uint16 // one bit per member compactd acts on; no allocation on the hot path
 	root.ForEach(func(key, value gjson.Result) bool {
 		if bit := memberBit(key.Str); bit != 0 {
 			// JSON parsers disagree on duplicate keys (first wins, last wins); the upstream must
 			// not read a different input from the one compactd checked.
 			if seen&bit != 0 {
-				err = fmt.Errorf("duplicate %q member", key.Str)
+				err = duplicateError(key.Str, key.Str)
 				return false
 			}
 			seen |= bit
 		}
+		end := value.Index + len(value.Raw)
 		switch key.Str {
 		case "model":
 			r.Model = value.Str
@@ -89,18 +94,19 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			r.PromptCacheKey = value.Str
 		case "instructions":
 			if value.Type != gjson.Null {
-				r.Instructions = body[value.Index : value.Index+len(value.Raw)]
+				r.Instructions = body[value.Index:end]
+				err = checkInstructions(r.Instructions)
 			}
 		case "tools":
-			r.Tools = body[value.Index : value.Index+len(value.Raw)]
+			r.Tools = body[value.Index:end]
 		case "context_management":
-			r.ContextManagement = body[value.Index : value.Index+len(value.Raw)]
-			r.cmStart, r.cmEnd = memberSpan(body, prevEnd, key.Index, value.Index+len(value.Raw))
+			r.ContextManagement = body[value.Index:end]
+			r.cmStart, r.cmEnd = memberSpan(body, prevEnd, key.Index, end)
 		case "input":
-			r.inputStart, r.inputEnd = value.Index, value.Index+len(value.Raw)
+			r.inputStart, r.inputEnd = value.Index, end
 			err = r.scanInput(value)
 		}
-		prevEnd = value.Index + len(value.Raw)
+		prevEnd = end
 		return err == nil
 	})
 	if err != nil {
@@ -109,23 +115,145 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	return r, nil
 }
 
-// memberBit numbers the top-level members whose duplicates ParseResponsesRequest refuses.
-func memberBit(key string) uint8 {
+// memberBit numbers the top-level members whose duplicates ParseResponsesRequest refuses: every
+// member compactd reads, rewrites or strips.
+func memberBit(key string) uint16 {
 	switch key {
 	case "input":
 		return 1
 	case "context_management":
-		return 2
+		return 1 << 1
 	case "model":
-		return 4
+		return 1 << 2
 	case "stream":
-		return 8
+		return 1 << 3
 	case "instructions":
-		return 16
+		return 1 << 4
 	case "tools":
-		return 32
+		return 1 << 5
+	case "previous_response_id":
+		return 1 << 6
+	case "prompt_cache_key":
+		return 1 << 7
+	case "client_metadata":
+		return 1 << 8
 	}
 	return 0
+}
+
+// Members of an input item that compactd reads (to classify, open, count, summarise or strip the
+// item), one bit each: a duplicate of any of them is refused.
+const (
+	itemType uint16 = 1 << iota
+	itemRole
+	itemContent
+	itemID
+	itemEncryptedContent
+	itemCallID
+	itemName
+	itemArguments
+	itemOutput
+	itemSummary
+	itemStatus
+	itemInput
+	itemAction
+	itemPassthrough
+)
+
+func itemBit(name []byte) uint16 {
+	switch string(name) {
+	case "type":
+		return itemType
+	case "role":
+		return itemRole
+	case "content":
+		return itemContent
+	case "id":
+		return itemID
+	case "encrypted_content":
+		return itemEncryptedContent
+	case "call_id":
+		return itemCallID
+	case "name":
+		return itemName
+	case "arguments":
+		return itemArguments
+	case "output":
+		return itemOutput
+	case "summary":
+		return itemSummary
+	case "status":
+		return itemStatus
+	case "input":
+		return itemInput
+	case "action":
+		return itemAction
+	case "internal_chat_message_metadata_passthrough":
+		return itemPassthrough
+	}
+	return 0
+}
+
+// partBit numbers the members of a content part compactd reads when it renders a transcript.
+func partBit(name []byte) uint16 {
+	switch string(name) {
+	case "type":
+		return 1
+	case "text":
+		return 2
+	case "refusal":
+		return 4
+	case "image_url":
+		return 8
+	case "file_id":
+		return 16
+	case "file_url":
+		return 32
+	case "filename":
+		return 64
+	case "file_data":
+		return 128
+	}
+	return 0
+}
+
+// isCompactionType reports whether an item type is one compactd handles only as an item of input.
+func isCompactionType(t string) bool {
+	return t == TypeCompaction || t == TypeCompactionSummary || t == TypeCompactionTrigger
+}
+
+// checkInstructions refuses a compaction item among array instructions: compactd opens
+// compaction items only in input, so one here would reach the upstream sealed.
+func checkInstructions(raw []byte) error {
+	var err error
+	i := 0
+	jsonx.Elements(raw, func(s, e int) bool {
+		if typ := objectType(raw[s:e]); isCompactionType(typ) {
+			err = misplacedItem(fmt.Sprintf("instructions[%d]", i), typ, "instructions")
+		}
+		i++
+		return err == nil
+	})
+	return err
+}
+
+func misplacedItem(param, typ, where string) *BodyError {
+	return &BodyError{Param: param, Kind: ErrMisplacedCompaction, Message: fmt.Sprintf(
+		"A %s item is only valid as an item of input, not inside %s; compactd does not read it there and will not forward it. Move it to input.", typ, where)}
+}
+
+// objectType returns the "type" of the object raw, "" when raw is not an object or has none.
+func objectType(raw []byte) string {
+	var typ string
+	jsonx.Members(raw, func(k []byte, s, e int) bool {
+		var buf [32]byte
+		if string(memberName(k, &buf)) == "type" {
+			typ = str(raw[s:e])
+			return false
+		}
+		return true
+	})
+	return typ
 }
 
 // memberSpan returns the bytes to cut to remove one object member whose key starts at keyStart and
@@ -156,25 +284,15 @@ func (r *ResponsesRequest) scanInput(value gjson.Result) error {
 	case value.Type == gjson.Null:
 		return nil
 	case !value.IsArray():
-		return fmt.Errorf("input must be a string or an array of items")
+		return shapeError("input", "input must be a string or an array of items.")
 	}
+	arr := r.Body[value.Index : value.Index+len(value.Raw)]
 	var err error
 	i := 0
-	value.ForEach(func(_, it gjson.Result) bool {
-		if !it.IsObject() {
-			err = fmt.Errorf("input[%d] must be an object", i)
+	jsonx.Elements(arr, func(s, e int) bool {
+		var item Item
+		if item, err = scanItem(arr[s:e], i); err != nil {
 			return false
-		}
-		item := Item{Raw: r.Body[it.Index : it.Index+len(it.Raw)]}
-		// Only messages have a role; looking it up on a tool output would scan the whole item.
-		typ := it.Get("type")
-		item.Type = typ.Str
-		if !typ.Exists() || typ.Str == "message" {
-			role := it.Get("role")
-			item.Role = role.Str
-			if !typ.Exists() && role.Exists() {
-				item.Type = "message" // easy input message: {"role":"user","content":"…"}
-			}
 		}
 		switch item.Type {
 		case TypeCompaction, TypeCompactionSummary:
@@ -187,6 +305,101 @@ func (r *ResponsesRequest) scanInput(value gjson.Result) error {
 		r.Items = append(r.Items, item)
 		i++
 		return true
+	})
+	return err
+}
+
+// scanItem reads input[i]: its type and role, with every member compactd reads checked for
+// duplicates, and its content parts (content, output or summary arrays) checked the same way and
+// for compaction items, which are only valid as items. One pass over the item's bytes; values
+// are skipped, not decoded.
+func scanItem(raw []byte, i int) (Item, error) {
+	item := Item{Raw: raw}
+	if raw[0] != '{' {
+		return item, shapeError(fmt.Sprintf("input[%d]", i), "each item of input must be an object.")
+	}
+	var seen uint16
+	var typ, role, content, output, summary []byte
+	var err error
+	jsonx.Members(raw, func(k []byte, s, e int) bool {
+		var buf [32]byte
+		name := memberName(k, &buf)
+		bit := itemBit(name)
+		if bit == 0 {
+			return true
+		}
+		if seen&bit != 0 {
+			err = duplicateError(fmt.Sprintf("input[%d].%s", i, string(name)), string(name))
+			return false
+		}
+		seen |= bit
+		switch bit {
+		case itemType:
+			typ = raw[s:e]
+		case itemRole:
+			role = raw[s:e]
+		case itemContent:
+			content = raw[s:e]
+		case itemOutput:
+			output = raw[s:e]
+		case itemSummary:
+			summary = raw[s:e]
+		}
+		return true
+	})
+	if err != nil {
+		return item, err
+	}
+	item.Type = str(typ)
+	if typ == nil || item.Type == "message" {
+		item.Role = str(role)
+		if typ == nil && role != nil {
+			item.Type = "message" // easy input message: {"role":"user","content":"…"}
+		}
+	}
+	if err = scanParts(content, i, "content"); err == nil {
+		if err = scanParts(output, i, "output"); err == nil {
+			err = scanParts(summary, i, "summary")
+		}
+	}
+	return item, err
+}
+
+// scanParts checks the parts of an item's content (or output, or summary) array: no duplicate
+// member compactd reads, and no compaction item, which the upstream would read but compactd
+// never opens there. Anything but an array is left alone.
+func scanParts(arr []byte, i int, member string) error {
+	if len(arr) == 0 || arr[0] != '[' {
+		return nil
+	}
+	var err error
+	j := 0
+	jsonx.Elements(arr, func(s, e int) bool {
+		part := arr[s:e]
+		var seen uint16
+		var typ []byte
+		jsonx.Members(part, func(k []byte, vs, ve int) bool {
+			var buf [32]byte
+			name := memberName(k, &buf)
+			bit := partBit(name)
+			if bit == 0 {
+				return true
+			}
+			if seen&bit != 0 {
+				err = duplicateError(fmt.Sprintf("input[%d].%s[%d].%s", i, member, j, string(name)), string(name))
+				return false
+			}
+			seen |= bit
+			if bit == 1 {
+				typ = part[vs:ve]
+			}
+			return true
+		})
+		if t := str(typ); err == nil && isCompactionType(t) {
+			err = misplacedItem(fmt.Sprintf("input[%d].%s[%d]", i, member, j), t, fmt.Sprintf("the %s of input[%d]", member, i))
+		}
+		j++
+		return err == nil
 	})
 	return err
 }

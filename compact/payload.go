@@ -9,6 +9,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // PayloadVersion is the only payload layout this build writes and reads.
@@ -212,8 +214,10 @@ func appendJSONString(b []byte, s string) []byte {
 // parsePayload reads the JSON appendJSON writes (and any equivalent JSON: field order, unknown
 // fields and whitespace do not matter) with gjson, several times faster than encoding/json.
 func parsePayload(js []byte) (*Payload, error) {
-	if !gjson.ValidBytes(js) {
-		return nil, errors.New("malformed JSON")
+	// The payload was sealed by compactd, but bound its depth anyway: gjson recurses, and a
+	// key leak must not turn into a process crash.
+	if err := jsonx.Valid(js); err != nil {
+		return nil, fmt.Errorf("malformed JSON: %w", err)
 	}
 	v := gjson.ParseBytes(js)
 	if !v.IsObject() {

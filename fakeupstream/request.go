@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // parsed is what the fake needs from a request body, read with gjson so that a multi-megabyte
@@ -38,7 +40,9 @@ func (c *call) parse() {
 	if c.route == routeModels || c.route == routeUnknown {
 		return
 	}
-	if !gjson.ValidBytes(body) {
+	// Depth-bounded validation first: gjson.ValidBytes recurses per nesting level, and a
+	// deeply nested body (compactd's tests send them) would overflow the stack.
+	if jsonx.Valid(body) != nil {
 		return
 	}
 	p := &c.in

@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // clientTurn is what a client tells about a turn in its own headers. Codex CLI sends
@@ -22,7 +24,8 @@ type clientTurn struct {
 func clientTurnFrom(h http.Header) clientTurn {
 	ct := clientTurn{Session: h.Get("Session-Id")}
 	md := h.Get("X-Codex-Turn-Metadata")
-	if md == "" || !gjson.Valid(md) {
+	// The header is client bytes: bound its depth before gjson reads it.
+	if md == "" || jsonx.ValidString(md) != nil {
 		return ct
 	}
 	m := gjson.Parse(md)

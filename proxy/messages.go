@@ -57,7 +57,7 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request) (*api.M
 	if !ok {
 		return nil, nil, false
 	}
-	if req == nil || !s.messagesNeedCompactd(req) {
+	if !s.messagesNeedCompactd(req) {
 		s.forwardMessages(w, r, nil, body)
 		return nil, nil, false
 	}
@@ -137,9 +137,10 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	s.forwardMessages(w, r, mt, out)
 }
 
-// readMessages reads and skims a Messages body. A body compactd cannot skim is returned with a
-// nil request: it is forwarded as is, so the upstream answers it in its own words. On a read
-// failure it has answered the client.
+// readMessages reads and skims a Messages body. A body compactd cannot skim (not JSON, too deep,
+// the wrong shape, duplicate members, a compaction block where compactd does not open one) is
+// answered with a 400 and never forwarded: forwarding it unchecked would carry whatever
+// compaction blocks it holds past compactd. On failure it has answered the client.
 func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *api.MessagesRequest, bool) {
 	body, err := readAllSized(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
 	if err != nil {
@@ -155,9 +156,19 @@ func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *
 	}
 	req, err := api.ParseMessagesRequest(body)
 	if err != nil {
-		return body, nil, true
+		s.writeAnthropicError(w, nil, anthropicBodyError(err))
+		return nil, nil, false
 	}
 	return body, req, true
+}
+
+// anthropicBodyError is the 400 for a body the skim refused, in Anthropic's "path: problem" form.
+func anthropicBodyError(err error) *api.AnthropicError {
+	msg := err.Error()
+	if errors.Is(err, api.ErrInvalidJSON) {
+		msg = "compactd could not parse the request body: " + msg
+	}
+	return &api.AnthropicError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: msg}
 }
 
 // messagesNeedCompactd reports whether compactd has anything to do with the request.

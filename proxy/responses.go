@@ -41,7 +41,7 @@ func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.Re
 	}
 	req, err := api.ParseResponsesRequest(body)
 	if err != nil {
-		api.InvalidRequest("", "", "We could not parse the JSON body of your request: "+err.Error()).Write(w)
+		openAIBodyError(err).Write(w)
 		return nil, nil, nil, false
 	}
 	items := req.Items
@@ -169,6 +169,23 @@ func rawItems(items []api.Item, strip bool) [][]byte {
 		}
 	}
 	return out
+}
+
+// openAIBodyError is the 400 for a body the skim refused: nothing of it is forwarded. param
+// locates the problem (input[3].content[1]) when there is one.
+func openAIBodyError(err error) *api.OpenAIError {
+	var be *api.BodyError
+	param := ""
+	if errors.As(err, &be) {
+		param = be.Param
+	}
+	switch {
+	case errors.Is(err, api.ErrInvalidJSON):
+		return api.InvalidRequest(param, "", "We could not parse the JSON body of your request: "+err.Error())
+	case errors.Is(err, api.ErrTooDeep):
+		return api.InvalidRequest(param, "", err.Error())
+	}
+	return api.InvalidRequest(param, "invalid_value", err.Error())
 }
 
 // writeParamError answers a validation error from package compact as an OpenAI 400.

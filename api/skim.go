@@ -1,0 +1,104 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/compactd/compactd/internal/jsonx"
+)
+
+// What the two skims refuse, beyond bodies that are not JSON objects (ErrInvalidJSON). Each comes
+// wrapped in a *BodyError that says where.
+var (
+	// ErrTooDeep: the body nests JSON deeper than jsonx.MaxDepth. It matches jsonx.ErrTooDeep.
+	ErrTooDeep = fmt.Errorf("request body nests JSON more than %d levels deep: %w", jsonx.MaxDepth, jsonx.ErrTooDeep)
+	// ErrDuplicateMember: an object compactd reads repeats a member compactd acts on. JSON parsers
+	// disagree on duplicates (encoding/json and most proxies take the last, gjson the first), so
+	// the upstream could read a different request from the one compactd checked: a message to
+	// compactd and a compaction item to a last-key-wins upstream.
+	ErrDuplicateMember = errors.New("duplicate JSON member")
+	// ErrMisplacedCompaction: a compaction item or block where compactd does not handle one
+	// (inside a message's content, inside tool_result content, in instructions or system).
+	// compactd would forward it unopened, and the upstream must never see one.
+	ErrMisplacedCompaction = errors.New("compaction item where compactd does not read one")
+	// ErrShape: the body is JSON but not the shape compactd needs to act on it (input not an
+	// array, a message that is not an object, …).
+	ErrShape = errors.New("request body has the wrong shape")
+)
+
+// BodyError is a request body a skim refuses, with where and why; answer it as a 400 in the
+// route's dialect. errors.Is(err, ErrInvalidJSON / ErrTooDeep / ErrDuplicateMember /
+// ErrMisplacedCompaction / ErrShape) tells the kinds apart.
+type BodyError struct {
+	// Param is the location in the route's notation: "input[3].content[1]" on the Responses
+	// routes, "messages.0.content.1" on the Messages routes; "" for the body as a whole.
+	Param string
+	// Message says what is wrong and what to do; Error prefixes it with Param.
+	Message string
+	Kind    error
+}
+
+func (e *BodyError) Error() string {
+	if e.Param == "" {
+		return e.Message
+	}
+	return e.Param + ": " + e.Message
+}
+
+func (e *BodyError) Unwrap() error { return e.Kind }
+
+// checkBody runs the one validation pass every skim starts with: valid JSON, bounded depth.
+func checkBody(body []byte) error {
+	switch err := jsonx.Valid(body); {
+	case err == nil:
+		return nil
+	case errors.Is(err, jsonx.ErrTooDeep):
+		return &BodyError{Kind: ErrTooDeep, Message: fmt.Sprintf(
+			"The request body nests JSON more than %d levels deep; compactd refuses deeper documents (no API accepts them, and walking them would exhaust the stack).", jsonx.MaxDepth)}
+	}
+	return &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
+}
+
+// duplicateError is the refusal of an object that repeats the member name; param ends in name.
+func duplicateError(param, name string) *BodyError {
+	return &BodyError{Param: param, Kind: ErrDuplicateMember, Message: fmt.Sprintf(
+		"the member %q appears more than once in this object. JSON parsers disagree on which copy counts, so compactd refuses objects that repeat a member it acts on; send each member once.", name)}
+}
+
+// within prefixes the location of a *BodyError coming up from a nested value with at.
+func within(err error, at string) error {
+	var be *BodyError
+	if errors.As(err, &be) {
+		be.Param = at + be.Param
+	}
+	return err
+}
+
+func shapeError(param, msg string) *BodyError {
+	return &BodyError{Param: param, Kind: ErrShape, Message: msg}
+}
+
+// memberName returns the member name of a raw key (between its quotes), decoding escapes into
+// buf when there are any: a client may spell "type" as "typ\u0065", and the upstream will read
+// it as "type".
+func memberName(k []byte, buf *[32]byte) []byte {
+	if bytes.IndexByte(k, '\\') < 0 {
+		return k
+	}
+	return jsonx.AppendUnquoted(buf[:0], k)
+}
+
+// str returns the JSON string raw (quotes included) decoded, or "" when raw is not a string. A
+// string without escapes aliases the body, which is never written to: no copy on the hot path.
+func str(raw []byte) string {
+	if len(raw) < 2 || raw[0] != '"' {
+		return ""
+	}
+	in := raw[1 : len(raw)-1]
+	if bytes.IndexByte(in, '\\') < 0 {
+		return unsafe.String(unsafe.SliceData(in), len(in))
+	}
+	return string(jsonx.AppendUnquoted(nil, in))
+}
