@@ -766,8 +766,8 @@ Output only terse Markdown bullets, one fact per bullet, each with the exact val
 var (
 	// "path/x.go:123:" or "path/x.go-123-" (grep -n context) at the start of a line
 	grepPrefixRe = regexp.MustCompile(`^((?:\.{0,2}/)?[\w@+.-]+(?:/[\w@+.-]+)*):(\d+)(?::\d+)?[:-]`)
-	// cat -n / nl line numbers
-	lineNumPrefixRe = regexp.MustCompile(`^\s*\d+(?:\t|[:|] )`)
+	// cat -n / nl line numbers, and Claude Code's Read tool ("    42→code")
+	lineNumPrefixRe = regexp.MustCompile(`^\s*\d+(?:\t|[:|] |→)`)
 	// a path with a known source/config extension in free text
 	outputPathRe = regexp.MustCompile(`(?:\.{0,2}/)?(?:[\w@+-][\w@+.-]*/)*[\w@+-][\w@+.-]*\.(?:` + knownExts + `)\b`)
 	fileLineRe   = regexp.MustCompile(`((?:\.{0,2}/)?[\w@+-][\w@+./-]*\.[A-Za-z]\w{0,9}):(\d+)\b`)

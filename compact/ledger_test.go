@@ -381,3 +381,13 @@ func TestLedgerChainKeepsGapFindingsAndPreviousSummaryFacts(t *testing.T) {
 		t.Error("nothing missing made a ledger")
 	}
 }
+
+// Claude Code's Read tool numbers lines as "    42→code"; the prefix is not part of the fact.
+func TestLedgerClaudeCodeReadPrefix(t *testing.T) {
+	out := "     1→package config\n     2→\n    42→func parseConfig(path string) (*Config, error) {\n    43→\treturn nil, errors.New(\"bad\")\n"
+	got := ledgerOf(execCall("c1", "read config.go"), callOutput("c1", out))
+	sigs := strings.Join(section(got, "Signatures"), "\n")
+	if !strings.Contains(sigs, "func parseConfig(path string) (*Config, error)") || strings.Contains(sigs, "→") {
+		t.Errorf("signature from a numbered Read output: %q\n%s", sigs, got)
+	}
+}
