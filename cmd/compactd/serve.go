@@ -43,6 +43,7 @@ type serveConfig struct {
 	keys, keyFile, dataDir string
 
 	maxBodyBytes                                   int64
+	bodyReadTimeout                                time.Duration
 	readHeaderTimeout, idleTimeout, upstreamHeader time.Duration
 	keepAlive, shutdownGrace                       time.Duration
 	stripCodexFields                               bool
@@ -87,6 +88,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.keyFile, "key-file", "", "path of a keyring file (same format as --keys, mode 0600)")
 	fs.StringVar(&c.dataDir, "data-dir", crypto.DefaultDataDir(), "where a generated keyring (and the archive) live")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", 32<<20, "largest request body compactd reads")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 5*time.Minute, "time allowed to receive a request body after its headers; 408 past it (responses are not limited; negative: no limit)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time allowed to read request headers")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "keep-alive connection idle timeout")
 	fs.DurationVar(&c.upstreamHeader, "upstream-header-timeout", 10*time.Minute, "time to wait for the upstream's response headers (streams themselves have no timeout)")
@@ -211,6 +213,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		Policy:               compact.Policy{Threshold: c.compactThreshold, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
 		RetainTokens:         c.retainTokens,
 		MaxBodyBytes:         c.maxBodyBytes,
+		BodyReadTimeout:      c.bodyReadTimeout,
 		KeepAlive:            c.keepAlive,
 		StripCodexFields:     c.stripCodexFields,
 		Logger:               log,
