@@ -14,7 +14,8 @@ import (
 )
 
 // The admin API lets operators search and delete a conversation's archived history. It is off
-// unless Config.AdminToken is set, and every call must present it as a bearer token.
+// unless Config.AdminToken is set, and every call must present it as a bearer token. compactd
+// answers every path under /v1/compactd itself (unknown ones with a 404): none is forwarded.
 //
 //	GET    /v1/compactd/conversations/{id}/search?q=…&k=5[&tenant=…]
 //	DELETE /v1/compactd/conversations/{id}[?tenant=…]
@@ -26,6 +27,16 @@ func (s *Server) routeAdmin(r chi.Router) {
 		r.Use(s.adminAuth)
 		r.Get("/conversations/{id}/search", s.handleConversationSearch)
 		r.Delete("/conversations/{id}", s.handleConversationDelete)
+		// Without these the subrouter inherits the API's not-found handler, the pass-through,
+		// and an unknown admin path would reach the upstream with the admin token on it.
+		r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+			(&api.OpenAIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_admin_path",
+				Message: "compactd's admin API has no such path: GET /v1/compactd/conversations/{id}/search?q=… and DELETE /v1/compactd/conversations/{id}"}).Write(w)
+		})
+		r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+			(&api.OpenAIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+				Message: "compactd's admin API does not serve " + r.Method + " on this path: GET …/search, DELETE /v1/compactd/conversations/{id}"}).Write(w)
+		})
 	})
 }
 

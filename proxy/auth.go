@@ -16,13 +16,13 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/time/rate"
-
-	"github.com/compactd/compactd/api"
 )
 
-// Proxy authentication and tenants. With a tenants file configured, every API request must carry
-// a compactd client key (as `Authorization: Bearer …`, `x-api-key` or `api-key`, whichever its
-// SDK sends). Keys are stored only as SHA-256 hashes and compared in constant time. The key's
+// Proxy authentication and tenants. With a tenants file configured, every request — on any path
+// and method, compactd's routes, pass-through and unknown paths alike; only the probes, /metrics
+// and the admin API, which have guards of their own, are exempt — must carry a compactd client
+// key (as `Authorization: Bearer …`, `x-api-key` or `api-key`, whichever its SDK sends), and
+// counts against its tenant's rate limit. Keys are stored only as SHA-256 hashes and compared in constant time. The key's
 // tenant is bound into every item compactd seals for the request, so an item issued to one tenant
 // never opens for another; the tenant's own upstream credentials replace the client's key on the
 // way out, so clients need not hold provider keys; and each tenant has its own rate limit.
@@ -197,52 +197,60 @@ func isAnthropicPath(p string) bool {
 	return p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/")
 }
 
-// authenticate guards the API routes when tenants are configured.
-func (s *Server) authenticate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Tenants == nil || !strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/v1/compactd/") {
-			next.ServeHTTP(w, r)
-			return
+// authExempt reports whether a path is one compactd answers itself, under a guard of its own,
+// and never forwards: the probes, /metrics where it is served (its own token) and the admin API
+// (the admin token, which spans tenants). Only exact spellings are exempt. Everything else —
+// compactd's routes, pass-through and unknown paths, on any method — needs a client key.
+func (s *Server) authExempt(raw, canon string) bool {
+	if ok, _ := spelledExactly(raw, canon); !ok {
+		return false
+	}
+	switch canon {
+	case "/healthz", "/readyz", "/v1/compactd":
+		return true
+	case "/metrics":
+		return s.ops.metrics != nil && !s.cfg.MetricsSeparate
+	}
+	return strings.HasPrefix(canon, "/v1/compactd/")
+}
+
+// authenticate checks the client key and the tenant's rate limit when tenants are configured,
+// and swaps the client's key for the tenant's upstream credentials. raw and canon are the
+// request's escaped and canonical paths, d its dialect. On refusal it has answered.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, raw, canon string, d dialect) (*http.Request, bool) {
+	if s.cfg.Tenants == nil || s.authExempt(raw, canon) {
+		return r, true
+	}
+	t := s.cfg.Tenants.match(clientKey(r.Header))
+	if t == nil {
+		s.metrics.authFailure()
+		(&routeError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			AnthropicType: "authentication_error", AnthropicCode: "-",
+			Message:          "Incorrect API key provided: present a compactd client key issued to your tenant.",
+			AnthropicMessage: "invalid x-api-key: present a compactd client key issued to your tenant"}).write(w, d)
+		return nil, false
+	}
+	if t.limiter != nil {
+		if res := t.limiter.Reserve(); res.Delay() > 0 {
+			wait := res.Delay()
+			res.Cancel()
+			retry := time.Duration(math.Ceil(wait.Seconds())) * time.Second
+			(&routeError{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
+				AnthropicType: "rate_limit_error", AnthropicCode: "-", RetryAfter: retry,
+				Message: "This tenant's request rate limit on compactd is exceeded; retry after " + strconv.Itoa(int(retry.Seconds())) + "s."}).write(w, d)
+			return nil, false
 		}
-		anthropic := isAnthropicPath(r.URL.Path)
-		t := s.cfg.Tenants.match(clientKey(r.Header))
-		if t == nil {
-			s.metrics.authFailure()
-			if anthropic {
-				(&api.AnthropicError{Status: http.StatusUnauthorized, Type: "authentication_error",
-					Message: "invalid x-api-key: present a compactd client key issued to your tenant"}).Write(w)
-			} else {
-				(&api.OpenAIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-					Message: "Incorrect API key provided: present a compactd client key issued to your tenant."}).Write(w)
-			}
-			return
-		}
-		if t.limiter != nil {
-			if res := t.limiter.Reserve(); res.Delay() > 0 {
-				wait := res.Delay()
-				res.Cancel()
-				retry := time.Duration(math.Ceil(wait.Seconds())) * time.Second
-				if anthropic {
-					(&api.AnthropicError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: retry,
-						Message: "This tenant's request rate limit on compactd is exceeded; retry after " + strconv.Itoa(int(retry.Seconds())) + "s."}).Write(w)
-				} else {
-					(&api.OpenAIError{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded", RetryAfter: retry,
-						Message: "This tenant's request rate limit on compactd is exceeded; retry after " + strconv.Itoa(int(retry.Seconds())) + "s."}).Write(w)
-				}
-				return
-			}
-		}
-		// The client's compactd key goes no further; the tenant's provider credentials go instead.
-		r = r.Clone(context.WithValue(r.Context(), tenantKey{}, t.name))
-		r.Header.Del("Authorization")
-		r.Header.Del("X-Api-Key")
-		r.Header.Del("Api-Key")
-		switch {
-		case anthropic && t.anthropicKey != "":
-			r.Header.Set("X-Api-Key", t.anthropicKey)
-		case !anthropic && t.openaiKey != "":
-			r.Header.Set("Authorization", "Bearer "+t.openaiKey)
-		}
-		next.ServeHTTP(w, r)
-	})
+	}
+	// The client's compactd key goes no further; the tenant's provider credentials go instead.
+	r = r.Clone(context.WithValue(r.Context(), tenantKey{}, t.name))
+	r.Header.Del("Authorization")
+	r.Header.Del("X-Api-Key")
+	r.Header.Del("Api-Key")
+	switch {
+	case d == dialectAnthropic && t.anthropicKey != "":
+		r.Header.Set("X-Api-Key", t.anthropicKey)
+	case d == dialectOpenAI && t.openaiKey != "":
+		r.Header.Set("Authorization", "Bearer "+t.openaiKey)
+	}
+	return r, true
 }

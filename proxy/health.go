@@ -43,10 +43,11 @@ func (s *Server) setupObservability() {
 	}
 }
 
-// routeObservability installs the instrumenting middleware on r and the operational routes.
-// It must run before any other route is added (chi wants middleware first).
+// routeObservability installs the middleware on r — instrumenting outermost, then the gate
+// (server.go) that every request passes before routing — and the operational routes. It must
+// run before any other route is added (chi wants middleware first).
 func (s *Server) routeObservability(r chi.Router) {
-	r.Use(s.instrument)
+	r.Use(s.instrument, s.gate)
 	r.HandleFunc("/healthz", s.handleHealthz)
 	r.HandleFunc("/readyz", s.handleReadyz)
 	if s.ops.metrics != nil && !s.cfg.MetricsSeparate {

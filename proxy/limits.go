@@ -1,8 +1,14 @@
 package proxy
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/compactd/compactd/api"
@@ -25,20 +31,185 @@ func headerBytes(r *http.Request) int {
 	return n
 }
 
-// limitHeaders answers 431 when the header block exceeds Config.MaxHeaderBytes.
-func (s *Server) limitHeaders(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.MaxHeaderBytes <= 0 || headerBytes(r) <= s.cfg.MaxHeaderBytes {
-			next.ServeHTTP(w, r)
-			return
-		}
-		msg := fmt.Sprintf("The request headers exceed compactd's limit of %d bytes; raise --max-header-bytes (COMPACTD_MAX_HEADER_BYTES) if this is expected.", s.cfg.MaxHeaderBytes)
-		if isAnthropicPath(r.URL.Path) {
-			(&api.AnthropicError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error", Message: msg}).Write(w)
-			return
-		}
-		(&api.OpenAIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error", Code: "request_headers_too_large", Message: msg}).Write(w)
-	})
+// checkHeaders answers 431 when the header block exceeds Config.MaxHeaderBytes.
+func (s *Server) checkHeaders(w http.ResponseWriter, r *http.Request, d dialect) bool {
+	if s.cfg.MaxHeaderBytes <= 0 || headerBytes(r) <= s.cfg.MaxHeaderBytes {
+		return true
+	}
+	(&routeError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error", Code: "request_headers_too_large",
+		AnthropicCode: "-", // Anthropic's envelope has carried no error_code for this
+		Message:       fmt.Sprintf("The request headers exceed compactd's limit of %d bytes; raise --max-header-bytes (COMPACTD_MAX_HEADER_BYTES) if this is expected.", s.cfg.MaxHeaderBytes)}).write(w, d)
+	return false
+}
+
+// Request bodies. Every body, on every route, is bounded in size (Config.MaxBodyBytes) and in
+// the time it may take to arrive (Config.BodyReadTimeout).
+
+// DefaultBodyReadTimeout is generous enough for a 32 MiB body (the default size limit) at about
+// 110 KB/s, a poor mobile link, while bounding how long a client that drips its body (a
+// slowloris) holds a request, a goroutine and its buffers. One flat deadline rather than a
+// minimum-rate rule: one number an operator can reason about, and it does not penalise links
+// that stall for a while and then catch up.
+const DefaultBodyReadTimeout = 5 * time.Minute
+
+func (s *Server) bodyTooLarge() *routeError {
+	return &routeError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+		AnthropicType: "request_too_large", AnthropicCode: "-", Close: true,
+		Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes)}
+}
+
+func (s *Server) bodyTimeout() *routeError {
+	return &routeError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_body_timeout", Close: true,
+		Message: fmt.Sprintf("compactd did not receive the whole request body within %s of its headers; send it faster, or raise --body-read-timeout (COMPACTD_BODY_READ_TIMEOUT).", s.cfg.BodyReadTimeout)}
+}
+
+// checkDeclaredLength refuses a body whose declared Content-Length exceeds the limit, before
+// anything reads it: net/http answers Expect: 100-continue with 100 Continue on the first Read,
+// and a refusal must come instead of that invitation to upload, not after it.
+func (s *Server) checkDeclaredLength(w http.ResponseWriter, r *http.Request, d dialect) bool {
+	if r.ContentLength <= s.cfg.MaxBodyBytes {
+		return true
+	}
+	s.bodyTooLarge().write(w, d)
+	return false
+}
+
+// guardBody bounds the body of r (a chunked one is cut at the size limit) and arms its read
+// deadline. done must be called when the handler returns.
+func (s *Server) guardBody(w http.ResponseWriter, r *http.Request) (*http.Request, func()) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return r, func() {}
+	}
+	g := &bodyGuard{rc: r.Body, left: r.ContentLength}
+	if st := stateFrom(r.Context()); st != nil {
+		st.guard = g
+	}
+	if s.cfg.BodyReadTimeout > 0 {
+		g.ctl = http.NewResponseController(w)
+		g.deadline = time.Now().Add(s.cfg.BodyReadTimeout)
+		// HTTP/1 and HTTP/2 both support it; where not, the body simply has no deadline.
+		g.armed = g.ctl.SetReadDeadline(g.deadline) == nil
+	}
+	r.Body = http.MaxBytesReader(w, g, s.cfg.MaxBodyBytes)
+	return r, g.finish
+}
+
+// errBodyReadTimeout is what reading a body returns once its read deadline has passed.
+var errBodyReadTimeout = errors.New("compactd: the request body did not arrive within the body read timeout")
+
+// bodyGuard is a request body under a read deadline. The deadline is on the connection (via
+// http.ResponseController), so it is lifted the moment the body has been read: a response
+// streamed for an hour after a body read in a second is never cut by it.
+type bodyGuard struct {
+	rc io.ReadCloser
+
+	mu       sync.Mutex
+	ctl      *http.ResponseController
+	deadline time.Time
+	armed    bool  // the deadline is set and still ours to lift
+	left     int64 // declared bytes not yet read (-1: chunked)
+	timedOut bool
+}
+
+func (g *bodyGuard) Read(p []byte) (int, error) {
+	n, err := g.rc.Read(p)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil && isTimeout(err) {
+		g.timedOut, g.armed = true, false
+		return n, errBodyReadTimeout
+	}
+	if g.left > 0 {
+		g.left -= int64(n)
+	}
+	if g.armed && (err != nil || g.left == 0) {
+		// The whole body is in (or the client is gone): lift the deadline before anything waits
+		// on the response.
+		g.armed = false
+		_ = g.ctl.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (g *bodyGuard) Close() error { return g.rc.Close() }
+
+// finish runs when the handler returns: the ResponseController may not be used after that (a
+// reverse-proxy transport can still be reading the body), and net/http sets the connection's
+// deadlines afresh for the next request.
+func (g *bodyGuard) finish() {
+	g.mu.Lock()
+	g.armed = false
+	g.mu.Unlock()
+}
+
+// expired reports whether the body's read deadline fired before the body was read. Also true
+// when the deadline has passed with the body unfinished but no Read has returned yet: the
+// failed read cancels the request context first, so a reverse proxy can report the
+// cancellation before the guard sees the timeout.
+func (g *bodyGuard) expired() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.timedOut || g.armed && !g.deadline.IsZero() && !time.Now().Before(g.deadline)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// bodyTimedOut reports whether the request's body read deadline fired before its body was in.
+func bodyTimedOut(ctx context.Context) bool {
+	st := stateFrom(ctx)
+	return st != nil && st.guard != nil && st.guard.expired()
+}
+
+// routeError is an error compactd answers itself, rendered in the dialect of the route.
+type routeError struct {
+	Status  int
+	Type    string // error.type in both envelopes, unless AnthropicType is set
+	Code    string // OpenAI's error.code; also Anthropic's details.error_code unless AnthropicCode is set
+	Message string
+	// AnthropicType and AnthropicCode override Type and Code in Anthropic's envelope ("-": no
+	// error_code).
+	AnthropicType, AnthropicCode string
+	// AnthropicMessage, when set, is the message in Anthropic's envelope.
+	AnthropicMessage string
+	RetryAfter       time.Duration
+	// Close asks the client to close the connection: the request body was not (all) read.
+	Close bool
+}
+
+func (e *routeError) write(w http.ResponseWriter, d dialect) {
+	if e.Close {
+		w.Header().Set("Connection", "close")
+	}
+	if d == dialectAnthropic {
+		e.anthropic().Write(w)
+		return
+	}
+	e.openAI().Write(w)
+}
+
+func (e *routeError) openAI() *api.OpenAIError {
+	return &api.OpenAIError{Status: e.Status, Type: e.Type, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
+}
+
+func (e *routeError) anthropic() *api.AnthropicError {
+	typ, code, msg := e.Type, e.Code, e.Message
+	if e.AnthropicType != "" {
+		typ = e.AnthropicType
+	}
+	if e.AnthropicCode != "" {
+		code = e.AnthropicCode
+	}
+	if code == "-" {
+		code = ""
+	}
+	if e.AnthropicMessage != "" {
+		msg = e.AnthropicMessage
+	}
+	return &api.AnthropicError{Status: e.Status, Type: typ, ErrorCode: code, Message: msg,
+		RequestID: newID("req_compactd_"), RetryAfter: e.RetryAfter}
 }
 
 // expired reports whether a compaction payload is older than Config.ItemMaxAge allows.

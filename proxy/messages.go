@@ -150,6 +150,10 @@ func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *
 				Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes)})
 			return nil, nil, false
 		}
+		if errors.Is(err, errBodyReadTimeout) {
+			s.bodyTimeout().write(w, dialectAnthropic)
+			return nil, nil, false
+		}
 		s.writeAnthropicError(w, nil, &api.AnthropicError{Status: http.StatusBadRequest, Type: "invalid_request_error",
 			Message: "compactd could not read the request body: " + err.Error()})
 		return nil, nil, false

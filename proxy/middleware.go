@@ -25,7 +25,8 @@ type reqState struct {
 	upstreamNanos   atomic.Int64
 	summariserNanos atomic.Int64
 
-	body *bodyTap // nil for bodiless requests
+	body  *bodyTap   // nil for bodiless requests
+	guard *bodyGuard // the body's size and read-deadline guard (limits.go); nil for bodiless requests
 }
 
 type reqStateKey struct{}

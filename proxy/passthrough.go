@@ -48,6 +48,9 @@ func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReversePr
 
 // upstreamError answers a failed upstream round trip in the dialect of the route that was called.
 func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if s.bodyError(w, r, err, dialectOpenAI) {
+		return
+	}
 	if errors.Is(err, context.Canceled) {
 		// The client went away; there is nobody to answer.
 		return
@@ -62,6 +65,9 @@ func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error
 
 // upstreamErrorAnthropic is upstreamError in Anthropic's dialect.
 func (s *Server) upstreamErrorAnthropic(w http.ResponseWriter, r *http.Request, err error) {
+	if s.bodyError(w, r, err, dialectAnthropic) {
+		return
+	}
 	if errors.Is(err, context.Canceled) {
 		return
 	}
@@ -73,6 +79,24 @@ func (s *Server) upstreamErrorAnthropic(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	e.Write(w)
+}
+
+// bodyError answers a round trip that failed on the client's side, while the transport was
+// still reading a pass-through body: the body's read deadline passed (408; checked first, since
+// the failed read also cancels the request, so err may only say "canceled") or the body went past
+// the size limit (413). The upstream has then received an incomplete request, and the client
+// still needs an answer.
+func (s *Server) bodyError(w http.ResponseWriter, r *http.Request, err error, d dialect) bool {
+	var tooBig *http.MaxBytesError
+	switch {
+	case bodyTimedOut(r.Context()):
+		s.bodyTimeout().write(w, d)
+	case errors.As(err, &tooBig):
+		s.bodyTooLarge().write(w, d)
+	default:
+		return false
+	}
+	return true
 }
 
 func upstreamUnavailable() *api.OpenAIError {

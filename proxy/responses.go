@@ -26,6 +26,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api.
 				Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes),
 			}
 		}
+		if errors.Is(err, errBodyReadTimeout) {
+			return nil, s.bodyTimeout().openAI()
+		}
 		return nil, api.InvalidRequest("", "", "compactd could not read the request body: "+err.Error())
 	}
 	return body, nil

@@ -11,7 +11,10 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,8 +87,15 @@ type Config struct {
 	// RetainTokens is the budget of newest user messages kept verbatim (default 64000).
 	RetainTokens int
 
-	// MaxBodyBytes caps request bodies compactd reads (default 32 MiB).
+	// MaxBodyBytes caps request bodies on every route, pass-through included (default 32 MiB):
+	// a larger declared Content-Length is a 413 before anything reads the body (so no
+	// 100 Continue goes out), and a chunked body is cut at the limit.
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds the time to receive a request body once its headers are in
+	// (default 5m; negative: no limit). It is a deadline on reading the request only, lifted as
+	// soon as the body has arrived, so a long streamed response is never cut by it. When it fires
+	// first the client gets a 408 in the route's dialect.
+	BodyReadTimeout time.Duration
 	// KeepAlive is how long a streaming turn may wait on the summariser before compactd commits
 	// the response and starts sending keep-alives (default 5s).
 	KeepAlive time.Duration
@@ -149,6 +159,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 32 << 20
 	}
+	if cfg.BodyReadTimeout == 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 5 * time.Second
 	}
@@ -170,23 +183,49 @@ func New(cfg Config) (*Server, error) {
 	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
 	s.forwardAnthropic.ModifyResponse = s.modifyMessagesResponse
 
-	// Routing is on the path only: Claude Code calls /v1/messages?beta=true.
+	// Routing is on the path only: Claude Code calls /v1/messages?beta=true. Every request, on
+	// every path and method, first passes the gate (authentication, path spelling, limits).
 	r := chi.NewRouter()
 	s.routeObservability(r)
-	// Every API route, pass-through included, is behind the tenant check (a no-op without tenants).
-	guard := func(h http.HandlerFunc) http.HandlerFunc { return s.limitHeaders(s.authenticate(h)).ServeHTTP }
-	r.Post("/v1/responses", guard(s.handleResponses))
-	r.Post("/v1/responses/compact", guard(s.handleCompact))
+	r.Post("/v1/responses", s.handleResponses)
+	r.Post("/v1/responses/compact", s.handleCompact)
 	s.routeAdmin(r)
 	// chi's Handle registers every method, so it comes first and the POST routes override it.
-	r.Handle("/v1/messages", guard(s.forwardAnthropic.ServeHTTP))   // other methods
-	r.Handle("/v1/messages/*", guard(s.forwardAnthropic.ServeHTTP)) // batches and whatever comes next
-	r.Post("/v1/messages", guard(s.handleMessages))
-	r.Post("/v1/messages/count_tokens", guard(s.handleCountTokens))
-	r.NotFound(guard(s.forward.ServeHTTP))
-	r.MethodNotAllowed(guard(s.forward.ServeHTTP))
+	r.Handle("/v1/messages", s.forwardAnthropic)   // other methods
+	r.Handle("/v1/messages/*", s.forwardAnthropic) // batches and whatever comes next
+	r.Post("/v1/messages", s.handleMessages)
+	r.Post("/v1/messages/count_tokens", s.handleCountTokens)
+	r.NotFound(s.forward.ServeHTTP)
+	r.MethodNotAllowed(s.forward.ServeHTTP)
 	s.router = r
 	return s, nil
+}
+
+// gate is what every request on the API handler passes before it is routed, whatever its path
+// and method: compactd's routes, pass-through and unknown paths alike. In order: the header
+// limit; authentication and the tenant's rate limit (with tenants on); the spelling of the path
+// (no odd spelling of one of compactd's routes goes anywhere); the declared body size; then the
+// body's size limit and read deadline. Every refusal is in the dialect of the path and nothing
+// refused reaches the upstream. Nothing here reads the body.
+func (s *Server) gate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw := r.URL.EscapedPath() // what routing sees and what the upstream would be sent
+		canon := canonicalPath(raw, true)
+		d := dialectOf(canon)
+		if !s.checkHeaders(w, r, d) {
+			return
+		}
+		r, ok := s.authenticate(w, r, raw, canon, d)
+		if !ok {
+			return
+		}
+		if !checkPathSpelling(w, raw, canon, d) || !s.checkDeclaredLength(w, r, d) {
+			return
+		}
+		r, done := s.guardBody(w, r)
+		defer done()
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ServeHTTP implements http.Handler.
@@ -200,4 +239,198 @@ func DefaultTransport() *http.Transport {
 	t.MaxIdleConnsPerHost = 64
 	t.ResponseHeaderTimeout = 10 * time.Minute
 	return t
+}
+
+// Path spelling. compactd answers some paths itself and picks the upstream of others; a request
+// for one of them must spell it exactly. Anything an upstream, or a proxy in front of it, might
+// normalise to one of them — doubled or trailing slashes, dot segments, percent-escapes (also
+// double ones), backslashes, ";parameters", a NUL, trailing dots or spaces, other letter case —
+// is refused with a 400 in the route's dialect rather than forwarded, with or without tenants:
+// forwarded, it would carry compaction items and blocks past compactd to the upstream.
+//
+// Refused rather than canonicalised and routed: compactd cannot know which of these rules a
+// given upstream applies, and whatever it forwards must be spelled as what it inspected; no SDK
+// sends such spellings (a misconfigured base URL does, and the answer names the exact path, so
+// it is fixed in one step). Paths that are no route of compactd's, however spelled, are
+// forwarded exactly as sent: there the upstream's own rules apply.
+
+// ownExact are the paths compactd answers itself (or, for GET /v1/messages and the like,
+// forwards to the Anthropic upstream).
+var ownExact = []string{
+	"/v1/responses", "/v1/responses/compact", "/v1/messages", "/v1/messages/count_tokens",
+	"/v1/compactd", "/healthz", "/readyz", "/metrics",
+}
+
+// ownPrefixes are compactd's namespaces: everything under /v1/messages/ goes to the Anthropic
+// upstream (a misspelling would reach the other one), everything under /v1/compactd/ is the
+// admin API, which compactd alone answers.
+var ownPrefixes = []string{"/v1/messages/", "/v1/compactd/"}
+
+// spelledExactly reports whether raw, an escaped request path with canonical form canon, is
+// either no route of compactd's or one of them spelled exactly; if not, route is the path it
+// should have been.
+func spelledExactly(raw, canon string) (ok bool, route string) {
+	for _, p := range ownExact {
+		if canon == p {
+			return raw == p, p
+		}
+	}
+	for _, p := range ownPrefixes {
+		if !strings.HasPrefix(canon, p) {
+			continue
+		}
+		segs := canonicalSegments(raw, false)
+		route = p + strings.Join(segs[min(2, len(segs)):], "/") // the case of ids kept
+		if !strings.HasPrefix(raw, p) {
+			return false, route
+		}
+		// The admin API forwards nothing, so its ids may be escaped; below /v1/messages/ the
+		// path is forwarded and must be plain.
+		return p == "/v1/compactd/" || "/"+strings.Join(segs, "/") == raw, route
+	}
+	return true, ""
+}
+
+// checkPathSpelling answers a 400 for an odd spelling of one of compactd's paths.
+func checkPathSpelling(w http.ResponseWriter, raw, canon string, d dialect) bool {
+	ok, route := spelledExactly(raw, canon)
+	if !ok {
+		(&routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "non_canonical_path",
+			Message: "This path is another spelling of " + route + ", which compactd accepts only spelled exactly so " +
+				"(no doubled or trailing slashes, dot segments, percent-escapes, backslashes, parameters or other letter case): " +
+				"check the client's base URL and call " + route + "."}).write(w, d)
+	}
+	return ok
+}
+
+// dialectOf is the dialect of a canonical path: Anthropic's below /v1/messages, OpenAI's
+// everywhere else (every other path goes to the OpenAI-compatible upstream).
+func dialectOf(canon string) dialect {
+	if isAnthropicPath(canon) {
+		return dialectAnthropic
+	}
+	return dialectOpenAI
+}
+
+// canonicalPath is raw, an escaped path, resolved the way the most lenient server might (see
+// canonicalSegments); fold also folds letter case. Linear in the length of raw.
+func canonicalPath(raw string, fold bool) string {
+	if plainPath(raw, fold) {
+		return raw
+	}
+	return "/" + strings.Join(canonicalSegments(raw, fold), "/")
+}
+
+// plainPath reports whether raw is already canonical: lower-case letters (any case without
+// fold), digits, '-' and '_' between single slashes, no trailing slash. Most requests are.
+func plainPath(raw string, fold bool) bool {
+	if raw == "" || raw[0] != '/' || (len(raw) > 1 && raw[len(raw)-1] == '/') {
+		return false
+	}
+	for i := 1; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+		case c >= 'A' && c <= 'Z':
+			if fold {
+				return false
+			}
+		case c == '/':
+			if raw[i-1] == '/' {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalSegments splits raw into the segments a lenient server would see: percent-escapes
+// decoded up to three times over (double encoding), '\' read as '/', each segment cut at ';'
+// (matrix parameters) or a NUL and stripped of trailing dots and spaces, empty and "." segments
+// dropped, ".." resolved; with fold, letters folded to ASCII lower case where they fold to an
+// ASCII letter at all (ſ to s, K to k).
+func canonicalSegments(raw string, fold bool) []string {
+	p := raw
+	for range 3 {
+		d := unescapeLenient(p)
+		if d == p {
+			break
+		}
+		p = d
+	}
+	segs := strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' })
+	out := segs[:0]
+	for _, seg := range segs {
+		if i := strings.IndexAny(seg, ";\x00"); i >= 0 {
+			seg = seg[:i]
+		}
+		seg = strings.TrimRight(seg, " \t")
+		switch seg {
+		case "", ".":
+			continue
+		case "..":
+			out = out[:max(0, len(out)-1)]
+			continue
+		}
+		if seg = strings.TrimRight(seg, ". \t"); seg == "" {
+			continue
+		}
+		if fold {
+			seg = strings.Map(foldRune, seg)
+		}
+		out = append(out, seg)
+	}
+	return out
+}
+
+// unescapeLenient decodes every valid %XX in s and leaves anything else as it is, as lenient
+// servers do (url.PathUnescape gives up on the whole string at the first bad escape).
+func unescapeLenient(s string) string {
+	i := strings.IndexByte(s, '%')
+	if i < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	b = append(b, s[:i]...)
+	for ; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
+}
+
+// foldRune folds r to an ASCII lower-case letter when any case mapping of it is one.
+func foldRune(r rune) rune {
+	if r < utf8.RuneSelf {
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		if f < utf8.RuneSelf {
+			return unicode.ToLower(f)
+		}
+	}
+	if u := unicode.ToUpper(r); u < utf8.RuneSelf {
+		return unicode.ToLower(u)
+	}
+	return r
 }

@@ -45,6 +45,7 @@ type serveConfig struct {
 	keys, keyFile, dataDir string
 
 	maxBodyBytes                                   int64
+	bodyReadTimeout                                time.Duration
 	readHeaderTimeout, idleTimeout, upstreamHeader time.Duration
 	keepAlive, shutdownGrace                       time.Duration
 	stripCodexFields                               bool
@@ -94,6 +95,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.keyFile, "key-file", "", "path of a keyring file (same format as --keys, mode 0600)")
 	fs.StringVar(&c.dataDir, "data-dir", crypto.DefaultDataDir(), "where a generated keyring (and the archive) live")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body compactd reads")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time allowed to receive a request body after its headers; 408 past it (responses are not limited; 0: no limit)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time allowed to read request headers (0: off)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "keep-alive connection idle timeout (0: off)")
 	fs.DurationVar(&c.upstreamHeader, "upstream-header-timeout", defaultUpstreamHeader, "time to wait for the upstream's response headers; streams themselves have no timeout (0: off)")
@@ -293,6 +295,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		Policy:               compact.Policy{Threshold: c.compactThreshold, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
 		RetainTokens:         c.retainTokens,
 		MaxBodyBytes:         c.maxBodyBytes,
+		BodyReadTimeout:      offAsNegative(c.bodyReadTimeout),
 		KeepAlive:            c.keepAlive,
 		StripCodexFields:     c.stripCodexFields,
 		Logger:               log,
