@@ -25,15 +25,19 @@ type ledgerCat uint8
 const (
 	catDecision ledgerCat = iota
 	catError
-	catGap // facts a gap-check pass found missing: only ever carried forward, never extracted
 	catCommand
 	catPath
 	catSignature
 	catValue
+	// catGap holds what a gap-check pass found missing; only ever carried forward, never extracted.
+	// It ranks last: findings often restate, in other words, facts the categories above already
+	// hold, so they take only the budget those leave (ranked higher, they crowded out signatures
+	// and values and `compactd eval` scored the gap check below the ledger alone).
+	catGap
 	numLedgerCats
 )
 
-var ledgerTitles = [numLedgerCats]string{"Decisions", "Errors", GapCheckTitle, "Commands", "Files", "Signatures", "Values"}
+var ledgerTitles = [numLedgerCats]string{"Decisions", "Errors", "Commands", "Files", "Signatures", "Values", GapCheckTitle}
 
 // GapCheckTitle heads the ledger section that holds a gap-check pass's findings.
 const GapCheckTitle = "Gap check"
