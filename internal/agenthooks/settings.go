@@ -355,11 +355,21 @@ func Install(path string, a Agent, exe string, guard bool) (Change, error) {
 		ch.Events = append(ch.Events, h.Event)
 	}
 	o = o.set("hooks", events.marshal())
-	if bytes.Equal(before, o.marshal()) {
+	if sameJSON(before, o.marshal()) {
 		return ch, nil
 	}
 	ch.Changed = true
 	return ch, writeSettings(path, o, mode)
+}
+
+// sameJSON compares two JSON texts ignoring insignificant whitespace: the file's values are
+// indented, the rebuilt ones compact.
+func sameJSON(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return false
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
 // Uninstall removes compactd's hooks from the settings file at path and nothing else.
