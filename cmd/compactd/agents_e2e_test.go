@@ -317,8 +317,9 @@ supports_websockets = false
 			found = true
 		}
 	}
+	log, _ := os.ReadFile(filepath.Join(e.state, "compactd", "hooks", "hooks.log"))
+	t.Logf("hooks.log:\n%s", log)
 	if !found {
-		log, _ := os.ReadFile(filepath.Join(e.state, "compactd", "hooks", "hooks.log"))
 		t.Fatalf("no request after the resume carries the SessionStart context with %q; hooks.log:\n%s", agentFact, log)
 	}
 }
