@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/compact"
@@ -90,7 +91,15 @@ func Gather(ctx context.Context, transcript string, a Agent, checker handoff.Gap
 	}
 	e.Ledger = compact.Ledger(items, idx, "", ledgerBudget)
 	if checker != nil {
-		findings, err := handoff.GapCheck(ctx, checker, []handoff.Session{s}, handoff.GapCheckOptions{})
+		// The gap check (a model call) gets at most 60% of the time left, so that a slow
+		// summariser costs the findings, never the ledger and reduction already in hand.
+		gctx := ctx
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			gctx, cancel = context.WithTimeout(ctx, time.Until(dl)*3/5)
+			defer cancel()
+		}
+		findings, err := handoff.GapCheck(gctx, checker, []handoff.Session{s}, handoff.GapCheckOptions{Checkers: len(handoff.GapCategories)})
 		if err != nil {
 			e.GapErr = err
 		} else {

@@ -296,3 +296,47 @@ func TestTranscriptTailBound(t *testing.T) {
 		t.Error("the newest record was lost")
 	}
 }
+
+// checkerFunc adapts a function to handoff.GapChecker.
+type checkerFunc func(ctx context.Context, category, excerpt string) ([]string, error)
+
+func (f checkerFunc) Check(ctx context.Context, c, e string) ([]string, error) { return f(ctx, c, e) }
+
+// TestPreCompactGapCheck: findings of the gap check lead the PreCompact output; a failing or
+// hanging summariser costs only the findings, never the ledger.
+func TestPreCompactGapCheck(t *testing.T) {
+	dir := t.TempDir()
+	p := transcript(t, dir, 0)
+	for _, tc := range []struct {
+		name    string
+		checker checkerFunc
+		finding bool
+	}{
+		{"findings", func(context.Context, string, string) ([]string, error) {
+			return []string{"the port is 7431, read from notes.txt"}, nil
+		}, true},
+		{"summariser fails", func(context.Context, string, string) ([]string, error) {
+			return nil, fmt.Errorf("503 from the summariser")
+		}, false},
+		{"summariser hangs", func(ctx context.Context, _, _ string) ([]string, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			e, err := Gather(ctx, p, Claude, tc.checker)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := e.PreCompactText()
+			if got := strings.Contains(out, "the port is 7431, read from notes.txt"); got != tc.finding {
+				t.Errorf("finding present = %v, want %v:\n%s", got, tc.finding, out)
+			}
+			if !strings.Contains(out, "SECRET_FACT_PORT=7431") {
+				t.Errorf("the ledger was lost:\n%s", out)
+			}
+		})
+	}
+}
