@@ -15,6 +15,7 @@ import (
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // Essentials is what a compacted session must not lose, taken from the agent's own transcript:
@@ -141,6 +142,11 @@ func SessionItems(s handoff.Session) []api.Item {
 				b, _ := json.Marshal(map[string]string{"command": ev.Command})
 				args = string(b)
 			}
+			// compact.Ledger walks arguments and JSON-looking outputs with gjson, which
+			// recurses: a hostile transcript's nesting stops here (jsonx bound).
+			if jsonx.CheckDepth([]byte(args), jsonx.MaxDepth) != nil {
+				args = "{}"
+			}
 			add("function_call", "", map[string]string{"type": "function_call", "name": ev.Tool, "arguments": args, "call_id": id})
 			if ev.HasResult {
 				out := ev.Output
@@ -149,6 +155,9 @@ func SessionItems(s handoff.Session) []api.Item {
 				}
 				if ev.HasExit && ev.Command != "" {
 					out = "Exit code: " + strconv.Itoa(ev.ExitCode) + "\n" + out
+				}
+				if strings.HasPrefix(out, "{") && jsonx.CheckDepth([]byte(out), jsonx.MaxDepth) != nil {
+					out = "[output nested too deeply; left out]"
 				}
 				add("function_call_output", "", map[string]string{"type": "function_call_output", "call_id": id, "output": out})
 			}

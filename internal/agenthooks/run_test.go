@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // claudeLine writes one Claude Code transcript record.
@@ -339,4 +342,62 @@ func TestPreCompactGapCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHostileTranscript: deeply nested tool inputs and outputs, a huge line and junk lines do not
+// crash the hook or reach the ledger's recursive walker unbounded.
+func TestHostileTranscript(t *testing.T) {
+	dir := t.TempDir()
+	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
+	deepObj := strings.Repeat(`{"a":`, 5000) + "1" + strings.Repeat("}", 5000)
+	lines := []string{
+		"not json at all",
+		`{"type":"user","sessionId":"s","message":{"role":"user","content":"go"}}`,
+		`{"type":"assistant","sessionId":"s","message":{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Grep","input":{"pattern":"x","deep":` + deep + `}}]}}`,
+		`{"type":"user","sessionId":"s","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":` + jsonString(deepObj) + `}]}}`,
+		`{"type":"user","sessionId":"s","message":{"role":"user","content":"` + strings.Repeat("z", 3<<20) + `"}}`,
+		`{"type":"user","sessionId":"s","message":{"role":"user","content":"decided: always use PORT=7431"}}`,
+	}
+	p := filepath.Join(dir, "hostile.jsonl")
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code, _ := runHook(t, RunOptions{Agent: Claude, Event: "PreCompact", StateDir: dir}, hookInput("PreCompact", p, ""))
+	if code != 0 || utf16Len(out) > MaxOutputChars {
+		t.Fatalf("exit %d, %d units", code, utf16Len(out))
+	}
+	if !strings.Contains(out, "PORT=7431") {
+		t.Errorf("the sane records were lost:\n%s", out)
+	}
+	// The nested input and output never reach the ledger's gjson walk.
+	r, err := OpenTranscript(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := handoff.ParseSession(r, handoff.FormatClaude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range SessionItems(s) {
+		if err := jsonx.CheckDepth(it.Raw, 64); err != nil {
+			t.Errorf("item handed to the ledger is nested too deeply: %.80s…", it.Raw)
+		}
+		var v struct{ Arguments, Output string }
+		json.Unmarshal(it.Raw, &v)
+		for _, inner := range []string{v.Arguments, v.Output} {
+			// The ledger parses arguments, and outputs that look like JSON objects.
+			if inner == v.Output && !strings.HasPrefix(inner, "{") {
+				continue
+			}
+			if jsonx.CheckDepth([]byte(inner), jsonx.MaxDepth) != nil {
+				t.Errorf("a nested string the ledger parses is over the depth bound: %.80s…", inner)
+			}
+		}
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
