@@ -91,7 +91,11 @@ func newAgentEnv(t *testing.T, baseURL string) agentEnv {
 		"XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CONFIG_HOME="+filepath.Join(home, "config"),
 		"ANTHROPIC_BASE_URL="+baseURL, "ANTHROPIC_API_KEY=sk-ant-e2e-not-a-real-key",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1",
-		"DISABLE_ERROR_REPORTING=1", "NO_COLOR=1", "COMPACTD_SUMMARIZER_MODEL=", "CODEX_HOME="+filepath.Join(home, ".codex"),
+		"DISABLE_ERROR_REPORTING=1", "NO_COLOR=1",
+		// Anything but the loopback fake goes to a closed loopback port: nothing reaches the
+		// internet even if a release starts a request the switches above do not cover.
+		"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "https_proxy=http://127.0.0.1:9",
+		"http_proxy=http://127.0.0.1:9", "NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost", "COMPACTD_SUMMARIZER_MODEL=", "CODEX_HOME="+filepath.Join(home, ".codex"),
 	)
 	if err := os.WriteFile(filepath.Join(work, "notes.txt"), []byte(agentFactLine+"\n"), 0o644); err != nil {
 		t.Fatal(err)
