@@ -273,57 +273,90 @@ func TestClaudeCodeMCPEndToEnd(t *testing.T) {
 }
 
 // TestCodexSessionStartHookEndToEnd: Codex's hooks can only inject at SessionStart. After
-// `compactd hooks install codex`, resuming a session whose earlier turn read the fact with a
-// shell command brings the fact back in the SessionStart context of the next request.
+// `compactd hooks install codex`, the fact an earlier turn read with a shell command comes back in
+// the SessionStart context: when the session resumes (`codex exec resume`), and right after
+// Codex's own compaction (a non-OpenAI provider compacts locally, with SessionStart source
+// "compact").
 func TestCodexSessionStartHookEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real Codex CLI")
 	}
 	codex := npmAgent(t, "codex", "@openai/codex", codexE2EVersion, "codex", "COMPACTD_CODEX_BIN")
 	exe := buildCompactd(t)
-	fake := fakeupstream.New(fakeupstream.Options{})
-	baseURL, stop, err := fake.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	e := newAgentEnv(t, baseURL)
-	codexHome := filepath.Join(e.home, ".codex")
-	if err := os.MkdirAll(codexHome, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	config := fmt.Sprintf(`model = "gpt-5.4"
+	for _, tc := range []struct {
+		name, extraConfig string
+	}{
+		{"resume", ""},
+		{"after compaction", "model_auto_compact_token_limit = 2000\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := fakeupstream.New(fakeupstream.Options{})
+			baseURL, stop, err := fake.Start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			e := newAgentEnv(t, baseURL)
+			codexHome := filepath.Join(e.home, ".codex")
+			if err := os.MkdirAll(codexHome, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			config := fmt.Sprintf(`model = "gpt-5.4"
 model_provider = "fake"
-
+%s
 [model_providers.fake]
 name = "fake"
 base_url = "%s/v1"
 env_key = "COMPACTD_E2E_KEY"
 wire_api = "responses"
 supports_websockets = false
-`, baseURL)
-	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	e.env = append(e.env, "COMPACTD_E2E_KEY=sk-e2e-not-a-real-key")
-	e.run(t, exe, "hooks", "install", "codex")
+`, tc.extraConfig, baseURL)
+			if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e.env = append(e.env, "COMPACTD_E2E_KEY=sk-e2e-not-a-real-key")
+			e.run(t, exe, "hooks", "install", "codex")
 
-	base := []string{"exec", "--skip-git-repo-check", "--dangerously-bypass-hook-trust"}
-	e.run(t, codex, append(base, `Read the notes [[call:exec_command {"cmd":"cat notes.txt"}]]`)...)
-	fake.Reset()
-	e.run(t, codex, append(base, "resume", "--last", "what was the port?")...)
-	found := false
-	for _, r := range fake.Requests() {
-		if r.Kind != fakeupstream.KindResponses {
-			continue
-		}
-		if ctx := section(string(r.Body), "compactd (SessionStart hook)", 4000); strings.Contains(ctx, agentFact) {
-			found = true
-		}
-	}
-	log, _ := os.ReadFile(filepath.Join(e.state, "compactd", "hooks", "hooks.log"))
-	t.Logf("hooks.log:\n%s", log)
-	if !found {
-		t.Fatalf("no request after the resume carries the SessionStart context with %q; hooks.log:\n%s", agentFact, log)
+			base := []string{"exec", "--skip-git-repo-check", "--dangerously-bypass-hook-trust"}
+			e.run(t, codex, append(base, `Read the notes [[call:exec_command {"cmd":"cat notes.txt"}]]`)...)
+			var bodies []string
+			if tc.extraConfig == "" {
+				fake.Reset()
+				e.run(t, codex, append(base, "resume", "--last", "what was the port?")...)
+			}
+			for _, r := range fake.Requests() {
+				if r.Kind == fakeupstream.KindResponses {
+					bodies = append(bodies, string(r.Body))
+				}
+			}
+			if tc.extraConfig != "" {
+				// Look only at the request right after Codex's first compaction request.
+				k := -1
+				for i, b := range bodies {
+					if strings.Contains(b, "CONTEXT CHECKPOINT COMPACTION") {
+						k = i
+						break
+					}
+				}
+				if k < 0 || k+1 >= len(bodies) {
+					t.Fatalf("Codex did not compact (or nothing followed): %d requests", len(bodies))
+				}
+				if strings.Contains(bodies[k], "compactd (SessionStart hook)") {
+					t.Fatal("the context was there before the compaction: the test cannot tell")
+				}
+				bodies = bodies[k+1 : k+2]
+			}
+			found := false
+			for _, b := range bodies {
+				if ctx := section(b, "compactd (SessionStart hook)", 4000); strings.Contains(ctx, agentFact) {
+					found = true
+				}
+			}
+			log, _ := os.ReadFile(filepath.Join(e.state, "compactd", "hooks", "hooks.log"))
+			t.Logf("hooks.log:\n%s", log)
+			if !found {
+				t.Fatalf("the request does not carry the SessionStart context with %q", agentFact)
+			}
+		})
 	}
 }
