@@ -190,7 +190,8 @@ func dispatch(ctx context.Context, stdin io.Reader, o RunOptions) (out, note str
 
 // wantSource: Claude Code's hook is installed with matcher "compact"; Codex's matcher semantics
 // for SessionStart are not documented, so its hook is installed for every source and filters
-// here. Codex sends "resume" when `codex exec resume` continues a session that compacted.
+// here. Codex 0.169.0 sends "compact" after its own compaction and "resume" for `codex exec
+// resume` (both observed in cmd/compactd/agents_e2e_test.go).
 func wantSource(a Agent, source string) bool {
 	switch source {
 	case "compact":

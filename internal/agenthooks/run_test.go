@@ -270,6 +270,8 @@ func TestBound(t *testing.T) {
 // TestTranscriptTailBound: a transcript past MaxTranscriptBytes is read from its tail, so the
 // newest facts survive and the read stays bounded.
 func TestTranscriptTailBound(t *testing.T) {
+	defer func(old int64) { transcriptLimit = old }(transcriptLimit)
+	transcriptLimit = 4 << 20
 	dir := t.TempDir()
 	p := filepath.Join(dir, "big.jsonl")
 	f, err := os.Create(p)
@@ -277,7 +279,7 @@ func TestTranscriptTailBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	pad := strings.Repeat("x", 1<<20)
-	for range MaxTranscriptBytes/(1<<20) + 2 {
+	for range transcriptLimit/(1<<20) + 2 {
 		fmt.Fprintf(f, `{"type":"user","sessionId":"s","message":{"role":"user","content":"%s"}}`+"\n", pad)
 	}
 	fmt.Fprintf(f, `{"type":"user","sessionId":"s","message":{"role":"user","content":"use NEWEST_FACT=1 from now on"}}`+"\n")
@@ -288,8 +290,8 @@ func TestTranscriptTailBound(t *testing.T) {
 	}
 	n, _ := io.Copy(io.Discard, r)
 	r.Close()
-	if n > MaxTranscriptBytes {
-		t.Errorf("read %d bytes, over the %d bound", n, MaxTranscriptBytes)
+	if n > transcriptLimit {
+		t.Errorf("read %d bytes, over the %d bound", n, transcriptLimit)
 	}
 	e, err := Gather(context.Background(), p, Claude, nil)
 	if err != nil {

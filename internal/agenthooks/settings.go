@@ -97,7 +97,7 @@ func Hooks(a Agent, guard bool) []Hook {
 		{Event: "SessionStart", Matcher: "compact", Timeout: 30},
 	}
 	if guard {
-		hs = append(hs, Hook{Event: "PreToolUse", Matcher: GuardTools, Timeout: 10})
+		hs = append(hs, Hook{Event: "PreToolUse", Matcher: GuardTools, Timeout: 30})
 	}
 	return hs
 }
