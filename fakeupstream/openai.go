@@ -158,6 +158,9 @@ func (c *call) reply(turns *atomic.Int64) (text string, fc *toolCall) {
 		return c.summaryText(), nil
 	}
 	n := turns.Add(1)
+	if t, ok := c.claudeCodeCompactReply(); ok {
+		return t, nil
+	}
 	if t, call, ok := c.answerTurn(); ok {
 		return t, call
 	}

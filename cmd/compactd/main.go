@@ -40,6 +40,8 @@ func commandTable() []command {
 		{"archive", "list [flags]\ndelete [flags] CONVERSATION_ID\nprune [flags] (--max-age D | --max-bytes N)", "list, delete or prune archived conversations", archiveEnvHelp, runArchive},
 		{"handoff", "[flags] SESSION.jsonl...\n--watch DIR [--idle 2m] [--max-bytes N] [flags]", "write a resume prompt from agent session logs", handoffHelp, runHandoff},
 		{"sessions", "index [flags] DIR...\nsearch [flags] QUERY...", "index agent session logs and search across them", archiveEnvHelp, runSessions},
+		{"hooks", "install|uninstall|status [flags] claude|codex\nrun claude|codex EVENT", "install compactd's hooks into Claude Code or Codex settings (PreCompact, SessionStart, optional PreToolUse guard)", hooksHelp, runHooks},
+		{"mcp", "[flags]", "MCP server over stdio for any agent: search past sessions, recall archived excerpts, resume prompt", archiveEnvHelp, runMCP},
 		{"fake-upstream", "[flags]", "serve the built-in fake model (Responses, Chat, Messages) for demos and tests", "", runFakeUpstream},
 		{"bench", "[flags]", "measure compactd's overhead against a bare reverse proxy, on loopback", "", runBenchCmd},
 		{"eval", "[flags]", "measure what survives compaction: planted facts asked after 1, 3 and 10 compactions, four configurations", "", runEval},

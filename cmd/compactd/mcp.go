@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/mcpserver"
+)
+
+// multiFlag collects a repeated string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func runMCP(args []string) error {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	var af archiveFlags
+	af.register(fs)
+	var dirs multiFlag
+	fs.Var(&dirs, "sessions", "`DIR` of session logs to search (repeatable; default: this project's Claude Code and Codex logs)")
+	conv := fs.String("conversation", "", "compaction archive conversation the recall tool searches by default (default: all)")
+	project := fs.String("project", "", "project directory (default: the working directory)")
+	if err := parseFlags(fs, args, withEnv(archiveEnv...)); err != nil {
+		return err
+	}
+	if *project == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		*project = wd
+	}
+	if len(dirs) == 0 {
+		dirs = defaultSessionDirs(*project)
+	}
+	store, err := openMCPArchive(af)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	srv := mcpserver.New(mcpserver.Options{
+		Store: store, Tenant: af.tenant, SessionDirs: dirs, Conversation: *conv, Version: version,
+		StatePath: filepath.Join(af.dataDir, "mcp-index", claudeProjectName(*project)+".json"),
+	})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx, &mcp.StdioTransport{})
+}
+
+// claudeProjectName is Claude Code's directory name for a project under ~/.claude/projects: the
+// absolute path with every character outside [A-Za-z0-9] replaced by '-' (observed with 2.1.332:
+// /work/x/.cache → -work-x--cache).
+func claudeProjectName(dir string) string {
+	return nonAlnum.ReplaceAllString(dir, "-")
+}
+
+var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]`)
+
+// defaultSessionDirs is where this project's sessions live: Claude Code's per-project directory.
+// Codex keeps all projects' rollouts in one tree and is searched only when named with --sessions.
+func defaultSessionDirs(project string) []string {
+	cfg := os.Getenv("CLAUDE_CONFIG_DIR")
+	if cfg == "" {
+		home, _ := os.UserHomeDir()
+		cfg = filepath.Join(home, ".claude")
+	}
+	return []string{filepath.Join(cfg, "projects", claudeProjectName(project))}
+}
+
+// openMCPArchive opens the archive like the other archive commands, except that a missing
+// keyring is generated (as serve does): an agent that registers `compactd mcp` before ever
+// running the proxy still gets a working, encrypted sessions index.
+func openMCPArchive(a archiveFlags) (archive.Store, error) {
+	if a.dsn == "off" {
+		return nil, errors.New("the archive is off (--archive off); the MCP tools need it")
+	}
+	ring, _, err := crypto.LoadKeyring(crypto.LoadOptions{Env: a.keys, File: a.keyFile, DataDir: a.dataDir, Generate: true})
+	if err != nil {
+		return nil, err
+	}
+	sealer, err := archive.KeyringSealer(ring, a.indexKey)
+	if err != nil {
+		return nil, err
+	}
+	return archive.Open(context.Background(), archiveDSN(a.dsn, a.dataDir), sealer)
+}

@@ -1,0 +1,44 @@
+package fakeupstream
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestClaudeCodeCompactReply: Claude Code's compaction request (its prompt beside the last
+// tool_result, as 2.1.332 sends it) gets a <summary> block; other Messages requests, and the
+// same words on the Responses route, are answered as before.
+func TestClaudeCodeCompactReply(t *testing.T) {
+	_, base := start(t, Options{})
+	prompt := "Your task is to create a detailed summary of the conversation so far, paying close attention"
+	for _, tc := range []struct {
+		name, path, body string
+		summary          bool
+	}{
+		{"prompt beside a tool_result", "/v1/messages", `{"model":"m","max_tokens":10,"messages":[
+			{"role":"user","content":"read it"},
+			{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]},
+			{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"x"},{"type":"text","text":"` + prompt + `"}]}]}`, true},
+		{"prompt alone", "/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"` + prompt + `"}]}`, true},
+		{"ordinary turn", "/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hello"}]}`, false},
+		{"prompt in an earlier message only", "/v1/messages", `{"model":"m","max_tokens":10,"messages":[
+			{"role":"user","content":"` + prompt + `"},{"role":"assistant","content":"ok"},{"role":"user","content":"next"}]}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, body := post(t, base+tc.path, tc.body)
+			if status != 200 {
+				t.Fatalf("status %d: %s", status, body)
+			}
+			text := gjson.GetBytes(body, "content.0.text").Str
+			got := strings.Contains(text, "<summary>"+ClaudeCodeSummary+"</summary>")
+			if got != tc.summary {
+				t.Errorf("summary reply = %v, want %v: %s", got, tc.summary, text)
+			}
+			if !tc.summary && !strings.HasPrefix(text, "MOCK-REPLY ") {
+				t.Errorf("ordinary reply changed: %s", text)
+			}
+		})
+	}
+}
