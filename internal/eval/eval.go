@@ -70,6 +70,10 @@ type Config struct {
 	Retain      int      `json:"retain_tokens"`
 	LedgerBytes int      `json:"ledger_bytes"`
 	Model       string   `json:"model"`
+	// API is the wire API of the sessions: APIResponses (default) sends every shape to
+	// /v1/responses; APIMessages sends Claude Code sessions to /v1/messages (the only shape
+	// that speaks it), compacting with compact_20260112 at Config.messagesTrigger tokens.
+	API string `json:"api"`
 
 	// Upstream is the model's base URL (without /v1); "" runs the built-in fake upstream with
 	// the Lossy summariser.
@@ -90,6 +94,10 @@ type Config struct {
 	Progress func(done, total int) `json:"-"`
 	// Timeout bounds one HTTP call (default 10 minutes).
 	Timeout time.Duration `json:"-"`
+
+	// Test hooks: keep the built-in fake's request bodies, and hand the fake to the test.
+	recordFake bool
+	onFake     func(*fakeupstream.Server)
 }
 
 // DefaultConfig is the full-size run: three sessions per shape mix, ten compactions.
@@ -104,8 +112,14 @@ func (c Config) withDefaults() Config {
 	if c.Sessions <= 0 {
 		c.Sessions = d.Sessions
 	}
+	if c.API == "" {
+		c.API = APIResponses
+	}
 	if len(c.Shapes) == 0 {
 		c.Shapes = d.Shapes
+		if c.API == APIMessages {
+			c.Shapes = []string{ShapeClaudeCode}
+		}
 	}
 	if len(c.Checkpoints) == 0 {
 		c.Checkpoints = d.Checkpoints
@@ -147,6 +161,16 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if !slices.Contains(APIs, c.API) {
+		return fmt.Errorf("unknown API %q (have %s)", c.API, strings.Join(APIs, ", "))
+	}
+	if c.API == APIMessages {
+		for _, s := range c.Shapes {
+			if s != ShapeClaudeCode {
+				return fmt.Errorf("shape %q speaks only the Responses API; the Messages route runs %s sessions", s, ShapeClaudeCode)
+			}
+		}
+	}
 	for _, s := range c.Shapes {
 		if !slices.Contains(Shapes, s) {
 			return fmt.Errorf("unknown shape %q (have %s)", s, strings.Join(Shapes, ", "))
@@ -186,8 +210,11 @@ type Cost struct {
 // Row is one configuration's results.
 type Row struct {
 	Variant Variant `json:"config"`
-	Points  []Point `json:"points"`
-	Cost    Cost    `json:"summariser"`
+	// NA, when set, says why the configuration cannot be measured on this run's route: the row
+	// has no points, and every report shows "n/a" rather than a number.
+	NA     string  `json:"unavailable,omitempty"`
+	Points []Point `json:"points"`
+	Cost   Cost    `json:"summariser"`
 	// Answers are every question's answer, per checkpoint, in asking order.
 	Answers []Asked `json:"answers"`
 }
@@ -206,7 +233,9 @@ type Asked struct {
 type Report struct {
 	Config   Config `json:"config"`
 	Upstream string `json:"upstream_kind"` // "fake" or "url"
-	Rows     []Row  `json:"rows"`
+	// Route is the compactd route the sessions ran on: "/v1/responses" or "/v1/messages".
+	Route string `json:"route"`
+	Rows  []Row  `json:"rows"`
 }
 
 // Run drives the sessions through every configuration and scores them.
@@ -215,10 +244,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	rep := &Report{Config: cfg, Upstream: "url"}
+	rep := &Report{Config: cfg, Upstream: "url", Route: "/v1/responses"}
+	if cfg.API == APIMessages {
+		rep.Route = "/v1/messages"
+	}
 	upstream := cfg.Upstream
 	if upstream == "" && cfg.Compactd == "" {
-		fake := fakeupstream.New(fakeupstream.Options{DropBodies: true, Summaries: fakeupstream.LossySummaries(cfg.Lossy), Answer: Answer})
+		fake := fakeupstream.New(fakeupstream.Options{DropBodies: !cfg.recordFake, Summaries: fakeupstream.LossySummaries(cfg.Lossy), Answer: Answer})
+		if cfg.onFake != nil {
+			cfg.onFake(fake)
+		}
 		base, stop, err := fake.Start()
 		if err != nil {
 			return nil, err
@@ -236,10 +271,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		variants = slices.DeleteFunc(slices.Clone(Variants), func(v Variant) bool { return !slices.Contains(cfg.Variants, v.Name) })
 	}
 	rounds := cfg.Checkpoints[len(cfg.Checkpoints)-1]
-	total, done := len(variants)*cfg.Sessions*rounds, 0
+	runnable := 0
+	for _, v := range variants {
+		if cfg.API != APIMessages || messagesUnavailable(v) == "" {
+			runnable++
+		}
+	}
+	total, done := runnable*cfg.Sessions*rounds, 0
 	client := &http.Client{Timeout: cfg.Timeout}
 	for _, v := range variants {
 		row := Row{Variant: v}
+		if cfg.API == APIMessages && v.Name != "external" {
+			if row.NA = messagesUnavailable(v); row.NA != "" {
+				rep.Rows = append(rep.Rows, row)
+				continue
+			}
+		}
 		base, m, stop := cfg.Compactd, (*meter)(nil), func() {}
 		if cfg.Compactd == "" {
 			var err error
@@ -357,7 +404,9 @@ func startCompactd(ctx context.Context, cfg Config, upstream string, v Variant) 
 	}
 	m := &meter{inner: sum}
 	pc := proxy.Config{
-		Upstream: up, Sealer: ring, Summarizer: m, RetainTokens: cfg.Retain, LedgerBytes: -1,
+		// The one upstream serves both routes: without AnthropicUpstream, compactd would send
+		// Messages turns to Anthropic whatever --upstream says.
+		Upstream: up, AnthropicUpstream: up, Sealer: ring, Summarizer: m, RetainTokens: cfg.Retain, LedgerBytes: -1,
 		GapCheck: v.Gap, Recall: proxy.RecallConfig{Disabled: !v.Recall},
 		Speculative: proxy.SpeculativeConfig{Fraction: -1}, // compactions happen where the round ends, nowhere else
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -415,6 +464,9 @@ type session struct {
 }
 
 func (s *session) run(ctx context.Context, roundDone func()) ([]Asked, error) {
+	if s.cfg.API == APIMessages {
+		return s.runMessages(ctx, roundDone)
+	}
 	rounds := Session(s.seed, s.cfg.Checkpoints[len(s.cfg.Checkpoints)-1], s.cfg.Steps, s.cfg.Facts, s.cfg.Turns)
 	history := []json.RawMessage{js(map[string]any{"type": "message", "role": "developer",
 		"content": "You are a coding agent working in the shopco/billing repository. Answer questions about this session with the exact value only."})}

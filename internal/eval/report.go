@@ -20,9 +20,18 @@ func (r *Report) describe() string {
 	if r.Config.Compactd != "" {
 		up = "compactd at " + r.Config.Compactd
 	}
-	return fmt.Sprintf("%d sessions (%s), seed %d, %d steps and %d facts per round, threshold %d, retain %d tokens; %s",
-		r.Config.Sessions, strings.Join(r.Config.Shapes, ", "), r.Config.Seed, r.Config.Steps, r.Config.Facts,
-		r.Config.Threshold, r.Config.Retain, up)
+	route := r.Route
+	if route == "" {
+		route = "/v1/responses"
+	}
+	steps, threshold := r.Config.Steps, fmt.Sprintf("threshold %d", r.Config.Threshold)
+	if r.Config.API == APIMessages {
+		route += " (Anthropic Messages, compact_20260112)"
+		steps, threshold = r.Config.MessagesSteps(), fmt.Sprintf("trigger %d input tokens", r.Config.messagesTrigger())
+	}
+	return fmt.Sprintf("route %s; %d sessions (%s), seed %d, %d steps and %d facts per round, %s, retain %d tokens; %s",
+		route, r.Config.Sessions, strings.Join(r.Config.Shapes, ", "), r.Config.Seed, steps, r.Config.Facts,
+		threshold, r.Config.Retain, up)
 }
 
 func (v Variant) title() string {
@@ -51,6 +60,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "   %s\n", "summariser per compaction (calls, tokens in/out, latency)")
 	for _, row := range r.Rows {
 		fmt.Fprintf(&b, "%-18s", row.Variant.title())
+		if row.NA != "" {
+			for range r.Config.Checkpoints {
+				fmt.Fprintf(&b, " %14s", "n/a")
+			}
+			fmt.Fprintf(&b, "   n/a (%s)\n", row.NA)
+			continue
+		}
 		for _, p := range row.Points {
 			fmt.Fprintf(&b, " %14s", pct(p))
 		}
@@ -60,7 +76,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			b.WriteString("   n/a (external compactd)\n")
 		}
 	}
-	if len(r.Rows) > 0 && len(r.Rows[0].Points) > 0 {
+	if len(r.Rows) > 0 && len(r.Config.Checkpoints) > 0 {
 		last := len(r.Config.Checkpoints) - 1
 		fmt.Fprintf(&b, "\nby fact kind after %d compactions:\n%-18s", r.Config.Checkpoints[last], "")
 		for _, k := range Kinds {
@@ -68,9 +84,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		b.WriteByte('\n')
 		for _, row := range r.Rows {
-			p := row.Points[last]
 			fmt.Fprintf(&b, "%-18s", row.Variant.title())
 			for _, k := range Kinds {
+				if row.NA != "" {
+					fmt.Fprintf(&b, " %17s", "n/a")
+					continue
+				}
+				p := row.Points[last]
 				cell := "-"
 				if n := p.KindFacts[k]; n > 0 {
 					cell = fmt.Sprintf("%d/%d", p.ByKind[k], n)
@@ -135,6 +155,11 @@ func (r *Report) SVG() string {
 		// Earlier series are drawn wider, so one that coincides with a later one still shows
 		// as a border around it instead of vanishing.
 		width := 3 + 2.5*float64(len(r.Rows)-1-ri)
+		ly := padTop + 12 + ri*26
+		if row.NA != "" { // no line: a legend entry that says why
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="22" height="10" fill="none" stroke="%s"/><text x="%d" y="%d" fill="#222">%s: n/a</text>`, padLeft+pw+20, ly-9, color, padLeft+pw+48, ly, html.EscapeString(row.Variant.title()))
+			continue
+		}
 		var pts []string
 		for i, p := range row.Points {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(i), y(p.Recall)))
@@ -143,7 +168,6 @@ func (r *Report) SVG() string {
 		for i, p := range row.Points {
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s"><title>%s: %s after %d</title></circle>`, x(i), y(p.Recall), 3+width, color, html.EscapeString(row.Variant.title()), pct(p), p.Compactions)
 		}
-		ly := padTop + 12 + ri*26
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="22" height="10" fill="%s"/><text x="%d" y="%d" fill="#222">%s</text>`, padLeft+pw+20, ly-9, color, padLeft+pw+48, ly, html.EscapeString(row.Variant.title()))
 	}
 	b.WriteString(`</svg>`)
@@ -169,6 +193,13 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString("<th>summariser calls</th><th>tokens in / out</th><th>latency</th></tr>\n")
 	for ri, row := range r.Rows {
 		fmt.Fprintf(&b, "<tr><td><span style=\"color:%s\">&#9632;</span> %s</td>", SeriesColors[ri%len(SeriesColors)], html.EscapeString(row.Variant.title()))
+		if row.NA != "" {
+			for range r.Config.Checkpoints {
+				fmt.Fprintf(&b, "<td title=\"%s\">n/a</td>", html.EscapeString(row.NA))
+			}
+			fmt.Fprintf(&b, "<td colspan=\"3\">n/a: %s</td></tr>\n", html.EscapeString(row.NA))
+			continue
+		}
 		for _, p := range row.Points {
 			fmt.Fprintf(&b, "<td>%s</td>", html.EscapeString(pct(p)))
 		}
