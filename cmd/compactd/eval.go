@@ -23,17 +23,18 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	d := eval.DefaultConfig()
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	upstream := fs.String("upstream", "", "model upstream base URL without /v1 (OpenAI, vLLM, Ollama, a gateway); empty: the built-in fake upstream")
+	upstream := fs.String("upstream", "", "model upstream base URL without /v1 (OpenAI, Anthropic, vLLM, Ollama, a gateway); empty: the built-in fake upstream")
+	apiName := fs.String("api", eval.APIResponses, "wire API of the sessions: responses (every shape on /v1/responses) or messages (Claude Code sessions on /v1/messages, compacted with compact_20260112)")
 	compactdURL := fs.String("compactd", "", "measure an already running compactd at this base URL instead of in-process ones (one configuration: whatever it runs)")
 	model := fs.String("model", d.Model, "model the sessions and questions are sent to")
-	keyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "environment variable holding the upstream API key (sent as a bearer token; unset: none)")
+	keyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "environment variable holding the upstream API key (a bearer token on responses, x-api-key on messages, where the default is ANTHROPIC_API_KEY; unset: none)")
 	sumURL := fs.String("summarizer-url", "", "summariser base URL including /v1 (default: the upstream's /v1)")
 	sumModel := fs.String("summarizer-model", "", "summariser model (default: the request's model)")
-	sumAPI := fs.String("summarizer-api", "responses", "summariser wire API: responses or chat")
+	sumAPI := fs.String("summarizer-api", "responses", "summariser wire API: responses or chat (default chat with --api messages and --upstream: Anthropic's OpenAI-compatible /v1/chat/completions)")
 	sumKeyEnv := fs.String("summarizer-key-env", "", "environment variable holding the summariser API key (default: forward the upstream key)")
 	seed := fs.Uint64("seed", d.Seed, "seed: the same seed gives the same sessions, facts and (with the fake upstream) scores")
 	sessions := fs.Int("sessions", d.Sessions, "sessions per configuration")
-	shapes := fs.String("shapes", strings.Join(d.Shapes, ","), "session shapes, taken in turn: "+strings.Join(eval.Shapes, ", "))
+	shapes := fs.String("shapes", "", "session shapes, taken in turn: "+strings.Join(eval.Shapes, ", ")+" (default all on responses, claude-code on messages)")
 	checkpoints := fs.String("compactions", "1,3,10", "comma-separated compaction counts after which the facts are asked")
 	steps := fs.Int("steps", d.Steps, "agent steps per compaction round")
 	facts := fs.Int("facts", d.Facts, "facts planted per round")
@@ -49,13 +50,22 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	modelSet := false
-	fs.Visit(func(f *flag.Flag) { modelSet = modelSet || f.Name == "model" })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	modelSet := set["model"]
+	if *apiName == eval.APIMessages {
+		if !set["api-key-env"] {
+			*keyEnv = "ANTHROPIC_API_KEY"
+		}
+		if !set["summarizer-api"] && *upstream != "" {
+			*sumAPI = "chat"
+		}
+	}
 	if (*upstream != "" || *compactdURL != "") && !modelSet {
 		return fmt.Errorf("--model is required with --upstream or --compactd (the default %q is the fake upstream's)", d.Model)
 	}
 	cfg := eval.Config{Seed: *seed, Sessions: *sessions, Steps: *steps, Facts: *facts, Turns: *turns,
-		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, Model: *model,
+		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, Model: *model, API: *apiName,
 		Upstream: strings.TrimRight(*upstream, "/"), Compactd: *compactdURL,
 		SummarizerURL: *sumURL, SummarizerModel: *sumModel, SummarizerAPI: *sumAPI,
 		Lossy: d.Lossy}

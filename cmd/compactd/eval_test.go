@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/eval"
 )
 
 var ciEvalFlags = []string{"--sessions", "2", "--steps", "12", "--threshold", "1000", "--compactions", "1,3"}
@@ -67,6 +70,8 @@ func TestEvalCommandFlags(t *testing.T) {
 		{"--upstream", "http://127.0.0.1:1"}, // no --model
 		{"--compactd", "http://127.0.0.1:1"},
 		{"--summarizer-key-env", "COMPACTD_EVAL_TEST_UNSET_VARIABLE"},
+		{"--api", "grpc"},
+		{"--api", "messages", "--shapes", "codex"},
 	} {
 		var out, errb bytes.Buffer
 		if err := evalMain(args, &out, &errb, false); err == nil {
@@ -93,5 +98,49 @@ func TestEvalProgressOnTerminal(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "\r") {
 		t.Error("progress leaked into stdout")
+	}
+}
+
+// TestEvalCommandMessages runs `compactd eval --api messages` against a fake upstream given as
+// --upstream, the way one runs it against Anthropic: the key comes from ANTHROPIC_API_KEY and
+// arrives as x-api-key on /v1/messages, the summariser defaults to Chat Completions on the same
+// upstream, the table names the route, and (d) reads n/a, in JSON too.
+func TestEvalCommandMessages(t *testing.T) {
+	d := eval.DefaultConfig()
+	fake := fakeupstream.New(fakeupstream.Options{Summaries: fakeupstream.LossySummaries(d.Lossy), Answer: eval.Answer})
+	base, stop, err := fake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-cmd-test")
+	args := []string{"--upstream", base, "--api", "messages", "--model", "claude-fake", "--summarizer-model", "fake-summariser",
+		"--sessions", "1", "--steps", "10", "--threshold", "1000", "--compactions", "1", "--configs", "a,d"}
+	var stdout, stderr bytes.Buffer
+	if err := evalMain(args, &stdout, &stderr, false); err != nil {
+		t.Fatalf("eval: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "route /v1/messages") || !strings.Contains(out, "n/a (the Messages route has no recall tool yet)") {
+		t.Errorf("table:\n%s", out)
+	}
+	kinds := map[string]int{}
+	for _, r := range fake.Requests() {
+		kinds[r.Kind+" "+r.Path]++
+		if r.Kind == fakeupstream.KindMessages && r.Header.Get("X-Api-Key") != "sk-ant-cmd-test" {
+			t.Errorf("Messages turn with x-api-key %q", r.Header.Get("X-Api-Key"))
+		}
+	}
+	if kinds["summary /v1/chat/completions"] != 1 || kinds["messages /v1/messages"] == 0 || len(kinds) != 2 {
+		t.Errorf("upstream saw %v: want Messages turns and one Chat Completions summariser call", kinds)
+	}
+
+	stdout.Reset()
+	if err := evalMain(append(args, "--json"), &stdout, &stderr, false); err != nil {
+		t.Fatal(err)
+	}
+	j := gjson.ParseBytes(stdout.Bytes())
+	if j.Get("route").Str != "/v1/messages" || j.Get("rows.1.unavailable").Str == "" || j.Get("rows.0.points.0.facts").Int() != 3 {
+		t.Errorf("JSON: %s", stdout.String()[:min(stdout.Len(), 600)])
 	}
 }
