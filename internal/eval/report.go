@@ -25,13 +25,15 @@ func (r *Report) describe() string {
 		route = "/v1/responses"
 	}
 	steps, threshold := r.Config.Steps, fmt.Sprintf("threshold %d", r.Config.Threshold)
+	retain := fmt.Sprintf("retain %d tokens", r.Config.Retain)
 	if r.Config.API == APIMessages {
 		route += " (Anthropic Messages, compact_20260112)"
 		steps, threshold = r.Config.MessagesSteps(), fmt.Sprintf("trigger %d input tokens", r.Config.messagesTrigger())
+		retain = "nothing retained verbatim" // a Messages compaction summarises the whole conversation
 	}
-	return fmt.Sprintf("route %s; %d sessions (%s), seed %d, %d steps and %d facts per round, %s, retain %d tokens; %s",
+	return fmt.Sprintf("route %s; %d sessions (%s), seed %d, %d steps and %d facts per round, %s, %s; %s",
 		route, r.Config.Sessions, strings.Join(r.Config.Shapes, ", "), r.Config.Seed, steps, r.Config.Facts,
-		threshold, r.Config.Retain, up)
+		threshold, retain, up)
 }
 
 func (v Variant) title() string {

@@ -14,8 +14,9 @@ const (
 	// Codex's "Chunk ID / Wall time / Process exited with code" header.
 	ShapeCodex = "codex"
 	// ShapeClaudeCode is a Claude Code session: Read (line-numbered file contents) and Bash
-	// tool calls. It is rendered as Responses items (function_call / function_call_output):
-	// the Messages route has no facts ledger, gap check or recall tool yet.
+	// tool calls. On APIResponses it is rendered as Responses items (function_call /
+	// function_call_output); on APIMessages as Messages tool_use / tool_result blocks
+	// (RenderMessages).
 	ShapeClaudeCode = "claude-code"
 )
 
