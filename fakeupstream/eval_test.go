@@ -120,3 +120,57 @@ func TestEvalLossySummaries(t *testing.T) {
 		t.Errorf("gap check with nothing missing = %q", got)
 	}
 }
+
+// TestEvalAnswererMessages is TestEvalAnswerer on /v1/messages: the fake reads the system prompt,
+// text blocks and tool_result contents (string or text blocks) of a Messages request, calls a
+// recall tool offered in Messages form with a tool_use block, and answers "unknown" once a
+// tool_result came back without the value.
+func TestEvalAnswererMessages(t *testing.T) {
+	recall := map[string]any{"name": "compactd_recall", "input_schema": map[string]any{"type": "object"}}
+	other := map[string]any{"name": "Read", "input_schema": map[string]any{"type": "object"}}
+	text := func(s string) any { return map[string]any{"type": "text", "text": s} }
+	msg := func(role string, blocks ...any) any { return map[string]any{"role": role, "content": blocks} }
+	use := msg("assistant", map[string]any{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": map[string]any{"file_path": "/x"}})
+	q := msg("user", text("What is `port`? Reply with the value only."))
+	for _, tc := range []struct {
+		name   string
+		system any
+		msgs   []any
+		tools  []any
+		text   string // the reply text, or "" for a tool_use of compactd_recall
+	}{
+		{"in a tool_result string", nil, []any{msg("user", text("go")), use,
+			msg("user", map[string]any{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a\nport=8443\n"}), q}, []any{other}, "8443"},
+		{"in tool_result text blocks", nil, []any{msg("user", text("go")), use,
+			msg("user", map[string]any{"type": "tool_result", "tool_use_id": "toolu_1", "content": []any{text("port=9443")}}), q}, []any{other}, "9443"},
+		{"in the system prompt", []any{text("port=7443")}, []any{q}, []any{other}, "7443"},
+		{"in a handoff text block", nil, []any{msg("user", text("<summary>\nport=6443\n</summary>")), msg("assistant", text("ok")), q}, []any{other}, "6443"},
+		{"not found, recall offered", nil, []any{msg("user", text("nothing")), q}, []any{other, recall}, ""},
+		{"not found, no recall tool", nil, []any{msg("user", text("nothing")), q}, []any{other}, Unknown},
+		{"after a fruitless recall", nil, []any{q, msg("assistant", map[string]any{"type": "tool_use", "id": "toolu_2", "name": "compactd_recall", "input": map[string]any{"query": "port"}}),
+			msg("user", map[string]any{"type": "tool_result", "tool_use_id": "toolu_2", "content": "no match"})}, []any{recall}, Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, base := start(t, Options{Answer: testAnswerer})
+			b := map[string]any{"model": "claude-fake", "max_tokens": 64, "messages": tc.msgs, "tools": tc.tools}
+			if tc.system != nil {
+				b["system"] = tc.system
+			}
+			raw, _ := json.Marshal(b)
+			status, _, body := post(t, base+"/v1/messages", string(raw), "anthropic-version", "2023-06-01")
+			if status != 200 {
+				t.Fatalf("status %d: %s", status, body)
+			}
+			out := gjson.GetBytes(body, "content.0")
+			if tc.text != "" {
+				if out.Get("type").Str != "text" || out.Get("text").Str != tc.text {
+					t.Errorf("reply %s, want text %q", out.Raw, tc.text)
+				}
+				return
+			}
+			if out.Get("type").Str != "tool_use" || out.Get("name").Str != "compactd_recall" || out.Get("input.query").Str != "port" {
+				t.Errorf("want a compactd_recall tool_use for port, got %s", out.Raw)
+			}
+		})
+	}
+}
