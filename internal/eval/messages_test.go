@@ -308,3 +308,18 @@ func TestEvalMessagesConfig(t *testing.T) {
 		t.Errorf("default Messages shapes %v", d.Shapes)
 	}
 }
+
+// TestEvalMessagesDelivers: with a summariser that keeps every detail, the facts come back
+// through compactd's Messages handoff, so a Messages score of 0 means lost, not undelivered.
+func TestEvalMessagesDelivers(t *testing.T) {
+	cfg := messagesCI(1)
+	cfg.Checkpoints, cfg.Variants = []int{1}, []string{"a"}
+	cfg.Lossy.Keep, cfg.Lossy.MaxLines = 1, 1<<20
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Rows[0].Points[0]; p.Facts != 3 || p.Correct != 3 {
+		t.Errorf("lossless summary on Messages: %d/%d answered, want all 3; answers %+v", p.Correct, p.Facts, rep.Rows[0].Answers)
+	}
+}
