@@ -178,6 +178,12 @@ func (s *session) runMessages(ctx context.Context, roundDone func()) ([]Asked, e
 		for j, turn := range round.Turns {
 			history = RenderMessages(history, turn, &seq)
 			last := j == len(round.Turns)-1
+			if !last && history[len(history)-1].Role == "assistant" {
+				// A request ending in an assistant message asks Anthropic to continue it (a
+				// prefill), which agents do not send and some models refuse: the assistant's
+				// words go with the next turn instead. A round's last turn ends with the user.
+				continue
+			}
 			out, err := s.postMessages(ctx, history, last)
 			if err != nil {
 				return nil, fmt.Errorf("round %d turn %d: %w", k+1, j+1, err)
