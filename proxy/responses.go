@@ -95,10 +95,10 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	t := &turn{stream: req.Stream}
 	changed := prev != nil
 	var c *compaction
-	if limit, trigger := s.cfg.Policy.Effective(th); limit > 0 && req.PreviousResponseID == "" {
+	if limit, trigger := s.cfg.Policy.ForRoute(dialectOpenAI.policyRoute()).Effective(th); limit > 0 && req.PreviousResponseID == "" {
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
 		if total <= limit {
-			s.maybeSpeculate(r, req.Model, items, total, limit)
+			s.maybeSpeculate(r, dialectOpenAI, req.Model, items, nil, s.cfg.RetainTokens, total, limit)
 		}
 		if total > limit {
 			var ka *keepAlive
@@ -111,8 +111,8 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case errors.Is(err, errNothingToCompact):
 			case err != nil:
-				s.compactionFailed(r, trigger, req.Model, err)
-				if !t.committed && s.passThroughOnFailure(w, "openai", err) {
+				s.compactionFailed(r, dialectOpenAI, trigger, req.Model, err)
+				if !t.committed && s.passThroughOnFailure(w, dialectOpenAI, err) {
 					break // forward the turn as it came
 				}
 				if e := summariserError(err); e != nil {
@@ -124,7 +124,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 				}
 				return
 			default:
-				s.compacted(r, trigger, c)
+				s.compacted(r, dialectOpenAI, trigger, c)
 				items, t.item, t.itemID, changed = c.items, c.item, c.id, true
 			}
 		}
