@@ -373,10 +373,15 @@ type compactRequest struct {
 	allowEmpty   bool
 }
 
-// compactItems compacts a Responses input through the core. The compacted input is the kept
-// window, the handoff message, and a speculative compaction's verbatim tail.
+// compactItems compacts a Responses input through the core.
 func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRequest) (*compaction, error) {
-	return s.compactCore(ctx, compactIn{
+	return s.compactCore(ctx, s.responsesCompactIn(r, cr))
+}
+
+// responsesCompactIn is the core's view of a Responses compaction. The compacted input is the
+// kept window, the handoff message, and a speculative compaction's verbatim tail.
+func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactIn {
+	return compactIn{
 		dialect: dialectOpenAI, id: cr.id, model: cr.model, instructions: cr.instructions,
 		conversation: cr.conversation, auth: s.summariserAuth(r), items: cr.items,
 		tokensBefore: cr.tokensBefore, prev: cr.prev, retain: s.cfg.RetainTokens,
@@ -389,7 +394,34 @@ func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRe
 			c.items = append(c.items, cr.items[len(c.compacted):]...)
 			return s.countItems(c.items), len(c.compacted) - len(c.window.Instructions) - len(c.window.Retained)
 		},
-	})
+	}
+}
+
+// thresholdCompaction runs a turn's threshold (or policy) compaction in either dialect: a
+// streamed turn is held open with the dialect's keep-alive (pulse renders it) while the
+// compaction runs, the outcome is recorded, and a failure is answered with answer (or, under
+// the passthrough failure policy, the turn goes on uncompacted). answered reports that the client
+// has been answered; a nil compaction without answered means the turn goes on uncompacted.
+func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turn, trigger string, pulse func(first bool) []byte, in compactIn, answer func(err error)) (c *compaction, answered bool) {
+	var ka *keepAlive
+	if t.stream {
+		ka = startKeepAlive(w, s.cfg.KeepAlive, pulse)
+	}
+	c, err := s.compactCore(r.Context(), in)
+	t.committed = ka != nil && ka.Stop()
+	switch {
+	case errors.Is(err, errNothingToCompact):
+		return nil, false
+	case err != nil:
+		s.compactionFailed(r, in.dialect, trigger, in.model, err)
+		if !t.committed && s.passThroughOnFailure(w, in.dialect, err) {
+			return nil, false // forward the turn as it came
+		}
+		answer(err)
+		return nil, true
+	}
+	s.compacted(r, in.dialect, trigger, c)
+	return c, false
 }
 
 // ledger is the facts ledger sealed with a summary: the hard facts of the replaced items the

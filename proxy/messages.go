@@ -54,14 +54,18 @@ func msgTurnFrom(r *http.Request) *msgTurn {
 // messagesPrelude reads and skims a Messages request and validates its context_management. It
 // forwards requests that use nothing compactd handles, and answers invalid ones; ok is false
 // when the request has been answered either way.
-// With policy (a server-side threshold on the Messages route) every request is read on, to be
-// counted; handleMessages still forwards one it leaves alone byte for byte.
+// With policy (a server-side threshold on the Messages route) a request that needs nothing else
+// of compactd is read on too, to be counted, with a nil context management: compactd applies
+// none of its edits and leaves it as sent, unvalidated, like the rest of such a request.
 func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy bool) (*api.MessagesRequest, *api.ContextManagement, bool) {
 	body, req, ok := s.readMessages(w, r)
 	if !ok {
 		return nil, nil, false
 	}
-	if !policy && !s.messagesNeedCompactd(req) {
+	if !s.messagesNeedCompactd(req) {
+		if policy {
+			return req, nil, true
+		}
 		s.forwardMessages(w, r, nil, body)
 		return nil, nil, false
 	}
@@ -126,8 +130,12 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		if total >= limit {
 			in := s.messagesCompactIn(r, req, msgs, view.prev)
 			in.instructions, in.tokensBefore, in.speculate = instructions, total, true
-			c, done := s.compactThreshold(w, r, req, mt, trigger, in)
-			if done {
+			c, answered := s.thresholdCompaction(w, r, mt.t, trigger, pingKeepAlive, in, func(err error) {
+				if e := compactionUnavailable(err); e != nil {
+					s.writeAnthropicError(w, mt, e)
+				}
+			})
+			if answered {
 				return
 			}
 			if c != nil {
@@ -140,7 +148,8 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if !compacted && !s.messagesNeedCompactd(req) {
+	needed := s.messagesNeedCompactd(req)
+	if !compacted && !needed {
 		// Read only to be counted against the policy, and under it: forwarded as it came.
 		s.forwardMessages(w, r, nil, req.Body)
 		return
@@ -150,7 +159,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if changed {
 		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.RawMessages(msgs))})
 	}
-	if req.ContextManagement != nil {
+	if req.ContextManagement != nil && needed {
 		var keep []byte // nil removes context_management
 		if !s.cfg.AnthropicApplyEdits {
 			keep = cm.OthersJSON()

@@ -249,32 +249,7 @@ func (s *Server) messagesCompactIn(r *http.Request, req *api.MessagesRequest, ms
 // pingEvent keeps a committed Messages stream alive while the summariser runs.
 var pingEvent = api.AppendSSE(nil, "ping", []byte(`{"type": "ping"}`))
 
-// compactThreshold runs a threshold compaction for a turn, holding a streamed response open with
-// pings while the summariser works. done reports that the client has been answered (with an
-// error); a nil compaction without done means there was nothing to compact.
-func (s *Server) compactThreshold(w http.ResponseWriter, r *http.Request, req *api.MessagesRequest, mt *msgTurn, trigger string, in compactIn) (*compaction, bool) {
-	var ka *keepAlive
-	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, func(bool) []byte { return pingEvent })
-	}
-	c, err := s.compactCore(r.Context(), in)
-	mt.t.committed = ka != nil && ka.Stop()
-	switch {
-	case errors.Is(err, errNothingToCompact):
-		return nil, false
-	case err != nil:
-		s.compactionFailed(r, dialectAnthropic, trigger, req.Model, err)
-		if !mt.t.committed && s.passThroughOnFailure(w, dialectAnthropic, err) {
-			return nil, false
-		}
-		if e := compactionUnavailable(err); e != nil {
-			s.writeAnthropicError(w, mt, e)
-		}
-		return nil, true
-	}
-	s.compacted(r, dialectAnthropic, trigger, c)
-	return c, false
-}
+func pingKeepAlive(bool) []byte { return pingEvent }
 
 // compactOnDemand answers a request with `compaction: {type: summarize}`: the conversation is
 // summarised into a signed block and nothing is sampled.
@@ -288,7 +263,7 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 	}
 	var ka *keepAlive
 	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, func(bool) []byte { return pingEvent })
+		ka = startKeepAlive(w, s.cfg.KeepAlive, pingKeepAlive)
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(view.msgs), req.Tools, 0)
 	in := s.messagesCompactIn(r, req, view.msgs, view.prev)
