@@ -74,19 +74,25 @@ func (s *Server) openItem(ctx context.Context, items []api.Item, k int) (*opened
 		return nil, s.openError(param, crypto.ErrMalformed)
 	}
 	if s.expired(p) {
-		s.metrics.openFailure(dialectOpenAI.String(), "expired")
+		s.openFailed(dialectOpenAI, "expired")
 		return nil, api.InvalidRequest(param, "compaction_item_expired", expiredMessage)
 	}
 	return &opened{id: id, payload: p, summary: p.Summary}, nil
 }
 
-func (s *Server) openError(param string, err error) *api.OpenAIError {
-	reason := crypto.Reason(err)
+// openFailed logs and counts a compaction item or block that could not be opened, by
+// crypto.Reason ("" is malformed), and returns the reason.
+func (s *Server) openFailed(d dialect, reason string) string {
 	if reason == "" {
 		reason = "malformed"
 	}
-	s.log.Warn("compaction item rejected", "reason", reason)
-	s.metrics.openFailure(dialectOpenAI.String(), reason)
+	s.log.Warn("compaction rejected", "api", d.String(), "reason", reason)
+	s.metrics.openFailure(d.String(), reason)
+	return reason
+}
+
+func (s *Server) openError(param string, err error) *api.OpenAIError {
+	reason := s.openFailed(dialectOpenAI, crypto.Reason(err))
 	msg := map[string]string{
 		"malformed":    "The compaction item's encrypted_content is not a compaction item issued by compactd (it is truncated or not in compactd's format). Send the item back exactly as it was returned.",
 		"unknown_key":  "The compaction item was sealed with a key this compactd does not have. If keys were rotated, add the old key to the keyring as a retired key; otherwise start a new conversation.",

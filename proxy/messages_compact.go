@@ -114,7 +114,7 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 			err = sg.Verify(b.Get("signature").Str, []byte(ec.Str), s.binding(ctx, id))
 		}
 		if err != nil {
-			s.openFailed(crypto.Reason(err))
+			s.openFailed(dialectAnthropic, crypto.Reason(err))
 			return nil, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_signature_invalid",
 				path+": the compaction block's signature does not verify; send the block back byte-exact, as compactd returned it.")
 		}
@@ -131,7 +131,7 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 		return nil, s.blockOpenError(path, crypto.ErrMalformed)
 	}
 	if s.expired(p) {
-		s.openFailed("expired")
+		s.openFailed(dialectAnthropic, "expired")
 		return nil, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_block_expired", path+": "+expiredMessage)
 	}
 	o := &opened{id: id, summary: p.Summary, payload: p}
@@ -145,17 +145,8 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 	return o, nil
 }
 
-func (s *Server) openFailed(reason string) {
-	if reason == "" {
-		reason = "malformed"
-	}
-	s.log.Warn("compaction block rejected", "api", dialectAnthropic.String(), "reason", reason)
-	s.metrics.openFailure(dialectAnthropic.String(), reason)
-}
-
 func (s *Server) blockOpenError(path string, err error) *api.AnthropicError {
-	reason := crypto.Reason(err)
-	s.openFailed(reason)
+	reason := s.openFailed(dialectAnthropic, crypto.Reason(err))
 	msg := map[string]string{
 		"unknown_key":  "the compaction block was sealed with a key this compactd does not have. If keys were rotated, add the old key to the keyring as a retired key; otherwise start a new conversation.",
 		"wrong_tenant": "the compaction block was issued to a different tenant and cannot be used here.",
