@@ -32,7 +32,7 @@ type signer interface {
 // binding is what a Messages compaction block is sealed and signed under: its id and the
 // request's tenant, so a block issued to one tenant never opens for another.
 func (s *Server) binding(ctx context.Context, id string) crypto.Binding {
-	return crypto.Binding{Kind: anthropicSealKind, ItemID: id, Tenant: s.tenantOf(ctx)}
+	return crypto.Binding{Kind: dialectAnthropic.sealKind(), ItemID: id, Tenant: s.tenantOf(ctx)}
 }
 
 // msgView is the conversation as the upstream will see it once compaction blocks are applied.
