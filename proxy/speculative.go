@@ -217,22 +217,34 @@ func (sp *speculator) close() {
 	}
 }
 
+// speculating reports whether a turn of total tokens is past the speculative fraction of limit.
+func (s *Server) speculating(total, limit int) bool {
+	return s.spec != nil && float64(total) >= s.spec.cfg.Fraction*float64(limit)
+}
+
 // maybeSpeculate starts a background summary when a below-threshold turn is past the fraction.
-func (s *Server) maybeSpeculate(r *http.Request, model string, items []api.Item, total, limit int) {
-	if s.spec == nil || float64(total) < s.spec.cfg.Fraction*float64(limit) {
+// units and prefix are as in compactIn (nil prefix: units are the neutral items themselves);
+// the job partitions with the dialect's retain budget, so its window is the one the crossing
+// turn would compute, and writes the ledger (and gap check) the crossing turn seals.
+func (s *Server) maybeSpeculate(r *http.Request, d dialect, model string, units []api.Item, prefix func(n int) []api.Item, retain, total, limit int) {
+	if !s.speculating(total, limit) {
 		return
 	}
 	auth := s.summariserAuth(r)
-	started := s.spec.start(model, items, func(ctx context.Context, prefix []api.Item) (specResult, error) {
-		w := compact.Partition(prefix, s.cfg.RetainTokens, s.countItem)
+	started := s.spec.start(specKey(d, model), units, func(ctx context.Context, p []api.Item) (specResult, error) {
+		items := p
+		if prefix != nil {
+			items = prefix(len(p))
+		}
+		w := compact.Partition(items, retain, s.countItem)
 		if len(w.Summarise) == 0 {
 			return specResult{}, errNothingToCompact
 		}
-		res, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: model, Entries: compact.RenderEntries(prefix, w.Summarise), Auth: auth})
+		res, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: model, Entries: compact.RenderEntries(items, w.Summarise), Auth: auth})
 		if err != nil {
 			return specResult{}, err
 		}
-		return specResult{res: res, ledger: s.ledger(ctx, auth, model, prefix, w, res, &res.Usage)}, nil
+		return specResult{res: res, ledger: s.ledger(ctx, auth, model, items, w, res, &res.Usage)}, nil
 	})
 	if started {
 		s.metrics.speculative("started")
@@ -240,12 +252,12 @@ func (s *Server) maybeSpeculate(r *http.Request, model string, items []api.Item,
 }
 
 // useSpeculation returns a ready (or running, then awaited) summary of a prefix of items, with
-// the prefix length; n == 0 means the turn must compact the normal way.
-func (s *Server) useSpeculation(ctx context.Context, model string, items []api.Item) (int, specResult) {
+// the prefix length; n == 0 means the turn must compact the normal way. key is specKey's.
+func (s *Server) useSpeculation(ctx context.Context, key string, items []api.Item) (int, specResult) {
 	if s.spec == nil {
 		return 0, specResult{}
 	}
-	n, e := s.spec.lookup(model, items)
+	n, e := s.spec.lookup(key, items)
 	if e == nil {
 		s.metrics.speculative("miss")
 		return 0, specResult{}
