@@ -252,14 +252,6 @@ func TestRedirectFiles(t *testing.T) {
 	}
 }
 
-func TestPatchFiles(t *testing.T) {
-	patch := "*** Begin Patch\n*** Add File: a/new.go\n+package a\n*** Update File: b/old.go\n*** Move to: b/renamed.go\n@@\n-x\n+y\n*** Delete File: c/gone.go\n*** End Patch\n"
-	want := []string{"a/new.go", "b/old.go", "b/renamed.go", "c/gone.go"}
-	if got := patchFiles(patch); !reflect.DeepEqual(got, want) {
-		t.Errorf("patchFiles = %q, want %q", got, want)
-	}
-}
-
 func TestCodexOutput(t *testing.T) {
 	tests := []struct {
 		name     string
