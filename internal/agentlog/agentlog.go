@@ -60,7 +60,10 @@ var shellTools = map[string]bool{
 func IsShellTool(name string) bool { return shellTools[name] }
 
 // shells are the interpreters whose "-c"/"-lc" wrapping CommandLine unwraps, by base name.
-var shells = map[string]bool{"sh": true, "bash": true, "zsh": true, "dash": true, "ksh": true}
+var shells = map[string]bool{
+	"sh": true, "bash": true, "zsh": true, "dash": true, "ash": true, "ksh": true, "mksh": true,
+	"csh": true, "tcsh": true, "fish": true, "pwsh": true,
+}
 
 // ShellScript returns the script of an argv that only wraps one in a shell (["bash", "-lc",
 // "go test ./..."], also /bin/sh -c and the like), and whether argv is such a wrapper.

@@ -52,6 +52,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"bash", "-lc", "go test ./... | tail"}, "go test ./... | tail"},
 		{[]string{"/bin/zsh", "-c", "make"}, "make"},
 		{[]string{"/usr/local/bin/bash", "-lc", "ls"}, "ls"},
+		{[]string{"fish", "-c", "make"}, "make"},
 		{[]string{"ssh", "-c", "aes128-ctr"}, "ssh -c aes128-ctr"}, // ends in "sh", is no shell
 		{[]string{"bash", "-lc"}, "bash -lc"},
 		{[]string{"rg", "-n", "retry budget", "internal"}, "rg -n 'retry budget' internal"},
