@@ -136,6 +136,9 @@ func (c *Config) validate() error {
 	if c.Archive == nil && (c.ArchiveRetention.MaxAge != 0 || c.ArchiveRetention.MaxBytes != 0) {
 		bad("ArchiveRetention", "is set without an Archive to prune")
 	}
+	if c.ArchiveRetentionInterval != 0 && c.ArchiveRetention.MaxAge == 0 && c.ArchiveRetention.MaxBytes == 0 {
+		bad("ArchiveRetentionInterval", "is set without an ArchiveRetention limit: there is nothing to prune that often")
+	}
 	if (c.MetricsUser == "") != (c.MetricsPassword == "") {
 		bad("MetricsUser", "and MetricsPassword go together: basic auth needs both")
 	}

@@ -66,6 +66,7 @@ func TestNewRejectsNonsense(t *testing.T) {
 		{"Speculative.Fraction 1", func(c *proxy.Config) { c.Speculative.Fraction = 1 }, "Config.Speculative.Fraction"},
 		{"negative Recall.TopK", func(c *proxy.Config) { c.Recall.TopK = -1 }, "Config.Recall.TopK"},
 		{"retention without archive", func(c *proxy.Config) { c.ArchiveRetention.MaxAge = time.Hour }, "Config.ArchiveRetention"},
+		{"retention interval without a limit", func(c *proxy.Config) { c.ArchiveRetentionInterval = time.Minute }, "Config.ArchiveRetentionInterval"},
 		{"user without password", func(c *proxy.Config) { c.MetricsUser = "ops" }, "Config.MetricsUser"},
 		{"two mistakes, both named", func(c *proxy.Config) { c.Sealer = nil; c.RetainTokens = -1 }, "Config.RetainTokens"},
 	} {
