@@ -142,7 +142,7 @@ func itemText(item []byte) string {
 }
 
 // ItemText is the text the archive indexes and cuts excerpts from for one raw item (see
-// itemText); recallbench reads segments through it so it measures what the archive sees.
+// itemText); bench/recallbench reads segments through it so it measures what the archive sees.
 func ItemText(item []byte) string { return itemText(item) }
 
 // textSkipKeys are the members whose values itemText leaves out.

@@ -271,7 +271,7 @@ func FuzzMessagesSSERewriterStream(f *testing.F) {
 // before the item survives; items after it follow byte for byte; the handoff message, present
 // iff the payload has a summary or ledger, carries exactly handoff.Text.
 func FuzzExpand(f *testing.F) {
-	s, err := New(Config{Counter: fuzzCounter(f), RetainTokens: 40, Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(Config{Sealer: internalRing(f), Summarizer: instantSummarizer{}, Counter: fuzzCounter(f), RetainTokens: 40, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/compactd/compactd/archive"
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/crypto"
@@ -282,6 +283,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		LedgerBytes:          c.ledgerBytes,
 		GapCheck:             c.gapCheck,
 		Archive:              store,
+		ArchiveRetention:     archive.Retention{MaxAge: c.archiveMaxAge, MaxBytes: c.archiveMaxBytes},
 		Recall:               c.recallConfig,
 		AdminToken:           c.adminToken,
 		Upstream:             up,
@@ -336,9 +338,17 @@ func runServe(args []string) error {
 		return err
 	}
 	defer stopOps()
-	return serveUntilSignal(srv, ln, c.shutdownGrace, log, func() {
+	err = serveUntilSignal(srv, ln, c.shutdownGrace, log, func() {
 		log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
 	})
+	// No request is served any more: stop speculation and archive retention, and close the
+	// archive, waiting up to another grace period for running background summaries to end.
+	cctx, cancel := context.WithTimeout(context.Background(), c.shutdownGrace)
+	defer cancel()
+	if cerr := handler.Close(cctx); cerr != nil {
+		log.Warn("shutdown: background work did not stop cleanly", "err", cerr)
+	}
+	return err
 }
 
 // serveUntilSignal serves until SIGINT or SIGTERM, then stops accepting connections and gives
