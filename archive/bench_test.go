@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // Benchmarks run against SQLite populated with synthetic segments: 12 items each, words drawn
@@ -23,12 +25,15 @@ var (
 	benchFiles = map[int]string{}
 )
 
+// TestMain checks that no test leaves a goroutine behind (database/sql's connection opener ends
+// with Store.Close, RunRetention with its context) and removes the benchmarks' databases.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if benchDir != "" {
-		os.RemoveAll(benchDir)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if benchDir != "" {
+			os.RemoveAll(benchDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 type segGen struct {

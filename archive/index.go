@@ -142,7 +142,7 @@ func itemText(item []byte) string {
 }
 
 // ItemText is the text the archive indexes and cuts excerpts from for one raw item (see
-// itemText); recallbench reads segments through it so it measures what the archive sees.
+// itemText); bench/recallbench reads segments through it so it measures what the archive sees.
 func ItemText(item []byte) string { return itemText(item) }
 
 // textSkipKeys are the members whose values itemText leaves out.
@@ -236,7 +236,7 @@ func scanJSON(js string, member func(obj int, key string) bool, scalar func(obj 
 				return // the first value is complete; gjson ignores what follows too
 			}
 		case '"':
-			end, ok := strEnd(js, i)
+			end, ok := jsonx.StringEnd(js, i)
 			if !ok {
 				return
 			}
@@ -246,7 +246,7 @@ func scanJSON(js string, member func(obj int, key string) bool, scalar func(obj 
 				wantKey = false
 				key = unquote(lit)
 				if !member(top(), key) {
-					if i, ok = skipMember(js, i); !ok {
+					if i, ok = jsonx.SkipMember(js, i); !ok {
 						return
 					}
 				}
@@ -260,7 +260,7 @@ func scanJSON(js string, member func(obj int, key string) bool, scalar func(obj 
 			if wantKey {
 				return // malformed: an object key must be a string
 			}
-			end := scalarEnd(js, i)
+			end := jsonx.ScalarEnd(js, i)
 			scalar(top(), key, js[i:end])
 			i = end
 			if len(stack) == 0 {
@@ -279,74 +279,6 @@ func unquote(lit string) string {
 		return lit[1 : len(lit)-1]
 	}
 	return gjson.Parse(lit).Str // a string literal: gjson decodes it without recursing
-}
-
-// strEnd returns the offset just past the string literal that starts at js[i] (a '"').
-func strEnd(js string, i int) (int, bool) {
-	for j := i + 1; j < len(js); j++ {
-		switch js[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, true
-		}
-	}
-	return len(js), false
-}
-
-// scalarEnd returns the offset just past the number or literal that starts at js[i]; like gjson,
-// it ends at whitespace, a comma or a closing bracket.
-func scalarEnd(js string, i int) int {
-	j := i + 1
-	for j < len(js) {
-		switch js[j] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return j
-		}
-		j++
-	}
-	return j
-}
-
-// skipMember skips the ':' and the value that follow an object key ending at js[i], counting
-// brackets instead of recursing.
-func skipMember(js string, i int) (int, bool) {
-	for i < len(js) && (js[i] == ' ' || js[i] == '\t' || js[i] == '\n' || js[i] == '\r' || js[i] == ':') {
-		i++
-	}
-	if i >= len(js) {
-		return i, false
-	}
-	switch js[i] {
-	case '"':
-		return strEnd(js, i)
-	case '{', '[':
-		depth := 0
-		for i < len(js) {
-			switch js[i] {
-			case '"':
-				end, ok := strEnd(js, i)
-				if !ok {
-					return end, false
-				}
-				i = end
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1, true
-				}
-			}
-			i++
-		}
-		return i, false
-	case '}', ']', ',':
-		return i, false
-	default:
-		return scalarEnd(js, i), true
-	}
 }
 
 // bytesToString views b as a string without copying; the string must not outlive b's contents.

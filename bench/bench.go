@@ -176,7 +176,8 @@ func newCompactd(upstream string) (*proxy.Server, func(), error) {
 		counter.Close()
 		return nil, nil, err
 	}
-	return s, counter.Close, nil
+	// The Server owns the Counter: Close stops it with the speculative jobs.
+	return s, func() { _ = s.Close(context.Background()) }, nil
 }
 
 // newEnv starts the fake upstream with opt, the bare proxy and compactd.

@@ -2,6 +2,7 @@ package compact
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -9,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/agentlog"
 	"github.com/compactd/compactd/internal/jsonx"
 )
 
@@ -165,7 +167,7 @@ func (c *ledgerCollector) item(it api.Item) {
 		c.toolCall(v.Get("name").Str, v.Get("arguments").Str, v.Get("call_id").Str)
 	case "custom_tool_call":
 		input := v.Get("input").Str
-		if v.Get("name").Str == "apply_patch" || strings.Contains(input, "*** Begin Patch") {
+		if agentlog.IsPatchTool(v.Get("name").Str) || agentlog.IsPatch(input) {
 			c.patch(input)
 		}
 	case "local_shell_call":
@@ -203,13 +205,6 @@ func (c *ledgerCollector) item(it api.Item) {
 	}
 }
 
-// shellTools are the function names agents use to run commands (Codex: shell, exec_command,
-// container.exec; others: bash, run_command, …).
-var shellTools = map[string]bool{
-	"shell": true, "exec_command": true, "container.exec": true, "shell_command": true,
-	"local_shell": true, "bash": true, "run_command": true, "run_terminal_cmd": true, "execute_command": true,
-}
-
 // pathKeys are function_call argument names that hold a file path.
 var pathKeys = []string{"path", "file", "file_path", "filepath", "filename", "target_file", "notebook_path"}
 
@@ -232,13 +227,13 @@ func (c *ledgerCollector) toolCall(name, args, callID string) {
 		line = cmd.Str
 	}
 	switch {
-	case name == "apply_patch":
+	case agentlog.IsPatchTool(name):
 		in := a.Get("input").Str
 		if in == "" {
 			in = a.Get("patch").Str
 		}
 		c.patch(in)
-	case len(argv) > 0 || line != "" || shellTools[name]:
+	case len(argv) > 0 || line != "" || agentlog.IsShellTool(name):
 		c.shell(argv, line, callID)
 	}
 	n := 0
@@ -262,23 +257,15 @@ func (c *ledgerCollector) toolCall(name, args, callID string) {
 // through the shell is a patch, not a command.
 func (c *ledgerCollector) shell(argv []string, line, callID string) {
 	if len(argv) > 0 {
-		// ["bash","-lc","…"] is a shell line in exec clothing
-		if len(argv) == 3 && (argv[1] == "-lc" || argv[1] == "-c") && strings.HasSuffix(argv[0], "sh") {
-			line = argv[2]
-		} else if argv[0] == "apply_patch" || argv[0] == "applypatch" {
+		if agentlog.IsPatchTool(argv[0]) {
 			if len(argv) > 1 {
 				c.patch(argv[1])
 			}
 			return
-		} else {
-			q := make([]string, len(argv))
-			for i, s := range argv {
-				q[i] = shellQuote(s)
-			}
-			line = strings.Join(q, " ")
 		}
+		line = agentlog.CommandLine(argv) // ["bash","-lc","…"] is a shell line in exec clothing
 	}
-	if strings.Contains(line, "*** Begin Patch") {
+	if agentlog.IsPatch(line) {
 		c.patch(line)
 		return
 	}
@@ -322,13 +309,11 @@ func (c *ledgerCollector) shell(argv []string, line, callID string) {
 func (c *ledgerCollector) patch(p string) {
 	var sigs, vals, paths int
 	forLines(p, func(line string) {
-		for _, pre := range []string{"*** Update File: ", "*** Add File: ", "*** Delete File: ", "*** Move to: "} {
-			if strings.HasPrefix(line, pre) {
-				if paths < maxPathsPerSource*4 && c.addCode(catPath, strings.TrimSpace(line[len(pre):]), maxFactBytes) {
-					paths++
-				}
-				return
+		if f, ok := agentlog.PatchFileLine(line); ok {
+			if paths < maxPathsPerSource*4 && c.addCode(catPath, f, maxFactBytes) {
+				paths++
 			}
+			return
 		}
 		if len(line) < 2 || line[0] != '+' || strings.HasPrefix(line, "+++") {
 			return
@@ -884,28 +869,17 @@ func isErrorLine(line string) bool {
 // errorStems gate errorRe: every word it matches contains one of them.
 var errorStems = []string{"rror", "anic", "fail", "fatal", "xception", "traceback", "segmentation"}
 
-var exitRe = regexp.MustCompile(`(?i)(?:exit code:?|process exited with code|exit status|"exit_code"\s*:)\s*(-?\d+)`)
-
-// exitStatus finds a command's exit status in its output: Codex exec_command ("Process exited
-// with code N"), Codex shell ("Exit code: N" or JSON metadata.exit_code), or "exit status N".
-// isJSON says out has passed jsonx.Valid, so gjson may read it.
+// exitStatus finds a command's exit status in its output: Codex shell's JSON metadata.exit_code,
+// else a status line (agentlog.ExitCode). isJSON says out has passed jsonx.Valid, so gjson may
+// read it.
 func exitStatus(out string, isJSON bool) string {
 	if isJSON {
 		if ec := gjson.Get(out, "metadata.exit_code"); ec.Type == gjson.Number {
 			return "exit " + ec.Raw
 		}
 	}
-	if !containsFold(out, "exit") {
-		return ""
-	}
-	head := out[:min(len(out), 1024)]
-	if m := exitRe.FindStringSubmatch(head); m != nil {
-		return "exit " + m[1]
-	}
-	if len(out) > 1024 {
-		if m := exitRe.FindStringSubmatch(out[max(1024, len(out)-512):]); m != nil {
-			return "exit " + m[1]
-		}
+	if n, ok := agentlog.ExitCode(out); ok {
+		return "exit " + strconv.Itoa(n)
 	}
 	return ""
 }

@@ -3,6 +3,7 @@ package compact
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 )
@@ -130,11 +131,68 @@ func jsonKind(v gjson.Result) string {
 type Policy struct {
 	// Threshold compacts every request past this many input tokens; 0 turns the policy off.
 	Threshold int
+	// Routes overrides Threshold for one route ("responses", "messages"): the two APIs serve
+	// models with different context windows, so one number rarely fits both. A route absent from
+	// it uses Threshold; 0 turns the policy off for that route.
+	Routes map[string]int
 	// Override applies Threshold even when the client sent its own context_management.
 	Override bool
 	// DefaultClientThreshold is used when the client asked for compaction without a threshold
 	// (0 = DefaultClientThreshold, 200000).
 	DefaultClientThreshold int
+}
+
+// Routes compactd applies a policy threshold to, as --compact-threshold names them.
+const (
+	RouteResponses = "responses"
+	RouteMessages  = "messages"
+)
+
+// ForRoute is the policy as it applies to one route: Threshold is the route's own when Routes
+// names it.
+func (p Policy) ForRoute(route string) Policy {
+	if n, ok := p.Routes[route]; ok {
+		p.Threshold = n
+	}
+	p.Routes = nil
+	return p
+}
+
+// ParseThresholds reads --compact-threshold: "N" (both routes) or "responses=N,messages=M" (a
+// route left out gets 0, off). Thresholds must not be negative; 0 is off.
+func ParseThresholds(s string) (threshold int, routes map[string]int, err error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil, nil
+	}
+	num := func(v string) (int, error) {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("compact threshold %q: want a token count of 0 (off) or more", strings.TrimSpace(v))
+		}
+		return n, nil
+	}
+	if !strings.Contains(s, "=") {
+		n, err := num(s)
+		return n, nil, err
+	}
+	routes = map[string]int{}
+	for _, part := range strings.Split(s, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		k = strings.TrimSpace(k)
+		if k != RouteResponses && k != RouteMessages {
+			return 0, nil, fmt.Errorf("compact threshold route %q: want responses or messages", k)
+		}
+		if _, dup := routes[k]; dup {
+			return 0, nil, fmt.Errorf("compact threshold route %q given twice", k)
+		}
+		n, err := num(v)
+		if err != nil {
+			return 0, nil, err
+		}
+		routes[k] = n
+	}
+	return 0, routes, nil
 }
 
 // Effective returns the threshold that applies to a request and what set it: "threshold" (the

@@ -94,3 +94,56 @@ func TestPolicyEffective(t *testing.T) {
 		})
 	}
 }
+
+func TestParseThresholds(t *testing.T) {
+	for _, tt := range []struct {
+		in        string
+		threshold int
+		routes    map[string]int
+		wantErr   bool
+	}{
+		{"", 0, nil, false},
+		{"150000", 150000, nil, false},
+		{" 0 ", 0, nil, false},
+		{"responses=150000,messages=120000", 0, map[string]int{RouteResponses: 150000, RouteMessages: 120000}, false},
+		{"messages=120000", 0, map[string]int{RouteMessages: 120000}, false},
+		{"responses = 1000 , messages=0", 0, map[string]int{RouteResponses: 1000, RouteMessages: 0}, false},
+		{"-1", 0, nil, true},
+		{"abc", 0, nil, true},
+		{"chat=1000", 0, nil, true},
+		{"messages=1000,messages=2000", 0, nil, true},
+		{"messages=-5", 0, nil, true},
+		{"messages", 0, nil, true},
+	} {
+		n, routes, err := ParseThresholds(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseThresholds(%q) err = %v, want error %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err == nil && (n != tt.threshold || len(routes) != len(tt.routes)) {
+			t.Errorf("ParseThresholds(%q) = %d %v, want %d %v", tt.in, n, routes, tt.threshold, tt.routes)
+		}
+		for k, v := range tt.routes {
+			if got, ok := routes[k]; !ok || got != v {
+				t.Errorf("ParseThresholds(%q)[%s] = %d, %v; want %d", tt.in, k, got, ok, v)
+			}
+		}
+	}
+}
+
+func TestPolicyForRoute(t *testing.T) {
+	p := Policy{Threshold: 100_000, Routes: map[string]int{RouteMessages: 80_000, RouteResponses: 0}, Override: true}
+	for _, tt := range []struct {
+		route string
+		want  int
+	}{{RouteMessages, 80_000}, {RouteResponses, 0}, {"other", 100_000}} {
+		got := p.ForRoute(tt.route)
+		if got.Threshold != tt.want || !got.Override || got.Routes != nil {
+			t.Errorf("ForRoute(%s) = %+v, want threshold %d", tt.route, got, tt.want)
+		}
+	}
+	// The single-number form applies to both routes.
+	if one := (Policy{Threshold: 5000}); one.ForRoute(RouteMessages).Threshold != 5000 || one.ForRoute(RouteResponses).Threshold != 5000 {
+		t.Error("a single threshold does not apply to both routes")
+	}
+}

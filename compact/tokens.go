@@ -12,6 +12,7 @@ import (
 	"github.com/tiktoken-go/tokenizer"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/tokenize"
 )
 
 // ItemOverhead is the fixed token cost added to every item for its role/type framing in the
@@ -89,23 +90,8 @@ type Counter struct {
 	wg      sync.WaitGroup
 }
 
-var (
-	codecOnce sync.Once
-	codec     tokenizer.Codec
-)
-
-// o200k returns the shared o200k_base codec; its vocabulary is embedded and built once. The codec
-// holds no per-call state (regexp2 pools its runners), so one instance serves all goroutines.
-func o200k() tokenizer.Codec {
-	codecOnce.Do(func() {
-		c, err := tokenizer.Get(tokenizer.O200kBase)
-		if err != nil {
-			panic("compact: o200k_base unavailable: " + err.Error())
-		}
-		codec = c
-	})
-	return codec
-}
+// o200k is the process's one o200k_base codec (internal/tokenize), shared with handoff.
+func o200k() tokenizer.Codec { return tokenize.Codec() }
 
 // bpeCount is the tokenizer call. On the (regexp timeout) error path it falls back to the estimate
 // rather than failing a request over a count.

@@ -8,6 +8,8 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/api"
+
+	"github.com/compactd/compactd/internal/agentlog"
 )
 
 // RenderEntry renders one item as plain text for the summariser: "[user] …", "[assistant] …",
@@ -43,7 +45,7 @@ func RenderEntry(it api.Item) string {
 	case "local_shell_call":
 		var args []string
 		for _, a := range v.Get("action.command").Array() {
-			args = append(args, shellQuote(a.Str))
+			args = append(args, agentlog.Quote(a.Str))
 		}
 		s := "[tool call] local_shell(" + strings.Join(args, " ") + ")"
 		if wd := v.Get("action.working_directory").Str; wd != "" {
@@ -140,15 +142,6 @@ func renderWebSearch(a gjson.Result) string {
 		return "find " + strconv.Quote(a.Get("pattern").Str) + " in " + a.Get("url").Str
 	}
 	return compactUnknown([]byte(a.Raw))
-}
-
-// shellQuote quotes an argument only when the shell would split or expand it, so commands read
-// as they were typed.
-func shellQuote(s string) string {
-	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`*?;&|<>()[]{}!#~") {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // compactUnknown renders an unknown item as compact JSON without the fields that carry no

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/tidwall/gjson"
 )
 
@@ -125,7 +126,7 @@ func walkRawStrings(json string, schemaKeys bool, visit func(lit string), specia
 				return // the first value is complete; gjson ignores what follows too
 			}
 		case '"':
-			end, ok := strEnd(json, i)
+			end, ok := jsonx.StringEnd(json, i)
 			if !ok {
 				return
 			}
@@ -135,7 +136,7 @@ func walkRawStrings(json string, schemaKeys bool, visit func(lit string), specia
 				wantKey = false
 				k := unquote(lit)
 				if skipKeys[k] {
-					if i, ok = skipMember(json, i); !ok {
+					if i, ok = jsonx.SkipMember(json, i); !ok {
 						return
 					}
 					continue
@@ -161,77 +162,10 @@ func walkRawStrings(json string, schemaKeys bool, visit func(lit string), specia
 			if wantKey {
 				return // malformed: an object key must be a string
 			}
-			i = scalarEnd(json, i)
+			i = jsonx.ScalarEnd(json, i)
 			if len(stack) == 0 {
 				return
 			}
 		}
-	}
-}
-
-// strEnd returns the offset just past the string literal that starts at json[i] (a '"').
-func strEnd(json string, i int) (int, bool) {
-	for j := i + 1; j < len(json); j++ {
-		switch json[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, true
-		}
-	}
-	return len(json), false
-}
-
-// scalarEnd returns the offset just past the number or literal that starts at json[i].
-func scalarEnd(json string, i int) int {
-	j := i + 1
-	for j < len(json) {
-		switch json[j] {
-		case ',', '}', ']', ':', '"', '[', '{', ' ', '\t', '\n', '\r':
-			return j
-		}
-		j++
-	}
-	return j
-}
-
-// skipMember skips the ':' and the value that follow an object key ending at json[i], without
-// visiting anything; it counts brackets instead of recursing.
-func skipMember(json string, i int) (int, bool) {
-	for i < len(json) && (json[i] == ' ' || json[i] == '\t' || json[i] == '\n' || json[i] == '\r' || json[i] == ':') {
-		i++
-	}
-	if i >= len(json) {
-		return i, false
-	}
-	switch json[i] {
-	case '"':
-		return strEnd(json, i)
-	case '{', '[':
-		depth := 0
-		for i < len(json) {
-			switch json[i] {
-			case '"':
-				end, ok := strEnd(json, i)
-				if !ok {
-					return end, false
-				}
-				i = end
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1, true
-				}
-			}
-			i++
-		}
-		return i, false
-	case '}', ']', ',':
-		return i, false
-	default:
-		return scalarEnd(json, i), true
 	}
 }

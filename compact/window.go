@@ -1,11 +1,8 @@
 package compact
 
 import (
-	"strconv"
-	"strings"
-	"unicode/utf8"
-
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/tokenize"
 )
 
 // DefaultRetainBudget is how many tokens of the newest user messages OpenAI keeps verbatim after
@@ -67,51 +64,9 @@ func Partition(items []api.Item, retainBudget int, count func(api.Item) int) Win
 	return w
 }
 
-// elisionMarker marks the cut made by TruncateMiddle; it is fixed text so the model learns to
-// read it and the truncated message stays byte-stable turn after turn.
-func elisionMarker(n int) string { return "\n…[" + strconv.Itoa(n) + " tokens elided]…\n" }
-
 // TruncateMiddle shortens s to about maxTokens tokens by keeping its head and tail and replacing
-// the middle with a marker naming how many tokens were cut. The beginning of a message usually
-// states the task and the end the latest ask, so both matter more than the middle. Cuts fall on
-// token boundaries moved to UTF-8 boundaries; re-tokenising the joined text can differ from the
-// budget by a token or two at the seams. If maxTokens cannot hold even the marker, the result is
-// the marker alone. s is returned unchanged when it already fits.
+// the middle with a marker naming how many tokens were cut: tokenize.TruncateMiddle, counting
+// with c's cache. s is returned unchanged when it already fits.
 func TruncateMiddle(s string, maxTokens int, c *Counter) string {
-	if c.Text(s) <= maxTokens {
-		return s
-	}
-	_, toks, err := o200k().Encode(s)
-	if err != nil || len(toks) <= maxTokens {
-		return s
-	}
-	// the marker's digits depend on the cut, which depends on the marker: size it for the
-	// largest possible cut, which never has fewer digits than the real one
-	markerTokens := c.Text(elisionMarker(len(toks)))
-	keep := maxTokens - markerTokens
-	if keep <= 0 {
-		return elisionMarker(len(toks))
-	}
-	headN := (keep + 1) / 2
-	tailN := keep - headN
-	headEnd := 0
-	for _, t := range toks[:headN] {
-		headEnd += len(t)
-	}
-	tailStart := len(s)
-	for _, t := range toks[len(toks)-tailN:] {
-		tailStart -= len(t)
-	}
-	for headEnd > 0 && !utf8.RuneStart(s[headEnd]) {
-		headEnd--
-	}
-	for tailStart < len(s) && !utf8.RuneStart(s[tailStart]) {
-		tailStart++
-	}
-	var b strings.Builder
-	b.Grow(headEnd + len(s) - tailStart + 32)
-	b.WriteString(s[:headEnd])
-	b.WriteString(elisionMarker(len(toks) - headN - tailN))
-	b.WriteString(s[tailStart:])
-	return b.String()
+	return tokenize.TruncateMiddle(s, maxTokens, c.Text)
 }

@@ -32,3 +32,26 @@ func TestTextIsDeterministicAndPrefixed(t *testing.T) {
 		}
 	}
 }
+
+// Each dialect's handoff says what its compaction kept: Responses keeps the newest user messages
+// verbatim before the summary, Messages keeps nothing before it. Both are pure functions of the
+// payload, so the handoff is byte-stable turn after turn.
+func TestHandoffTextPerDialect(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		render func(summary, ledger string) string
+		prefix string
+		above  bool // claims messages were kept verbatim above
+	}{
+		{"responses", Text, Prefix, true},
+		{"messages", MessagesText, MessagesPrefix, false},
+	} {
+		a, b := tt.render("did X", "- path: a.go"), tt.render("did X", "- path: a.go")
+		if a != b || !strings.HasPrefix(a, tt.prefix+"did X"+Suffix+LedgerHeading) {
+			t.Errorf("%s: handoff = %q", tt.name, a)
+		}
+		if strings.Contains(a, "kept verbatim above") != tt.above {
+			t.Errorf("%s: says recent messages are kept verbatim above = %v, want %v", tt.name, !tt.above, tt.above)
+		}
+	}
+}

@@ -2,8 +2,9 @@ package handoff
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
+
+	"github.com/compactd/compactd/internal/agentlog"
 )
 
 // claudeRecord is one Claude Code transcript line. Only the fields the reduction reads are
@@ -180,9 +181,9 @@ func claudeCall(name string, input json.RawMessage, cwd string) Event {
 func claudeSetResult(e *Event, text string, isError bool) {
 	e.Output, e.HasResult, e.Failed = text, true, isError
 	if e.Command != "" {
-		if m := claudeExitRe.FindStringSubmatch(strings.TrimSpace(text)); m != nil {
-			e.ExitCode, _ = strconv.Atoi(m[1])
-			e.HasExit = true
+		first, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+		if n, ok := agentlog.ExitCode(first); ok {
+			e.ExitCode, e.HasExit = n, true
 		} else if !isError {
 			e.ExitCode, e.HasExit = 0, true
 		}

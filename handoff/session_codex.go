@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"regexp"
 	"strings"
+
+	"github.com/compactd/compactd/internal/agentlog"
 )
 
 // codexRecord is one rollout line: {"timestamp","type","payload"}.
@@ -175,7 +177,7 @@ func codexCall(name, args, cwd string) Event {
 			patch = a.Input + a.Patch
 		}
 		e.Input = patch
-		e.Files = relPaths(cwd, patchFiles(patch))
+		e.Files = relPaths(cwd, agentlog.PatchFiles(patch))
 	case "update_plan":
 		var a struct {
 			Plan []struct {
@@ -189,18 +191,21 @@ func codexCall(name, args, cwd string) Event {
 				e.Plan = append(e.Plan, PlanStep{Step: st.Step, Status: st.Status})
 			}
 		}
-	case "shell", "shell_command", "exec_command", "container.exec", "local_shell":
+	default:
+		if !agentlog.IsShellTool(name) {
+			break
+		}
 		// local_shell's action carries {"command":[…]} just like shell's arguments.
 		cmd, argv := shellCommand(json.RawMessage(args))
-		if len(argv) > 0 && argv[0] == "apply_patch" || isPatch(cmd) {
+		if len(argv) > 0 && agentlog.IsPatchTool(argv[0]) || agentlog.IsPatch(cmd) {
 			// Codex models also send patches through the shell: ["apply_patch", "*** Begin Patch…"]
 			// or a heredoc. Treat them as patches so their targets count as modified files.
 			e.Tool = "apply_patch"
 			e.Input = cmd
-			if len(argv) > 1 && argv[0] == "apply_patch" {
+			if len(argv) > 1 && agentlog.IsPatchTool(argv[0]) {
 				e.Input = argv[1]
 			}
-			e.Files = relPaths(cwd, patchFiles(e.Input))
+			e.Files = relPaths(cwd, agentlog.PatchFiles(e.Input))
 			return e
 		}
 		e.Command = cmd

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/compactd/compactd/internal/tokenize"
 )
 
 // GapChecker hunts one category of information in an excerpt of a raw session log and returns
@@ -93,12 +95,12 @@ func RenderRaw(sessions []Session, outputTokens int) []string {
 }
 
 // boundTokens middle-truncates s to n tokens, cutting bytes first so a multi-megabyte output is
-// not tokenised in full only to be thrown away.
+// not tokenised in full only to be thrown away (tokenize.Bound).
 func boundTokens(s string, n int) string {
-	if len(s) > 16*n {
-		s = truncateMiddleBytes(s, 8*n)
+	if n <= 0 {
+		return s
 	}
-	return truncateMiddle(s, n)
+	return tokenize.Bound(s, n)
 }
 
 // ChunkRaw packs rendered blocks into excerpts of at most budget tokens, breaking only between

@@ -3,29 +3,10 @@ package handoff
 import (
 	"encoding/json"
 	"regexp"
-	"strconv"
 	"strings"
+
+	"github.com/compactd/compactd/internal/agentlog"
 )
-
-// patchFiles lists the files an apply_patch body touches, in order. The envelope is Codex's
-// ("*** Begin Patch" / "*** Update File: path" / "*** Move to: path" / "*** End Patch").
-func patchFiles(patch string) []string {
-	var files []string
-	for _, line := range strings.Split(patch, "\n") {
-		line = strings.TrimRight(line, "\r")
-		for _, prefix := range []string{"*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "} {
-			if p, ok := strings.CutPrefix(line, prefix); ok {
-				if p = strings.TrimSpace(p); p != "" {
-					files = append(files, p)
-				}
-			}
-		}
-	}
-	return files
-}
-
-// isPatch reports whether s carries an apply_patch envelope.
-func isPatch(s string) bool { return strings.Contains(s, "*** Begin Patch") }
 
 // heredocRe finds the delimiter word of a here-document (<<EOF, <<'EOF', <<-"EOF").
 var heredocRe = regexp.MustCompile(`<<-?\s*['"]?([A-Za-z_][A-Za-z0-9_]*)['"]?`)
@@ -189,31 +170,8 @@ func shellCommand(args json.RawMessage) (string, []string) {
 	if json.Unmarshal(a.Command, &argv) != nil || len(argv) == 0 {
 		return "", nil
 	}
-	return argvCommand(argv), argv
+	return agentlog.CommandLine(argv), argv
 }
-
-// argvCommand renders an argv as the command line a person would type: bash -lc "x" is just x.
-func argvCommand(argv []string) string {
-	if len(argv) == 3 && (argv[1] == "-lc" || argv[1] == "-c") {
-		switch argv[0] {
-		case "bash", "sh", "zsh", "/bin/bash", "/bin/sh", "/bin/zsh", "/usr/bin/bash":
-			return argv[2]
-		}
-	}
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n'\"$`\\|&;<>()*?") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		parts[i] = a
-	}
-	return strings.Join(parts, " ")
-}
-
-var (
-	exitCodeLineRe = regexp.MustCompile(`(?m)^(?:Exit code:?|Process exited with code)\s+(-?\d+)\s*$`)
-	claudeExitRe   = regexp.MustCompile(`^Exit code (-?\d+)`)
-)
 
 // codexOutput decodes a Codex tool output: a plain string, the older JSON
 // {"output":…,"metadata":{"exit_code":…}}, or a list of content items. It returns the text and the
@@ -234,10 +192,8 @@ func codexOutput(raw json.RawMessage) (text string, exit int, hasExit bool) {
 			}
 		}
 	}
-	if m := exitCodeLineRe.FindStringSubmatch(text); m != nil {
-		if n, err := strconv.Atoi(m[1]); err == nil {
-			return text, n, true
-		}
+	if n, ok := agentlog.ExitCode(text); ok {
+		return text, n, true
 	}
 	return text, 0, false
 }

@@ -198,6 +198,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer srv.Close(context.Background()) // after stopProxy, deferred below
 	proxyURL, stopProxy, err := serve(srv)
 	if err != nil {
 		return nil, err

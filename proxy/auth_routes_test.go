@@ -99,7 +99,7 @@ func newGateProxy(t *testing.T, rec *recorder, mutate func(*proxy.Config)) strin
 	t.Cleanup(counter.Close)
 	cfg := proxy.Config{
 		Upstream: u, AnthropicUpstream: u,
-		Sealer: testRing(t, "k1"), Counter: counter,
+		Sealer: testRing(t, "k1"), Summarizer: failingSummarizer{}, Counter: counter,
 		KeepAlive: time.Hour, Logger: slog.New(slog.DiscardHandler),
 	}
 	if mutate != nil {
@@ -109,6 +109,7 @@ func newGateProxy(t *testing.T, rec *recorder, mutate func(*proxy.Config)) strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { closeServer(t, srv) })
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	return strings.TrimPrefix(ts.URL, "http://")

@@ -37,10 +37,11 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	srv, err := proxy.New(proxy.Config{Upstream: u, Sealer: testRing(t, "k1"), Logger: slog.New(slog.DiscardHandler)})
+	srv, err := proxy.New(proxy.Config{Upstream: u, Sealer: testRing(t, "k1"), Summarizer: failingSummarizer{}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer closeServer(t, srv)
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 

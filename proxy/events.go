@@ -5,10 +5,11 @@ import (
 	"net/http"
 )
 
-// compacted records one compaction event: one log line with the figures an operator needs, never
-// the summary or any prompt content.
-func (s *Server) compacted(r *http.Request, trigger string, c *compaction) {
+// compacted records one compaction event, in either dialect: one log line with the figures an
+// operator needs, never the summary or any prompt content.
+func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compaction) {
 	attrs := []any{
+		slog.String("api", d.String()),
 		slog.String("trigger", trigger),
 		slog.String("item", c.id),
 		slog.Int("tokens_before", c.payload.TokensBefore),
@@ -20,15 +21,15 @@ func (s *Server) compacted(r *http.Request, trigger string, c *compaction) {
 	ct := clientTurnFrom(r.Header)
 	attrs = append(attrs, ct.LogAttrs()...)
 	s.log.InfoContext(r.Context(), "compacted", attrs...)
-	s.metrics.clientCompaction("openai", ct)
-	s.metrics.compaction(compactionEvent{API: "openai", Trigger: trigger, Outcome: "ok", Model: c.payload.Model,
+	s.metrics.clientCompaction(d.String(), ct)
+	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "ok", Model: c.payload.Model,
 		TokensBefore: c.payload.TokensBefore, TokensAfter: c.payload.TokensAfter})
 }
 
 // compactionFailed records a compaction that could not be completed (the turn was answered with
-// an error and nothing was changed).
-func (s *Server) compactionFailed(r *http.Request, trigger, model string, err error) {
-	attrs := append([]any{slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
+// an error, or forwarded uncompacted, and nothing was changed).
+func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model string, err error) {
+	attrs := append([]any{slog.String("api", d.String()), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
 	s.log.WarnContext(r.Context(), "compaction failed", attrs...)
-	s.metrics.compaction(compactionEvent{API: "openai", Trigger: trigger, Outcome: "failed", Model: model})
+	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "failed", Model: model})
 }

@@ -39,11 +39,11 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 		e.Write(w)
 		return
 	}
-	s.compacted(r, "compact_endpoint", c)
+	s.compacted(r, dialectOpenAI, "compact_endpoint", c)
 	// output: the retained user messages, then exactly one compaction item, last. The client sends
 	// [...output, new message] next, and the handoff rebuilds the same context from it.
 	output := make([]json.RawMessage, 0, len(c.window.Retained)+1)
-	for _, it := range s.keepWindow(nil, items, userOnly(c.window)) {
+	for _, it := range s.keepWindow(nil, items, userOnly(c.window), s.cfg.RetainTokens) {
 		output = append(output, it.Raw)
 	}
 	output = append(output, c.item)
@@ -65,7 +65,7 @@ func (s *Server) runExplicit(r *http.Request, trigger string, req *api.Responses
 	total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, 0)
 	c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), allowEmpty: true})
 	if err != nil {
-		s.compactionFailed(r, trigger, req.Model, err)
+		s.compactionFailed(r, dialectOpenAI, trigger, req.Model, err)
 		if e := summariserError(err); e != nil {
 			return nil, e
 		}
@@ -111,7 +111,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 			e.Write(w)
 			return
 		}
-		s.compacted(r, "compaction_trigger", c)
+		s.compacted(r, dialectOpenAI, "compaction_trigger", c)
 		body, _ := json.Marshal(response("completed", []json.RawMessage{c.item}, usageJSON(c.usage)))
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
@@ -144,7 +144,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 	c, err := s.compactItems(r.Context(), r, compactRequest{id: itemID, model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), allowEmpty: true})
 	committed := ka.Stop()
 	if err != nil {
-		s.compactionFailed(r, "compaction_trigger", req.Model, err)
+		s.compactionFailed(r, dialectOpenAI, "compaction_trigger", req.Model, err)
 		e := summariserError(err)
 		switch {
 		case e == nil: // client gone
@@ -155,7 +155,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 		}
 		return
 	}
-	s.compacted(r, "compaction_trigger", c)
+	s.compacted(r, dialectOpenAI, "compaction_trigger", c)
 	var b []byte
 	if !committed {
 		h := w.Header()

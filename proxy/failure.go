@@ -71,9 +71,9 @@ func ParseFailurePolicies(s string) (FailurePolicies, error) {
 	return p, nil
 }
 
-func (s *Server) failurePolicy(apiName string) FailurePolicy {
+func (s *Server) failurePolicy(d dialect) FailurePolicy {
 	p := s.cfg.FailurePolicies.Responses
-	if apiName == "anthropic" {
+	if d == dialectAnthropic {
 		p = s.cfg.FailurePolicies.Messages
 	}
 	if p == "" {
@@ -87,7 +87,7 @@ const extractiveBytes = 16 << 10
 
 // summarise calls the summariser and applies the extractive policy to a failure, the compaction
 // deadline running out included. Cancellation and a full queue are never papered over.
-func (s *Server) summarise(ctx context.Context, apiName string, req summarizer.Request) (summarizer.Result, error) {
+func (s *Server) summarise(ctx context.Context, d dialect, req summarizer.Request) (summarizer.Result, error) {
 	res, err := s.cfg.Summarizer.Summarize(ctx, req)
 	if err != nil {
 		if te := compactionTimedOut(ctx); te != nil {
@@ -98,11 +98,11 @@ func (s *Server) summarise(ctx context.Context, apiName string, req summarizer.R
 	if err == nil || clientGone || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, summarizer.ErrNothingToSummarize) {
 		return res, err
 	}
-	if s.failurePolicy(apiName) != PolicyExtractive {
+	if s.failurePolicy(d) != PolicyExtractive {
 		return res, err
 	}
-	s.log.Warn("summariser unavailable: using an extractive summary", "api", apiName, "err", err)
-	s.metrics.fallback(apiName, string(PolicyExtractive))
+	s.log.Warn("summariser unavailable: using an extractive summary", "api", d.String(), "err", err)
+	s.metrics.fallback(d.String(), string(PolicyExtractive))
 	entries := req.Entries
 	if req.Previous != "" {
 		entries = append([]string{"[previous summary] " + req.Previous}, entries...)
@@ -112,12 +112,12 @@ func (s *Server) summarise(ctx context.Context, apiName string, req summarizer.R
 
 // passThroughOnFailure reports whether a failed threshold compaction should be forwarded
 // uncompacted, and marks the response so the client can tell.
-func (s *Server) passThroughOnFailure(w http.ResponseWriter, apiName string, err error) bool {
-	if s.failurePolicy(apiName) != PolicyPassthrough || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, context.Canceled) {
+func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err error) bool {
+	if s.failurePolicy(d) != PolicyPassthrough || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, context.Canceled) {
 		return false
 	}
 	w.Header().Set("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
-	s.metrics.fallback(apiName, string(PolicyPassthrough))
+	s.metrics.fallback(d.String(), string(PolicyPassthrough))
 	return true
 }
 

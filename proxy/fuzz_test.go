@@ -271,7 +271,7 @@ func FuzzMessagesSSERewriterStream(f *testing.F) {
 // before the item survives; items after it follow byte for byte; the handoff message, present
 // iff the payload has a summary or ledger, carries exactly handoff.Text.
 func FuzzExpand(f *testing.F) {
-	s, err := New(Config{Counter: fuzzCounter(f), RetainTokens: 40, Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(Config{Sealer: internalRing(f), Summarizer: instantSummarizer{}, Counter: fuzzCounter(f), RetainTokens: 40, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func fuzzCounter(f *testing.F) *compact.Counter {
 }
 
 // FuzzMessagesHandoff renders the Messages handoff for the last compaction block of a fuzzed
-// body: the first message is the user handoff carrying exactly handoff.Text, no compaction block
+// body: the first message is the user handoff carrying exactly handoff.MessagesText, no compaction block
 // is left, every message is valid JSON, and the messages after the block's message follow
 // unchanged (minus compaction blocks).
 func FuzzMessagesHandoff(f *testing.F) {
@@ -385,12 +385,12 @@ func FuzzMessagesHandoff(f *testing.F) {
 			return
 		}
 		ref := req.Blocks[len(req.Blocks)-1]
-		out := handoffMessages(req.Messages, ref, summary)
+		out := handoffMessages(req.Messages, ref, &opened{summary: summary, payload: &compact.Payload{Summary: summary}})
 		if len(out) == 0 || out[0].Role != "user" || !out[0].Handoff {
 			t.Fatalf("first message is not the user handoff: %+v", out)
 		}
-		if utf8.ValidString(summary) && gjson.GetBytes(out[0].Raw, "content.0.text").Str != handoff.Text(summary, "") {
-			t.Fatalf("handoff text differs from handoff.Text")
+		if utf8.ValidString(summary) && gjson.GetBytes(out[0].Raw, "content.0.text").Str != handoff.MessagesText(summary, "") {
+			t.Fatalf("handoff text differs from handoff.MessagesText")
 		}
 		for i, m := range out {
 			if !json.Valid(m.Raw) {

@@ -24,6 +24,7 @@ import (
 type harness struct {
 	fake     *fakeupstream.Server
 	ring     *crypto.Keyring
+	srv      *proxy.Server
 	proxyURL string
 	upURL    string
 	client   openai.Client
@@ -74,6 +75,8 @@ func newHarness(t testing.TB, opts fakeupstream.Options, mutate func(*proxy.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.srv = srv
+	t.Cleanup(func() { closeServer(t, srv) }) // after ts.Close (cleanups run last first)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	h.proxyURL = ts.URL

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/compact/summarizer"
 )
 
@@ -52,12 +54,18 @@ func msgTurnFrom(r *http.Request) *msgTurn {
 // messagesPrelude reads and skims a Messages request and validates its context_management. It
 // forwards requests that use nothing compactd handles, and answers invalid ones; ok is false
 // when the request has been answered either way.
-func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request) (*api.MessagesRequest, *api.ContextManagement, bool) {
+// With policy (a server-side threshold on the Messages route) a request that needs nothing else
+// of compactd is read on too, to be counted, with a nil context management: compactd applies
+// none of its edits and leaves it as sent, unvalidated, like the rest of such a request.
+func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy bool) (*api.MessagesRequest, *api.ContextManagement, bool) {
 	body, req, ok := s.readMessages(w, r)
 	if !ok {
 		return nil, nil, false
 	}
 	if !s.messagesNeedCompactd(req) {
+		if policy {
+			return req, nil, true
+		}
 		s.forwardMessages(w, r, nil, body)
 		return nil, nil, false
 	}
@@ -71,7 +79,8 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request) (*api.M
 
 // handleMessages serves POST /v1/messages.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	req, cm, ok := s.messagesPrelude(w, r)
+	policy := s.cfg.Policy.ForRoute(dialectAnthropic.policyRoute())
+	req, cm, ok := s.messagesPrelude(w, r, policy.Threshold > 0)
 	if !ok {
 		return
 	}
@@ -101,29 +110,56 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		msgs, mt.applied, edited = s.applyEdits(req, cm, msgs)
 		changed = changed || edited
 	}
+	// The threshold: the client's compact_20260112 edit, or the operator's policy for the route
+	// (compact.Policy, as on Responses).
+	var th compact.Threshold
+	instructions, pause := "", false
 	if cm != nil && cm.Compact != nil {
-		total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, cm.Compact.Trigger)
-		if total >= cm.Compact.Trigger {
-			c, done := s.compactThreshold(w, r, req, mt, msgComprReq{msgs: msgs, prev: view.prev, instructions: cm.Compact.Instructions, tokensBefore: total})
-			if done {
+		th = compact.Threshold{Set: true, Tokens: cm.Compact.Trigger}
+		instructions, pause = cm.Compact.Instructions, cm.Compact.Pause
+	}
+	compacted := false
+	if limit, trigger := policy.Effective(th); limit > 0 {
+		total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, limit)
+		if total < limit && s.speculating(total, limit) {
+			// The background job outlives the turn: it gets its own copy of the message list.
+			kept := slices.Clone(msgs)
+			s.maybeSpeculate(r, dialectAnthropic, req.Model, api.CountItems(kept),
+				func(n int) []api.Item { return api.MessageItems(kept[:n]) }, 0, total, limit)
+		}
+		if total >= limit {
+			in := s.messagesCompactIn(r, req, msgs, view.prev)
+			in.instructions, in.tokensBefore, in.speculate = instructions, total, true
+			c, answered := s.thresholdCompaction(w, r, mt.t, trigger, pingKeepAlive, in, func(err error) {
+				if e := compactionUnavailable(err); e != nil {
+					s.writeAnthropicError(w, mt, e)
+				}
+			})
+			if answered {
 				return
 			}
 			if c != nil {
-				if cm.Compact.Pause {
+				if pause {
 					s.writeCompactionMessage(w, req, mt, c, false)
 					return
 				}
-				msgs, changed = []api.Message{c.handoff}, true
-				mt.block, mt.summary, mt.ecStr, mt.compUsage = c.block, c.summary, c.ec, c.usage
+				msgs, changed, compacted = c.msgs, true, true
+				mt.block, mt.summary, mt.ecStr, mt.compUsage = c.item, c.summary, c.ec, c.usage
 			}
 		}
+	}
+	needed := s.messagesNeedCompactd(req)
+	if !compacted && !needed {
+		// Read only to be counted against the policy, and under it: forwarded as it came.
+		s.forwardMessages(w, r, nil, req.Body)
+		return
 	}
 
 	var changes []api.Member
 	if changed {
 		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.RawMessages(msgs))})
 	}
-	if req.ContextManagement != nil {
+	if req.ContextManagement != nil && needed {
 		var keep []byte // nil removes context_management
 		if !s.cfg.AnthropicApplyEdits {
 			keep = cm.OthersJSON()
@@ -254,7 +290,7 @@ func (s *Server) forwardMessages(w http.ResponseWriter, r *http.Request, mt *msg
 // them, and compaction is never triggered. When context management changed anything the answer
 // carries context_management.original_input_tokens.
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	req, cm, ok := s.messagesPrelude(w, r)
+	req, cm, ok := s.messagesPrelude(w, r, false)
 	if !ok {
 		return
 	}

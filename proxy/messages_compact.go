@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/crypto"
-	"github.com/compactd/compactd/handoff"
 )
 
 // anthropicSealKind is the crypto binding kind of Anthropic compaction blocks. A block carries no
@@ -35,20 +32,13 @@ type signer interface {
 // binding is what a Messages compaction block is sealed and signed under: its id and the
 // request's tenant, so a block issued to one tenant never opens for another.
 func (s *Server) binding(ctx context.Context, id string) crypto.Binding {
-	return crypto.Binding{Kind: anthropicSealKind, ItemID: id, Tenant: s.tenantOf(ctx)}
-}
-
-// openedBlock is a compaction block compactd has opened and checked.
-type openedBlock struct {
-	id      string
-	summary string // the summary in force: the sealed one, or the client's edit when allowed
-	payload *compact.Payload
+	return crypto.Binding{Kind: dialectAnthropic.sealKind(), ItemID: id, Tenant: s.tenantOf(ctx)}
 }
 
 // msgView is the conversation as the upstream will see it once compaction blocks are applied.
 type msgView struct {
 	msgs    []api.Message
-	prev    *openedBlock // the block that was handed off, nil if none
+	prev    *opened // the block that was handed off, nil if none
 	changed bool
 }
 
@@ -98,12 +88,12 @@ func (s *Server) resolveBlocks(ctx context.Context, req *api.MessagesRequest) (m
 	if e != nil {
 		return msgView{}, e
 	}
-	s.metrics.handoffApplied("anthropic")
-	return msgView{msgs: handoffMessages(req.Messages, ref, o.summary), prev: o, changed: true}, nil
+	s.metrics.handoffApplied(dialectAnthropic.String())
+	return msgView{msgs: handoffMessages(req.Messages, ref, o), prev: o, changed: true}, nil
 }
 
 // openBlock verifies (when signed) and opens one compaction block and checks its content.
-func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, signed bool) (*openedBlock, *api.AnthropicError) {
+func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, signed bool) (*opened, *api.AnthropicError) {
 	path := ref.Path()
 	b := gjson.ParseBytes(raw)
 	content := b.Get("content")
@@ -124,7 +114,7 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 			err = sg.Verify(b.Get("signature").Str, []byte(ec.Str), s.binding(ctx, id))
 		}
 		if err != nil {
-			s.openFailed(crypto.Reason(err))
+			s.openFailed(dialectAnthropic, crypto.Reason(err))
 			return nil, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_signature_invalid",
 				path+": the compaction block's signature does not verify; send the block back byte-exact, as compactd returned it.")
 		}
@@ -141,10 +131,10 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 		return nil, s.blockOpenError(path, crypto.ErrMalformed)
 	}
 	if s.expired(p) {
-		s.openFailed("expired")
+		s.openFailed(dialectAnthropic, "expired")
 		return nil, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_block_expired", path+": "+expiredMessage)
 	}
-	o := &openedBlock{id: id, summary: p.Summary, payload: p}
+	o := &opened{id: id, summary: p.Summary, payload: p}
 	if content.Str != p.Summary {
 		if !s.cfg.AllowEditedSummaries {
 			return nil, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_content_mismatch",
@@ -155,17 +145,8 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 	return o, nil
 }
 
-func (s *Server) openFailed(reason string) {
-	if reason == "" {
-		reason = "malformed"
-	}
-	s.log.Warn("compaction block rejected", "api", "anthropic", "reason", reason)
-	s.metrics.openFailure("anthropic", reason)
-}
-
 func (s *Server) blockOpenError(path string, err error) *api.AnthropicError {
-	reason := crypto.Reason(err)
-	s.openFailed(reason)
+	reason := s.openFailed(dialectAnthropic, crypto.Reason(err))
 	msg := map[string]string{
 		"unknown_key":  "the compaction block was sealed with a key this compactd does not have. If keys were rotated, add the old key to the keyring as a retired key; otherwise start a new conversation.",
 		"wrong_tenant": "the compaction block was issued to a different tenant and cannot be used here.",
@@ -177,16 +158,20 @@ func (s *Server) blockOpenError(path string, err error) *api.AnthropicError {
 	return &api.AnthropicError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: path + ".encrypted_content: " + msg}
 }
 
-// handoffMessages is the conversation from the block at ref on: the summary as a user text
-// block in place of the block (sharing the block's message when that is a user message), the
-// rest of the block's message, then every later message, with null-content compaction blocks
-// removed throughout.
-func handoffMessages(msgs []api.Message, ref api.BlockRef, summary string) []api.Message {
-	text := api.Block{Raw: api.TextBlock(handoff.Text(summary, "")), Type: api.BlockText}
+// handoffMessages is the conversation from the block at ref on: the handoff text (summary and
+// facts ledger) as a user text block in place of the block (sharing the block's message when
+// that is a user message), the messages a speculative compaction kept verbatim behind the
+// summary (payload.Tail of those before the block's message, as many as the client still
+// sends), the rest of the block's message, then every later message, with null-content
+// compaction blocks removed throughout. It is what the compacting turn sent upstream followed
+// by what came after, byte for byte, so the upstream's prompt cache keeps hitting.
+func handoffMessages(msgs []api.Message, ref api.BlockRef, o *opened) []api.Message {
+	text := api.Block{Raw: api.TextBlock(dialectAnthropic.handoffText(o.summary, o.payload.Ledger)), Type: api.BlockText}
+	tail := min(o.payload.Tail, ref.Message)
 	m := msgs[ref.Message]
 	rest := withoutCompaction(m.Blocks[ref.Block+1:])
-	out := make([]api.Message, 0, len(msgs)-ref.Message+1)
-	if m.Role == "user" {
+	out := make([]api.Message, 0, len(msgs)-ref.Message+1+tail)
+	if m.Role == "user" && tail == 0 {
 		hm := api.NewMessage("user", append([]api.Block{text}, rest...))
 		hm.Handoff = true
 		out = append(out, hm)
@@ -194,6 +179,7 @@ func handoffMessages(msgs []api.Message, ref api.BlockRef, summary string) []api
 		hm := api.NewMessage("user", []api.Block{text})
 		hm.Handoff = true
 		out = append(out, hm)
+		out = append(out, stripCompaction(msgs[ref.Message-tail:ref.Message], 0)...)
 		if len(rest) > 0 {
 			out = append(out, m.WithBlocks(rest))
 		}
@@ -226,122 +212,35 @@ func stripCompaction(msgs []api.Message, from int) []api.Message {
 	return out
 }
 
-// msgCompaction is one finished Anthropic compaction.
-type msgCompaction struct {
-	id      string
-	summary string
-	ec      string
-	sig     string
-	block   []byte
-	handoff api.Message // the compacted conversation: the summary as one user message
-	payload *compact.Payload
-	usage   summarizer.Usage
-}
-
-type msgComprReq struct {
-	msgs         []api.Message
-	prev         *openedBlock
-	instructions string
-	tokensBefore int
-	sign         bool
-}
-
-// compactMessages summarises the whole conversation (Anthropic's compaction keeps nothing of it
-// verbatim: system and tools are outside messages and stay) and seals the result.
-func (s *Server) compactMessages(ctx context.Context, r *http.Request, req *api.MessagesRequest, cr msgComprReq) (*msgCompaction, error) {
-	items := api.MessageItems(cr.msgs)
-	w := compact.Partition(items, 0, s.countItem)
-	if len(w.Summarise) == 0 {
-		return nil, errNothingToCompact
+// messagesCompactIn is the core's view of compacting msgs, a Messages conversation (after any
+// earlier handoff): its neutral items (api.MessageItems), one unit per message for speculation
+// and the kept tail, no retain budget (Anthropic's compaction keeps nothing of the conversation
+// verbatim: system and tools are outside messages and stay), and, as the compacted context, the
+// handoff as one user message followed by a speculative compaction's verbatim tail.
+func (s *Server) messagesCompactIn(r *http.Request, req *api.MessagesRequest, msgs []api.Message, prev *opened) compactIn {
+	return compactIn{
+		dialect: dialectAnthropic, model: req.Model, conversation: conversationID(r, "", prev),
+		auth: s.summariserAuth(r), items: api.MessageItems(msgs),
+		units: api.CountItems(msgs), prefix: func(n int) []api.Item { return api.MessageItems(msgs[:n]) },
+		prev: prev,
+		finish: func(c *compaction) (int, int) {
+			text := c.handoff
+			if text == "" {
+				text = dialectAnthropic.handoffText("", "") // the next turn's handoff renders the same
+			}
+			hm := api.NewMessage("user", []api.Block{{Raw: api.TextBlock(text), Type: api.BlockText}})
+			hm.Handoff = true
+			c.msgs = append([]api.Message{hm}, msgs[len(msgs)-c.tail:]...)
+			after, _ := s.cfg.Counter.Request(req.System, api.CountItems(c.msgs), req.Tools, 0)
+			return after, len(msgs) - c.tail
+		},
 	}
-	var sg signer
-	if cr.sign {
-		var ok bool
-		if sg, ok = s.cfg.Sealer.(signer); !ok {
-			return nil, errors.New("the configured sealer cannot sign compaction blocks")
-		}
-	}
-	// The summariser runs under the compaction deadline; archiving and sealing under ctx.
-	sctx, cancel := s.compactionContext(ctx)
-	res, err := s.summarise(sctx, "anthropic", summarizer.Request{
-		Model:        req.Model,
-		Entries:      compact.RenderEntries(items, w.Summarise),
-		Instructions: cr.instructions,
-		Auth:         s.summariserAuth(r),
-	})
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	c := &msgCompaction{id: newID("cmp_"), summary: res.Summary, usage: res.Usage}
-	c.handoff = api.NewMessage("user", []api.Block{{Raw: api.TextBlock(handoff.Text(res.Summary, "")), Type: api.BlockText}})
-	c.handoff.Handoff = true
-	after, _ := s.cfg.Counter.Request(req.System, api.CountItems([]api.Message{c.handoff}), req.Tools, 0)
-	c.payload = &compact.Payload{
-		V:             compact.PayloadVersion,
-		Summary:       res.Summary,
-		Model:         res.Model,
-		CreatedAt:     time.Now().Unix(),
-		TokensBefore:  cr.tokensBefore,
-		TokensAfter:   after,
-		ItemsReplaced: len(cr.msgs),
-	}
-	// The raw messages go to the archive, like the Responses side's items, so nothing is lost.
-	var prev *opened
-	if cr.prev != nil {
-		c.payload.Previous = cr.prev.id
-		prev = &opened{id: cr.prev.id, payload: cr.prev.payload}
-	}
-	ref, err := s.archiveReplaced(ctx, conversationID(r, "", prev), c.id, res.Model, items, w, prev)
-	if err != nil {
-		return nil, err
-	}
-	c.payload.Archive = ref
-	plain, err := c.payload.Marshal()
-	if err != nil {
-		return nil, err
-	}
-	sealed, err := s.cfg.Sealer.Seal(plain, s.binding(ctx, c.id))
-	if err != nil {
-		return nil, err
-	}
-	c.ec = encryptedContent(c.id, sealed)
-	if sg != nil {
-		c.sig = sg.Sign([]byte(c.ec), s.binding(ctx, c.id))
-	}
-	c.block = api.CompactionBlock(c.summary, c.ec, c.sig)
-	return c, nil
 }
 
 // pingEvent keeps a committed Messages stream alive while the summariser runs.
 var pingEvent = api.AppendSSE(nil, "ping", []byte(`{"type": "ping"}`))
 
-// compactThreshold runs a threshold compaction for a turn, holding a streamed response open with
-// pings while the summariser works. done reports that the client has been answered (with an
-// error); a nil compaction without done means there was nothing to compact.
-func (s *Server) compactThreshold(w http.ResponseWriter, r *http.Request, req *api.MessagesRequest, mt *msgTurn, cr msgComprReq) (*msgCompaction, bool) {
-	var ka *keepAlive
-	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, func(bool) []byte { return pingEvent })
-	}
-	c, err := s.compactMessages(r.Context(), r, req, cr)
-	mt.t.committed = ka != nil && ka.Stop()
-	switch {
-	case errors.Is(err, errNothingToCompact):
-		return nil, false
-	case err != nil:
-		s.messagesCompactionFailed(r, "threshold", req.Model, err)
-		if !mt.t.committed && s.passThroughOnFailure(w, "anthropic", err) {
-			return nil, false
-		}
-		if e := compactionUnavailable(err); e != nil {
-			s.writeAnthropicError(w, mt, e)
-		}
-		return nil, true
-	}
-	s.messagesCompacted(r, "threshold", c)
-	return c, false
-}
+func pingKeepAlive(bool) []byte { return pingEvent }
 
 // compactOnDemand answers a request with `compaction: {type: summarize}`: the conversation is
 // summarised into a signed block and nothing is sampled.
@@ -355,13 +254,15 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 	}
 	var ka *keepAlive
 	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, func(bool) []byte { return pingEvent })
+		ka = startKeepAlive(w, s.cfg.KeepAlive, pingKeepAlive)
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(view.msgs), req.Tools, 0)
-	c, err := s.compactMessages(r.Context(), r, req, msgComprReq{msgs: view.msgs, prev: view.prev, instructions: instructions, tokensBefore: total, sign: true})
+	in := s.messagesCompactIn(r, req, view.msgs, view.prev)
+	in.instructions, in.tokensBefore, in.sign = instructions, total, true
+	c, err := s.compactCore(r.Context(), in)
 	mt.t.committed = ka != nil && ka.Stop()
 	if err != nil {
-		s.messagesCompactionFailed(r, "on_demand", req.Model, err)
+		s.compactionFailed(r, dialectAnthropic, "on_demand", req.Model, err)
 		switch e := compactionUnavailable(err); {
 		case errors.Is(err, errNothingToCompact) || errors.Is(err, summarizer.ErrNothingToSummarize):
 			s.writeAnthropicError(w, mt, nothing)
@@ -370,7 +271,7 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 		}
 		return
 	}
-	s.messagesCompacted(r, "on_demand", c)
+	s.compacted(r, dialectAnthropic, "on_demand", c)
 	s.writeCompactionMessage(w, req, mt, c, true)
 }
 
@@ -397,27 +298,4 @@ func compactionUnavailable(err error) *api.AnthropicError {
 	}
 	e.RetryAfter = p.after
 	return e
-}
-
-// messagesCompacted logs and counts one Anthropic compaction, never its content.
-func (s *Server) messagesCompacted(r *http.Request, trigger string, c *msgCompaction) {
-	attrs := []any{
-		slog.String("api", "anthropic"),
-		slog.String("trigger", trigger),
-		slog.String("item", c.id),
-		slog.Int("tokens_before", c.payload.TokensBefore),
-		slog.Int("tokens_after", c.payload.TokensAfter),
-		slog.Int("items_replaced", c.payload.ItemsReplaced),
-		slog.Int64("summariser_input_tokens", c.usage.InputTokens),
-		slog.Int64("summariser_output_tokens", c.usage.OutputTokens),
-	}
-	s.log.Info("compacted", append(attrs, clientTurnFrom(r.Header).LogAttrs()...)...)
-	s.metrics.compaction(compactionEvent{API: "anthropic", Trigger: trigger, Outcome: "ok", Model: c.payload.Model,
-		TokensBefore: c.payload.TokensBefore, TokensAfter: c.payload.TokensAfter})
-}
-
-func (s *Server) messagesCompactionFailed(r *http.Request, trigger, model string, err error) {
-	attrs := append([]any{slog.String("api", "anthropic"), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
-	s.log.Warn("compaction failed", attrs...)
-	s.metrics.compaction(compactionEvent{API: "anthropic", Trigger: trigger, Outcome: "failed", Model: model})
 }

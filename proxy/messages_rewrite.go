@@ -300,7 +300,7 @@ func compactionBlockEvents(dst []byte, summary, ec, sig string) []byte {
 // or on-demand): a message whose only block is the compaction block, stop_reason "compaction",
 // and usage whose only iteration is the compaction's (top-level counts are of sampling, which did
 // not happen).
-func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.MessagesRequest, mt *msgTurn, c *msgCompaction, signed bool) {
+func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.MessagesRequest, mt *msgTurn, c *compaction, signed bool) {
 	sig := ""
 	if signed {
 		sig = c.sig

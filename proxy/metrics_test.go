@@ -483,10 +483,11 @@ func TestMetricsSeparate(t *testing.T) {
 		t.Error("API listener serves /metrics with MetricsSeparate")
 	}
 
-	s, err := proxy.New(proxy.Config{Registry: prometheus.NewRegistry(), MetricsSeparate: true, Sealer: h.ring, Logger: slog.New(slog.DiscardHandler)})
+	s, err := proxy.New(proxy.Config{Registry: prometheus.NewRegistry(), MetricsSeparate: true, Sealer: h.ring, Summarizer: failingSummarizer{}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer closeServer(t, s)
 	admin := httptest.NewServer(s.OpsHandler())
 	defer admin.Close()
 	for path, want := range map[string]string{"/metrics": "compactd_compactions_total", "/healthz": "ok", "/readyz": `"status":"ok"`} {

@@ -95,36 +95,28 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	t := &turn{stream: req.Stream}
 	changed := prev != nil
 	var c *compaction
-	if limit, trigger := s.cfg.Policy.Effective(th); limit > 0 && req.PreviousResponseID == "" {
+	if limit, trigger := s.cfg.Policy.ForRoute(dialectOpenAI.policyRoute()).Effective(th); limit > 0 && req.PreviousResponseID == "" {
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
 		if total <= limit {
-			s.maybeSpeculate(r, req.Model, items, total, limit)
+			s.maybeSpeculate(r, dialectOpenAI, req.Model, items, nil, s.cfg.RetainTokens, total, limit)
 		}
 		if total > limit {
-			var ka *keepAlive
-			if req.Stream {
-				ka = startKeepAlive(w, s.cfg.KeepAlive, func(bool) []byte { return []byte(": compactd is compacting the conversation\n\n") })
-			}
-			var err error
-			c, err = s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), speculate: true})
-			t.committed = ka != nil && ka.Stop()
-			switch {
-			case errors.Is(err, errNothingToCompact):
-			case err != nil:
-				s.compactionFailed(r, trigger, req.Model, err)
-				if !t.committed && s.passThroughOnFailure(w, "openai", err) {
-					break // forward the turn as it came
-				}
-				if e := summariserError(err); e != nil {
-					if t.committed {
-						_, _ = w.Write(e.SSE(0, ""))
-						return
+			var answered bool
+			c, answered = s.thresholdCompaction(w, r, t, trigger, responsesKeepAlive,
+				s.responsesCompactIn(r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), speculate: true}),
+				func(err error) {
+					if e := summariserError(err); e != nil {
+						if t.committed {
+							_, _ = w.Write(e.SSE(0, ""))
+							return
+						}
+						e.Write(w)
 					}
-					e.Write(w)
-				}
+				})
+			if answered {
 				return
-			default:
-				s.compacted(r, trigger, c)
+			}
+			if c != nil {
 				items, t.item, t.itemID, changed = c.items, c.item, c.id, true
 			}
 		}
@@ -147,6 +139,9 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	s.forwardBody(w, r, t, out)
 }
+
+// responsesKeepAlive holds a streamed Responses turn open while it compacts: SSE comments.
+func responsesKeepAlive(bool) []byte { return []byte(": compactd is compacting the conversation\n\n") }
 
 // forwardBody sends body to the upstream in place of the client's and relays the answer.
 func (s *Server) forwardBody(w http.ResponseWriter, r *http.Request, t *turn, body []byte) {

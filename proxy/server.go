@@ -7,11 +7,13 @@
 package proxy
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -52,8 +54,14 @@ type Config struct {
 
 	Summarizer summarizer.Summarizer
 	// Archive keeps the raw items every compaction replaced (nil = off). When set, a compaction
-	// whose originals cannot be archived fails rather than lose them.
+	// whose originals cannot be archived fails rather than lose them. The Server takes it over:
+	// Close closes it (see Server.Close).
 	Archive archive.Store
+	// ArchiveRetention, when either limit is set, prunes Archive at start and then every
+	// ArchiveRetentionInterval (default archive.DefaultRetentionInterval) until Close. It needs
+	// an Archive.
+	ArchiveRetention         archive.Retention
+	ArchiveRetentionInterval time.Duration
 	// Recall configures the recall tool compactd offers the model after a compaction.
 	Recall RecallConfig
 	// Speculative configures speculative compaction (on by default; Fraction < 0 turns it off).
@@ -81,7 +89,11 @@ type Config struct {
 	// AdminToken enables the admin API (/v1/compactd/…) for callers presenting it as a bearer
 	// token; empty turns the API off.
 	AdminToken string
-	Counter    *compact.Counter
+	// Counter counts tokens (nil: a Counter without background work, made by New). The Server
+	// takes it over like Archive: Close closes it. Counter.Close is idempotent and a closed
+	// Counter still counts (it only stops warming its cache in the background), so a caller that
+	// also hands the Counter to the summariser, as serve does, or closes it itself, is safe.
+	Counter *compact.Counter
 	// Policy is the server-side threshold policy.
 	Policy compact.Policy
 	// RetainTokens is the budget of newest user messages kept verbatim (default 64000).
@@ -135,10 +147,21 @@ type Server struct {
 	metrics                   *metrics
 	spec                      *speculator // nil when speculative compaction is off
 	ops                       *ops
+
+	// Lifecycle (Close).
+	ownTransport  *http.Transport // the transport New built, whose idle connections Close drops
+	stopRetention context.CancelFunc
+	retentionDone chan struct{} // closed when the retention loop has returned; nil without one
+	closeOnce     sync.Once
+	closeErr      error
 }
 
-// New builds a Server from cfg.
+// New builds a Server from cfg, or says which field of cfg makes no sense (see Config.validate).
+// A Server started goroutines (speculative compaction, archive retention): stop it with Close.
 func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Upstream == nil {
 		u, _ := url.Parse("https://api.openai.com")
 		cfg.Upstream = u
@@ -168,17 +191,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	var own *http.Transport
 	if cfg.Transport == nil {
-		cfg.Transport = DefaultTransport()
+		own = DefaultTransport()
+		cfg.Transport = own
 	}
 	if cfg.Counter == nil {
 		cfg.Counter = compact.NewCounter(compact.CounterOptions{})
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg)}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own}
 	s.setupObservability()
 	if cfg.Speculative.Fraction >= 0 {
 		s.spec = newSpeculator(cfg.Speculative)
 	}
+	s.startRetention()
 	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
 	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
 	s.forwardAnthropic.ModifyResponse = s.modifyMessagesResponse

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/maphash"
 	"net/http"
 	"sync"
@@ -64,6 +65,14 @@ type speculator struct {
 	order   *list.List  // front = newest
 	lengths map[int]int // prefix length -> live entries with it, so lookups try only those
 	now     func() time.Time
+
+	// Lifecycle: every job runs on a context derived from base, which stop cancels; jobs counts
+	// the running job goroutines so stop can wait for them. closed (under mu) refuses new jobs
+	// once stop has begun, so jobs.Add never races jobs.Wait.
+	base    context.Context
+	stopAll context.CancelFunc
+	jobs    sync.WaitGroup
+	closed  bool
 }
 
 func newSpeculator(cfg SpeculativeConfig) *speculator {
@@ -79,9 +88,11 @@ func newSpeculator(cfg SpeculativeConfig) *speculator {
 	if cfg.TTL <= 0 {
 		cfg.TTL = 15 * time.Minute
 	}
+	base, stopAll := context.WithCancel(context.Background())
 	return &speculator{
 		cfg: cfg, seed: maphash.MakeSeed(), sem: make(chan struct{}, cfg.MaxConcurrent),
 		entries: map[uint64]*specEntry{}, order: list.New(), lengths: map[int]int{}, now: time.Now,
+		base: base, stopAll: stopAll,
 	}
 }
 
@@ -127,6 +138,10 @@ func (sp *speculator) start(model string, items []api.Item, run func(ctx context
 	}
 	key := sp.prefixHashes(model, items[:n])[n]
 	sp.mu.Lock()
+	if sp.closed {
+		sp.mu.Unlock()
+		return false
+	}
 	sp.expireLocked()
 	if _, ok := sp.entries[key]; ok {
 		sp.mu.Unlock()
@@ -138,7 +153,7 @@ func (sp *speculator) start(model string, items []api.Item, run func(ctx context
 		sp.mu.Unlock()
 		return false
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(sp.base)
 	e := &specEntry{key: key, n: n, done: make(chan struct{}), cancel: cancel, expires: sp.now().Add(sp.cfg.TTL)}
 	e.elem = sp.order.PushFront(e)
 	sp.entries[key] = e
@@ -146,9 +161,11 @@ func (sp *speculator) start(model string, items []api.Item, run func(ctx context
 	for sp.order.Len() > sp.cfg.MaxEntries {
 		sp.removeLocked(sp.order.Back().Value.(*specEntry))
 	}
+	sp.jobs.Add(1)
 	sp.mu.Unlock()
 	prefix := append([]api.Item(nil), items[:n]...) // the caller's slice is reused after the turn
 	go func() {
+		defer sp.jobs.Done()
 		defer func() { <-sp.sem }()
 		e.out, e.err = run(ctx, prefix)
 		close(e.done)
@@ -217,22 +234,54 @@ func (sp *speculator) close() {
 	}
 }
 
+// speculating reports whether a turn of total tokens is past the speculative fraction of limit.
+func (s *Server) speculating(total, limit int) bool {
+	return s.spec != nil && float64(total) >= s.spec.cfg.Fraction*float64(limit)
+}
+
+// stop ends speculation for good: no job starts after it, every job is cancelled (also those a
+// turn has already taken out of the cache and is awaiting: they share the base context), and it
+// waits until their goroutines have returned or ctx is done. A turn still waiting on a cancelled
+// job sees it fail and compacts the normal way.
+func (sp *speculator) stop(ctx context.Context) error {
+	sp.mu.Lock()
+	sp.closed = true
+	sp.mu.Unlock()
+	sp.stopAll()
+	sp.close()
+	done := make(chan struct{})
+	go func() { sp.jobs.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("speculative compaction: jobs still running: %w", context.Cause(ctx))
+	}
+}
+
 // maybeSpeculate starts a background summary when a below-threshold turn is past the fraction.
-func (s *Server) maybeSpeculate(r *http.Request, model string, items []api.Item, total, limit int) {
-	if s.spec == nil || float64(total) < s.spec.cfg.Fraction*float64(limit) {
+// units and prefix are as in compactIn (nil prefix: units are the neutral items themselves);
+// the job partitions with the dialect's retain budget, so its window is the one the crossing
+// turn would compute, and writes the ledger (and gap check) the crossing turn seals.
+func (s *Server) maybeSpeculate(r *http.Request, d dialect, model string, units []api.Item, prefix func(n int) []api.Item, retain, total, limit int) {
+	if !s.speculating(total, limit) {
 		return
 	}
 	auth := s.summariserAuth(r)
-	started := s.spec.start(model, items, func(ctx context.Context, prefix []api.Item) (specResult, error) {
-		w := compact.Partition(prefix, s.cfg.RetainTokens, s.countItem)
+	started := s.spec.start(specKey(d, model), units, func(ctx context.Context, p []api.Item) (specResult, error) {
+		items := p
+		if prefix != nil {
+			items = prefix(len(p))
+		}
+		w := compact.Partition(items, retain, s.countItem)
 		if len(w.Summarise) == 0 {
 			return specResult{}, errNothingToCompact
 		}
-		res, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: model, Entries: compact.RenderEntries(prefix, w.Summarise), Auth: auth})
+		res, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: model, Entries: compact.RenderEntries(items, w.Summarise), Auth: auth})
 		if err != nil {
 			return specResult{}, err
 		}
-		return specResult{res: res, ledger: s.ledger(ctx, auth, model, prefix, w, res, &res.Usage)}, nil
+		return specResult{res: res, ledger: s.ledger(ctx, auth, model, items, w, res, &res.Usage)}, nil
 	})
 	if started {
 		s.metrics.speculative("started")
@@ -240,12 +289,12 @@ func (s *Server) maybeSpeculate(r *http.Request, model string, items []api.Item,
 }
 
 // useSpeculation returns a ready (or running, then awaited) summary of a prefix of items, with
-// the prefix length; n == 0 means the turn must compact the normal way.
-func (s *Server) useSpeculation(ctx context.Context, model string, items []api.Item) (int, specResult) {
+// the prefix length; n == 0 means the turn must compact the normal way. key is specKey's.
+func (s *Server) useSpeculation(ctx context.Context, key string, items []api.Item) (int, specResult) {
 	if s.spec == nil {
 		return 0, specResult{}
 	}
-	n, e := s.spec.lookup(model, items)
+	n, e := s.spec.lookup(key, items)
 	if e == nil {
 		s.metrics.speculative("miss")
 		return 0, specResult{}

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/compactd/compactd/fakeupstream"
 	"github.com/compactd/compactd/handoff"
@@ -79,14 +79,33 @@ func TestSpeculativeCompactionIsUsedByTheCrossingTurn(t *testing.T) {
 	}
 }
 
+// TestSpeculativeCompactionOff checks that a turn past the fraction starts no background job
+// with speculation off. Deterministically: the "started" outcome is counted before the turn is
+// forwarded, so it is final once the response is in, and Close waits for any job that did start
+// before the summariser calls are counted. The "on" row shows the same turn does start one.
 func TestSpeculativeCompactionOff(t *testing.T) {
-	h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) { c.RetainTokens = 1000; c.Speculative.Fraction = -1 })
-	if _, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
-		option.WithJSONSet("input", toAny(history(5, 400))), threshold(6000)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // give a (wrongly) started job the chance to show up
-	if n := len(h.upstream(fakeupstream.KindSummary)); n != 0 {
-		t.Errorf("%d summariser calls with speculation off", n)
+	for _, tc := range []struct {
+		name     string
+		fraction float64
+		started  float64
+	}{
+		{"on", 0, 1},
+		{"off", -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			h := newHarness(t, fakeupstream.Options{}, withRegistry(reg, func(c *proxy.Config) { c.RetainTokens = 1000; c.Speculative.Fraction = tc.fraction }))
+			if _, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
+				option.WithJSONSet("input", toAny(history(5, 400))), threshold(6000)); err != nil {
+				t.Fatal(err)
+			}
+			if got := value(t, reg, "compactd_speculative_compactions_total", "outcome", "started"); got != tc.started {
+				t.Errorf("speculative jobs started = %v, want %v", got, tc.started)
+			}
+			closeServer(t, h.srv)
+			if n := len(h.upstream(fakeupstream.KindSummary)); tc.started == 0 && n != 0 {
+				t.Errorf("%d summariser calls with speculation off", n)
+			}
+		})
 	}
 }

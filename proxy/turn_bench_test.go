@@ -45,7 +45,7 @@ func BenchmarkTurn(b *testing.B) {
 	ring, _ := crypto.NewKeyring(key)
 	up, _ := url.Parse("http://upstream.invalid")
 	counter := compact.NewCounter(compact.CounterOptions{})
-	s, err := New(Config{Upstream: up, Transport: cannedUpstream{}, Sealer: ring, Counter: counter})
+	s, err := New(Config{Upstream: up, Transport: cannedUpstream{}, Sealer: ring, Summarizer: instantSummarizer{}, Counter: counter})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,7 +27,8 @@ func archiveDSN(dsn, dataDir string) string {
 	return dsn
 }
 
-// openArchive opens the archive for serve and starts its retention loop; nil when it is off.
+// openArchive opens the archive for serve; nil when it is off. The proxy runs its retention loop
+// (proxy.Config.ArchiveRetention) and closes it.
 func (c *serveConfig) openArchive(ring *crypto.Keyring, log *slog.Logger) (archive.Store, error) {
 	if c.archiveDSN == "off" {
 		log.Info("archive off: compacted history is not kept and the recall tool is not offered")
@@ -47,25 +48,7 @@ func (c *serveConfig) openArchive(ring *crypto.Keyring, log *slog.Logger) (archi
 		backend = "postgres"
 	}
 	log.Info("archive open", "backend", backend)
-	if c.archiveMaxAge > 0 || c.archiveMaxBytes > 0 {
-		go retain(store, archive.Retention{MaxAge: c.archiveMaxAge, MaxBytes: c.archiveMaxBytes}, log)
-	}
 	return store, nil
-}
-
-// retain applies the retention policy at start and every ten minutes.
-func retain(store archive.Store, r archive.Retention, log *slog.Logger) {
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		n, err := store.Prune(ctx, r)
-		cancel()
-		if err != nil {
-			log.Warn("archive retention failed", "err", err)
-		} else if n > 0 {
-			log.Info("archive retention", "segments_deleted", n)
-		}
-		time.Sleep(10 * time.Minute)
-	}
 }
 
 // archiveFlags are the flags the archive CLI commands share with serve.

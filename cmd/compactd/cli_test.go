@@ -231,6 +231,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, `compactd serve: unexpected argument "extra"`},
 		{[]string{"serve", "--retain-tokens", "0"}, "--retain-tokens must be positive"},
 		{[]string{"serve", "--archive-max-age", "-1h"}, "--archive-max-age must not be negative"},
+		{[]string{"serve", "--compact-threshold", "-1"}, "compact threshold"},
+		{[]string{"serve", "--compact-threshold", "chat=1000"}, `route "chat"`},
 		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
 		{[]string{"demo", "--threshold", "abc"}, "invalid value"},
 		{[]string{"keygen", "extra"}, `unexpected argument "extra"`},
@@ -437,6 +439,39 @@ func TestServeOffConvention(t *testing.T) {
 	if d.ledgerBytes != defaultLedgerBytes || d.resilience.MaxQueue != summarizer.DefaultMaxQueue || d.recallConfig.Disabled ||
 		d.resilience.MaxAttempts != summarizer.DefaultMaxAttempts || d.retainTokens != compact.DefaultRetainBudget {
 		t.Errorf("defaults changed: %+v", d)
+	}
+}
+
+// TestServeCompactThreshold: --compact-threshold takes one number for both routes or one per
+// route, and reaches the proxy's policy.
+func TestServeCompactThreshold(t *testing.T) {
+	for _, tt := range []struct {
+		args      []string
+		threshold int
+		routes    map[string]int
+	}{
+		{nil, 0, nil},
+		{[]string{"--compact-threshold", "150000"}, 150000, nil},
+		{[]string{"--compact-threshold", "responses=150000,messages=120000"}, 0, map[string]int{"responses": 150000, "messages": 120000}},
+	} {
+		clearCompactdEnv(t)
+		c, _, err := parseServeFlags(tt.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.compactThreshold.threshold != tt.threshold || len(c.compactThreshold.routes) != len(tt.routes) {
+			t.Errorf("%v: threshold %d routes %v", tt.args, c.compactThreshold.threshold, c.compactThreshold.routes)
+		}
+		for k, v := range tt.routes {
+			if c.compactThreshold.routes[k] != v {
+				t.Errorf("%v: route %s = %d, want %d", tt.args, k, c.compactThreshold.routes[k], v)
+			}
+		}
+	}
+	t.Setenv("COMPACTD_COMPACT_THRESHOLD", "messages=90000")
+	c, _, err := parseServeFlags(nil)
+	if err != nil || c.compactThreshold.routes["messages"] != 90000 {
+		t.Errorf("from the environment: %v %v", err, c.compactThreshold.routes)
 	}
 }
 

@@ -102,6 +102,7 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
+	defer srv.Close(context.Background()) // after hs.Close, deferred below
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

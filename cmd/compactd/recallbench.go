@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/compactd/compactd/archive/recallbench"
+	"github.com/compactd/compactd/bench/recallbench"
 )
 
 // runRecallBench runs the recall benchmark and prints its Markdown table. It needs no network and

@@ -23,6 +23,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"go.uber.org/goleak"
 
 	"github.com/compactd/compactd/crypto"
 	"github.com/compactd/compactd/fakeupstream"
@@ -56,13 +57,15 @@ func builtBinary(t *testing.T) string {
 	return builtPath
 }
 
-// TestMain removes the binary builtBinary left behind.
+// TestMain fails the package if a test leaves a goroutine behind (the commands run in-process
+// here: demo, eval, bench, handoff watch), and removes the binary builtBinary left behind.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if builtPath != "" {
-		os.RemoveAll(filepath.Dir(builtPath))
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if builtPath != "" {
+			os.RemoveAll(filepath.Dir(builtPath))
+		}
+		os.Exit(code)
+	}))
 }
 
 // lockedBuffer collects a process's log for failure messages and log assertions.

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/compactd/compactd/archive"
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/crypto"
@@ -39,8 +40,9 @@ type serveConfig struct {
 	summarizerContextTokens, summarizerMaxOutput                 int
 	summarizerTimeout, compactionTimeout                         time.Duration
 
-	compactThreshold, defaultClientThreshold, retainTokens int
-	policyOverride                                         bool
+	compactThreshold                     thresholdFlag
+	defaultClientThreshold, retainTokens int
+	policyOverride                       bool
 
 	keys, keyFile, dataDir string
 
@@ -87,7 +89,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.summarizerMaxOutput, "summarizer-max-output-tokens", summarizer.DefaultMaxOutputTokens, "summary length cap in tokens")
 	fs.DurationVar(&c.summarizerTimeout, "summarizer-timeout", summarizer.DefaultTimeout, "timeout of one summariser call")
 	fs.DurationVar(&c.compactionTimeout, "compaction-timeout", proxy.DefaultCompactionTimeout, "deadline of one whole compaction (all summariser attempts, chunks, gap check); past it the failure policy applies (0: none)")
-	fs.IntVar(&c.compactThreshold, "compact-threshold", 0, "server-side policy: compact requests without context_management past this many input tokens (0: off)")
+	fs.Var(&c.compactThreshold, "compact-threshold", "server-side policy: compact requests without context_management past this many input tokens, N for both routes or responses=N,messages=M (0 or a route left out: off)")
 	fs.BoolVar(&c.policyOverride, "policy-override", false, "apply --compact-threshold even to requests that send their own context_management")
 	fs.IntVar(&c.defaultClientThreshold, "default-client-threshold", compact.DefaultClientThreshold, "threshold used when a client sends compact_threshold: null")
 	fs.IntVar(&c.retainTokens, "retain-tokens", compact.DefaultRetainBudget, "budget of newest user messages kept verbatim across a compaction")
@@ -177,7 +179,6 @@ func (c *serveConfig) check() error {
 		name string
 		bad  bool
 	}{
-		{"compact-threshold", c.compactThreshold < 0},
 		{"archive-max-age", c.archiveMaxAge < 0},
 		{"archive-max-bytes", c.archiveMaxBytes < 0},
 		{"item-max-age", c.itemMaxAge < 0},
@@ -282,6 +283,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		LedgerBytes:          c.ledgerBytes,
 		GapCheck:             c.gapCheck,
 		Archive:              store,
+		ArchiveRetention:     archive.Retention{MaxAge: c.archiveMaxAge, MaxBytes: c.archiveMaxBytes},
 		Recall:               c.recallConfig,
 		AdminToken:           c.adminToken,
 		Upstream:             up,
@@ -292,7 +294,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		Sealer:               ring,
 		Summarizer:           summarizer.NewResilient(sum, c.resilience),
 		Counter:              counter,
-		Policy:               compact.Policy{Threshold: c.compactThreshold, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
+		Policy:               compact.Policy{Threshold: c.compactThreshold.threshold, Routes: c.compactThreshold.routes, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
 		RetainTokens:         c.retainTokens,
 		MaxBodyBytes:         c.maxBodyBytes,
 		BodyReadTimeout:      offAsNegative(c.bodyReadTimeout),
@@ -336,9 +338,17 @@ func runServe(args []string) error {
 		return err
 	}
 	defer stopOps()
-	return serveUntilSignal(srv, ln, c.shutdownGrace, log, func() {
+	err = serveUntilSignal(srv, ln, c.shutdownGrace, log, func() {
 		log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
 	})
+	// No request is served any more: stop speculation and archive retention, and close the
+	// archive, waiting up to another grace period for running background summaries to end.
+	cctx, cancel := context.WithTimeout(context.Background(), c.shutdownGrace)
+	defer cancel()
+	if cerr := handler.Close(cctx); cerr != nil {
+		log.Warn("shutdown: background work did not stop cleanly", "err", cerr)
+	}
+	return err
 }
 
 // serveUntilSignal serves until SIGINT or SIGTERM, then stops accepting connections and gives
@@ -368,4 +378,28 @@ func serveUntilSignal(srv *http.Server, ln net.Listener, grace time.Duration, lo
 		return e
 	}
 	return err
+}
+
+// thresholdFlag is --compact-threshold: one token count for both routes, or one per route
+// (compact.ParseThresholds); a malformed or negative value is refused when the flag is parsed.
+type thresholdFlag struct {
+	text      string
+	threshold int
+	routes    map[string]int
+}
+
+func (f *thresholdFlag) String() string {
+	if f == nil || f.text == "" {
+		return "0"
+	}
+	return f.text
+}
+
+func (f *thresholdFlag) Set(s string) error {
+	n, routes, err := compact.ParseThresholds(s)
+	if err != nil {
+		return err
+	}
+	f.text, f.threshold, f.routes = s, n, routes
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/crypto"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -80,5 +82,18 @@ func TestObsConfigNewServer(t *testing.T) {
 // compactd itself, so no upstream is needed.
 func proxyConfigForTest(log *slog.Logger) proxy.Config {
 	u, _ := url.Parse("http://127.0.0.1:1")
-	return proxy.Config{Upstream: u, AnthropicUpstream: u, Logger: log}
+	key, err := crypto.GenerateKey()
+	if err != nil {
+		panic(err)
+	}
+	ring, err := crypto.NewKeyring(key)
+	if err != nil {
+		panic(err)
+	}
+	// proxy.New needs a summariser; this one is never called (nothing is compacted here).
+	sum, err := summarizer.New(summarizer.Config{BaseURL: "http://127.0.0.1:1/v1"})
+	if err != nil {
+		panic(err)
+	}
+	return proxy.Config{Upstream: u, AnthropicUpstream: u, Sealer: ring, Summarizer: sum, Logger: log}
 }

@@ -429,13 +429,19 @@ func startCompactd(ctx context.Context, cfg Config, upstream string, v Variant) 
 			os.RemoveAll(dir)
 			return "", nil, nil, err
 		}
-		store := pc.Archive
-		cleanup = append([]func(){func() { store.Close() }}, cleanup...)
 	}
 	srv, err := proxy.New(pc)
 	if err != nil {
+		if pc.Archive != nil {
+			pc.Archive.Close()
+		}
+		for _, f := range cleanup {
+			f()
+		}
 		return "", nil, nil, err
 	}
+	// The Server owns the archive: Close closes it before the directory goes.
+	cleanup = append([]func(){func() { _ = srv.Close(context.Background()) }}, cleanup...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, nil, err
