@@ -36,7 +36,7 @@ const AnthropicVersion = "2023-06-01"
 // when it can. Only what compactd cannot do there belongs here: the facts ledger and the gap
 // check ride in the summariser call and the sealed payload, which the Messages route shares
 // with Responses, so (b) and (c) run and score whatever compactd's Messages compactions carry
-// (on a compactd whose Messages compactions carry no ledger they tie with (a)). The recall tool
+// (against an older compactd whose Messages compactions carry no ledger they tie with (a)). The recall tool
 // is injected into Responses requests only, so (d) would silently measure (c) under its name.
 func messagesUnavailable(v Variant) string {
 	if v.Recall {
