@@ -181,7 +181,7 @@ func fuzzMsgTurn() *msgTurn {
 func rewriteMessagesSSE(t *testing.T, in []byte, chunk int) []byte {
 	t.Helper()
 	body := io.NopCloser(&chunkedReader{src: in, n: max(chunk, 1)})
-	r := &msgSSERewriter{src: bufio.NewReaderSize(body, 32<<10), body: body, mt: fuzzMsgTurn()}
+	r := newMsgSSERewriter(body, fuzzMsgTurn())
 	out, err := io.ReadAll(iotest.HalfReader(r))
 	if err != nil {
 		t.Fatalf("rewriter returned %v", err)

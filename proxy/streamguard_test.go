@@ -98,7 +98,7 @@ func TestStreamGuardLeavesOthersAlone(t *testing.T) {
 	} {
 		body := io.NopCloser(strings.NewReader("x"))
 		resp.Body = body
-		guardStream(resp, false, func(int, bool) []byte { return nil })
+		guardStream(resp, false, func(int, string) []byte { return nil })
 		if resp.Body != body {
 			t.Errorf("status %d %s: body wrapped", resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
