@@ -74,6 +74,12 @@ func (s *Server) upstreamRoundTrip(r *http.Request, body []byte) (*http.Response
 	rp := &httputil.ReverseProxy{
 		Rewrite: rewriteTo(s.cfg.Upstream, true),
 		Transport: roundTripFunc(func(out *http.Request) (*http.Response, error) {
+			// The ReverseProxy closes the body it hands the transport when ServeHTTP returns —
+			// here right after the response headers, while the transport may still be
+			// finishing the request body (a read after that close fails and drops the
+			// connection, and with it the response being read). The transport gets a body of
+			// its own.
+			out.Body, _ = out.GetBody()
 			resp, rtErr = s.cfg.Transport.RoundTrip(out)
 			if rtErr != nil {
 				return nil, rtErr
