@@ -323,6 +323,7 @@ type Scanner struct {
 	fn      func(*Event)
 	max     int
 	b       builder
+	ev      Event // handed to fn: a field, so no event escapes to the heap
 	line    []byte // a line split across writes, so far
 	size    int    // bytes of the current event so far
 	fields  bool   // a non-blank line of the current event went by
@@ -381,8 +382,8 @@ func (s *Scanner) Flush() {
 		s.line, s.partial = s.line[:0], false
 	}
 	if s.fields && !s.over {
-		ev := s.b.event(nil, false)
-		s.fn(&ev)
+		s.ev = s.b.event(nil, false)
+		s.fn(&s.ev)
 	}
 	s.next()
 }
@@ -413,8 +414,8 @@ func (s *Scanner) endLine(body []byte, blank bool) {
 		return // a blank line with nothing before it
 	}
 	if !s.over {
-		ev := s.b.event(nil, true)
-		s.fn(&ev)
+		s.ev = s.b.event(nil, true)
+		s.fn(&s.ev)
 	}
 	s.next()
 }

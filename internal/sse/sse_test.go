@@ -248,3 +248,14 @@ func TestReaderNameAllocs(t *testing.T) {
 		t.Errorf("%v allocations per event", allocs)
 	}
 }
+
+// The Scanner costs no allocation per event once its buffers have grown.
+func TestScannerAllocs(t *testing.T) {
+	ev := []byte("event: response.output_text.delta\ndata: {\"delta\":\"x\"}\n\n")
+	n := 0
+	sc := NewScanner(DefaultMaxEvent, func(*Event) { n++ })
+	sc.Write(ev)
+	if allocs := testing.AllocsPerRun(50, func() { sc.Write(ev) }); allocs != 0 || n != 52 { // AllocsPerRun runs once more to warm up
+		t.Errorf("%v allocations per event, %d events", allocs, n)
+	}
+}
