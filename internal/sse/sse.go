@@ -323,7 +323,7 @@ type Scanner struct {
 	fn      func(*Event)
 	max     int
 	b       builder
-	ev      Event // handed to fn: a field, so no event escapes to the heap
+	ev      Event  // handed to fn: a field, so no event escapes to the heap
 	line    []byte // a line split across writes, so far
 	size    int    // bytes of the current event so far
 	fields  bool   // a non-blank line of the current event went by
