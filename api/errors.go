@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/compactd/compactd/internal/sse"
 )
 
 // OpenAIError is an error compactd itself answers in the OpenAI envelope:
@@ -69,13 +71,10 @@ func (e *OpenAIError) SSE(seq int, responseID string) []byte {
 	return AppendSSE(b, "response.failed", failed)
 }
 
-// AppendSSE appends one server-sent event with an `event:` line.
+// AppendSSE appends one server-sent event with an `event:` line: internal/sse's writer, which
+// every stream compactd writes goes through.
 func AppendSSE(dst []byte, event string, data []byte) []byte {
-	dst = append(dst, "event: "...)
-	dst = append(dst, event...)
-	dst = append(dst, "\ndata: "...)
-	dst = append(dst, data...)
-	return append(dst, "\n\n"...)
+	return sse.AppendEvent(dst, event, data)
 }
 
 // Common OpenAI-dialect errors.

@@ -1,7 +1,6 @@
 package fakeupstream
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,15 +50,11 @@ func TestCodexFixtures(t *testing.T) {
 	}
 }
 
-// lastData returns the JSON of the last "data:" line of an SSE body.
-func lastData(sse []byte) []byte {
-	i := bytes.LastIndex(sse, []byte("\ndata: "))
-	if i < 0 {
+// lastData returns the data of the last event of an SSE body that has data.
+func lastData(stream []byte) []byte {
+	datas, _ := eventDatas(stream)
+	if len(datas) == 0 {
 		return nil
 	}
-	rest := sse[i+len("\ndata: "):]
-	if j := bytes.IndexByte(rest, '\n'); j >= 0 {
-		rest = rest[:j]
-	}
-	return rest
+	return datas[len(datas)-1]
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/compactd/compactd/internal/sse"
 )
 
 func TestMain(m *testing.M) {
@@ -51,4 +53,21 @@ func post(t testing.TB, url, body string, hdr ...string) (int, http.Header, []by
 		t.Fatalf("reading body: %v", err)
 	}
 	return resp.StatusCode, resp.Header, b
+}
+
+// eventDatas reads an SSE body with compactd's reader: the data of each whole event that has
+// data, and whether the body ended in the middle of an event.
+func eventDatas(stream []byte) (datas [][]byte, partial bool) {
+	rd := sse.NewReader(bytes.NewReader(stream))
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return datas, partial
+		}
+		if !ev.Terminated {
+			partial = true
+		} else if ev.HasData() {
+			datas = append(datas, append([]byte(nil), ev.Data...))
+		}
+	}
 }

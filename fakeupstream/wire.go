@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
+
+	"github.com/compactd/compactd/internal/sse"
 )
 
 // marshal encodes v without HTML escaping (the real APIs send "<" as is) and without the
@@ -26,21 +29,32 @@ func (c *call) writeJSON(status int, v any) {
 	_, _ = c.w.Write(marshal(v))
 }
 
-// sse writes one Server-Sent Events stream, flushing after every event, and carries out an
-// X-Fake-Cut by writing half of the next event and aborting the connection.
-type sse struct {
-	c    *call
-	rc   *http.ResponseController
-	cut  int // events to write before cutting; -1 = never
-	sent int
-	buf  []byte
+// HeaderSSE asks for a stream in another of the spellings the event-stream grammar allows, so
+// a client's SSE reader is tested on it: "crlf" ends lines with CRLF, "multiline" splits each
+// event's JSON over two data lines (after its first comma, between tokens, so the data the
+// grammar dispatches is the same JSON), "crlf,multiline" both. A test hook like the others.
+const HeaderSSE = "X-Fake-SSE"
+
+// sseStream writes one Server-Sent Events stream, flushing after every event, and carries out
+// an X-Fake-Cut by writing half of the next event and aborting the connection.
+type sseStream struct {
+	c         *call
+	rc        *http.ResponseController
+	cut       int // events to write before cutting; -1 = never
+	sent      int
+	crlf      bool
+	multiline bool
+	buf       []byte
+	split     []byte
 }
 
-func (c *call) startSSE() *sse {
+func (c *call) startSSE() *sseStream {
 	h := c.w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
-	s := &sse{c: c, rc: http.NewResponseController(c.w), cut: -1}
+	s := &sseStream{c: c, rc: http.NewResponseController(c.w), cut: -1}
+	style := c.r.Header.Get(HeaderSSE)
+	s.crlf, s.multiline = strings.Contains(style, "crlf"), strings.Contains(style, "multiline")
 	if v := c.r.Header.Get(HeaderCut); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
 			s.cut = n
@@ -54,7 +68,7 @@ func (c *call) startSSE() *sse {
 // event writes an event whose "type" is name (on the event: line and first in the JSON, as the
 // real APIs order it), then "sequence_number" when seq >= 0, then fields in key order. It returns
 // false when the client has gone, so the caller stops producing.
-func (s *sse) event(name string, seq int64, fields map[string]any) bool {
+func (s *sseStream) event(name string, seq int64, fields map[string]any) bool {
 	delete(fields, "type")
 	delete(fields, "sequence_number")
 	b := append([]byte(`{"type":`), marshal(name)...)
@@ -71,19 +85,20 @@ func (s *sse) event(name string, seq int64, fields map[string]any) bool {
 	return s.raw(name, b)
 }
 
-func (s *sse) raw(name string, data []byte) bool {
+func (s *sseStream) raw(name string, data []byte) bool {
 	if s.c.ctx.Err() != nil {
 		return false
 	}
-	b := s.buf[:0]
-	if name != "" {
-		b = append(b, "event: "...)
-		b = append(b, name...)
-		b = append(b, '\n')
+	if i := bytes.IndexByte(data, ','); s.multiline && i >= 0 {
+		// JSON has no raw newline, so this one becomes a second data line, and the reader's
+		// joining "\n" is whitespace between two tokens.
+		s.split = append(append(append(s.split[:0], data[:i+1]...), '\n'), data[i+1:]...)
+		data = s.split
 	}
-	b = append(b, "data: "...)
-	b = append(b, data...)
-	b = append(b, "\n\n"...)
+	b := sse.AppendEvent(s.buf[:0], name, data)
+	if s.crlf {
+		b = bytes.ReplaceAll(b, []byte("\n"), []byte("\r\n"))
+	}
 	s.buf = b
 	if s.sent == s.cut {
 		// Mid-event: the client has a partial line and then a dropped connection, the way a

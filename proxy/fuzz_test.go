@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/compact"
 	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/sse"
 )
 
 // Fuzz targets for what compactd does to bytes it does not control: the upstream's SSE streams
@@ -112,23 +112,24 @@ func responsesStream(text string, nItems, nDeltas int, crlf, seq bool) []byte {
 	return b.Bytes()
 }
 
-// sseEvents splits an SSE body into the data payloads of its events (CRLF or LF line ends).
+// sseEvents splits an SSE body into the data payloads of its events, with compactd's reader.
 func sseEvents(t *testing.T, body []byte) []gjson.Result {
 	t.Helper()
 	var out []gjson.Result
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		line := strings.TrimRight(sc.Text(), "\r")
-		if d, ok := strings.CutPrefix(line, "data:"); ok {
-			d = strings.TrimSpace(d)
-			if !gjson.Valid(d) {
-				t.Fatalf("event data is not JSON: %q", d)
-			}
-			out = append(out, gjson.Parse(d))
+	rd := sse.NewReader(bytes.NewReader(body))
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return out
 		}
+		if !ev.HasData() {
+			continue
+		}
+		if !gjson.ValidBytes(ev.Data) {
+			t.Fatalf("event data is not JSON: %q", ev.Data)
+		}
+		out = append(out, gjson.ParseBytes(append([]byte(nil), ev.Data...)))
 	}
-	return out
 }
 
 // FuzzSSERewriterStream rewrites well-formed streams of fuzzed shape and text: the compaction
@@ -181,7 +182,7 @@ func fuzzMsgTurn() *msgTurn {
 func rewriteMessagesSSE(t *testing.T, in []byte, chunk int) []byte {
 	t.Helper()
 	body := io.NopCloser(&chunkedReader{src: in, n: max(chunk, 1)})
-	r := &msgSSERewriter{src: bufio.NewReaderSize(body, 32<<10), body: body, mt: fuzzMsgTurn()}
+	r := newMsgSSERewriter(body, fuzzMsgTurn())
 	out, err := io.ReadAll(iotest.HalfReader(r))
 	if err != nil {
 		t.Fatalf("rewriter returned %v", err)

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/sse"
 )
 
 // modifyMessagesResponse rewrites an Anthropic upstream response for a turn compactd changed:
@@ -53,7 +53,7 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 		return nil
 	case isSSE:
 		if mt.block != nil || len(mt.applied) > 0 {
-			resp.Body = &msgSSERewriter{src: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body, mt: mt}
+			resp.Body = newMsgSSERewriter(resp.Body, mt)
 			resp.Header.Del("Content-Length")
 			resp.ContentLength = -1
 		}
@@ -84,7 +84,7 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 func upstreamErrorEvent(status int, body []byte) []byte {
 	var compacted bytes.Buffer
 	if jsonx.Valid(body) == nil && gjson.GetBytes(body, "type").Str == "error" && json.Compact(&compacted, body) == nil {
-		return api.AppendSSE(nil, "error", compacted.Bytes())
+		return sse.AppendEvent(nil, "error", compacted.Bytes())
 	}
 	e := &api.AnthropicError{Status: status, Type: "api_error", Message: "upstream answered HTTP " + strconv.Itoa(status)}
 	return e.SSE()
@@ -176,15 +176,23 @@ func iterationsJSON(u summarizer.Usage, message []byte) []byte {
 // edits. Nothing is buffered beyond the event being rewritten; pings and unknown events pass
 // untouched.
 type msgSSERewriter struct {
-	src  *bufio.Reader
-	body io.Closer
-	mt   *msgTurn
+	src     eventSource
+	body    io.Closer
+	mt      *msgTurn
+	trusted bool // src checked every event's JSON (the stream guard of a rewritten turn)
 
 	startUsage gjson.Result
 	model      string
 	broken     bool // an event was not JSON: the stream ended with an error instead
 	out        []byte
+	buf        []byte // the rendering of the current event, when it changed
+	scratch    []byte // the current event's new data
 	err        error
+}
+
+func newMsgSSERewriter(body io.ReadCloser, mt *msgTurn) *msgSSERewriter {
+	src, trusted := eventsOf(body)
+	return &msgSSERewriter{src: src, trusted: trusted, body: body, mt: mt}
 }
 
 func (r *msgSSERewriter) Close() error { return r.body.Close() }
@@ -194,12 +202,11 @@ func (r *msgSSERewriter) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		ev, err := readSSEEvent(r.src)
-		if len(ev) > 0 {
-			r.out = append(r.out, r.rewrite(ev)...)
+		ev, err := r.src.nextEvent()
+		if len(ev.Raw) > 0 {
+			r.out = r.rewrite(&ev)
 		}
-		r.err = err
-		if r.broken {
+		if r.err = err; r.broken {
 			r.err = io.EOF
 		}
 	}
@@ -208,36 +215,17 @@ func (r *msgSSERewriter) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readSSEEvent reads one event, its lines through the blank line that ends it.
-func readSSEEvent(src *bufio.Reader) ([]byte, error) {
-	var ev []byte
-	for {
-		line, err := src.ReadBytes('\n')
-		ev = append(ev, line...)
-		if err != nil {
-			return ev, err
-		}
-		if len(bytes.TrimRight(line, "\r\n")) == 0 {
-			return ev, nil
-		}
-	}
-}
-
-// rewrite rewrites one complete event.
-func (r *msgSSERewriter) rewrite(ev []byte) []byte {
-	i := bytes.Index(ev, dataPrefix)
-	if i < 0 || (i > 0 && ev[i-1] != '\n') {
-		return ev
-	}
-	end := bytes.IndexByte(ev[i:], '\n')
-	if end < 0 {
-		end = len(ev) - i
-	}
-	data := bytes.TrimSpace(ev[i+len(dataPrefix) : i+end])
-	if len(data) > 0 && !bytes.Equal(data, doneMarker) && jsonx.Valid(data) != nil {
-		// Only an event larger than the stream guard holds back gets this far.
+// rewrite rewrites one event: it returns ev.Raw when nothing changes, else the new rendering
+// (valid until the next event).
+func (r *msgSSERewriter) rewrite(ev *sse.Event) []byte {
+	data, ok := eventJSON(ev)
+	if !ok && !r.trusted {
+		// Only a rewriter on an unguarded body gets this far.
 		r.broken = true
 		return invalidUpstreamAnthropic(r.mt.block != nil, "sent an event that is not valid JSON").SSE()
+	}
+	if len(data) == 0 {
+		return ev.Raw
 	}
 	v := gjson.ParseBytes(data)
 	newData := data
@@ -252,10 +240,10 @@ func (r *msgSSERewriter) rewrite(ev []byte) []byte {
 	case "content_block_start", "content_block_delta", "content_block_stop":
 		if idx := v.Get("index"); r.mt.block != nil && idx.Index > 0 {
 			// splice the number in place: these are most of a stream's events
-			newData = make([]byte, 0, len(data)+2)
-			newData = append(newData, data[:idx.Index]...)
+			newData = append(r.scratch[:0], data[:idx.Index]...)
 			newData = strconv.AppendInt(newData, idx.Int()+1, 10)
 			newData = append(newData, data[idx.Index+len(idx.Raw):]...)
+			r.scratch = newData
 		}
 	case "message_delta":
 		if r.mt.block != nil {
@@ -267,33 +255,36 @@ func (r *msgSSERewriter) rewrite(ev []byte) []byte {
 		}
 	}
 	if bytes.Equal(newData, data) {
-		return append(ev, after...)
+		if after == nil {
+			return ev.Raw
+		}
+		r.buf = append(r.buf[:0], ev.Raw...)
+	} else {
+		changed := *ev
+		changed.Data = newData
+		r.buf = sse.Append(r.buf[:0], changed)
 	}
-	out := make([]byte, 0, len(ev)+len(newData)-len(data)+len(after)+8)
-	out = append(out, ev[:i]...)
-	out = append(out, "data: "...)
-	out = append(out, newData...)
-	out = append(out, ev[i+end:]...)
-	return append(out, after...)
+	r.buf = append(r.buf, after...)
+	return r.buf
 }
 
 // compactionBlockEvents renders the compaction block as block 0 of a stream: start with null
 // content, one compaction_delta with the summary and encrypted_content, a signature_delta when
 // signed, stop.
 func compactionBlockEvents(dst []byte, summary, ec, sig string) []byte {
-	dst = api.AppendSSE(dst, "content_block_start",
+	dst = sse.AppendEvent(dst, "content_block_start",
 		[]byte(`{"type":"content_block_start","index":0,"content_block":`+api.CompactionBlockStart+`}`))
 	d := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":`)
 	d = api.AppendString(d, summary)
 	d = append(d, `,"encrypted_content":`...)
 	d = api.AppendString(d, ec)
-	dst = api.AppendSSE(dst, "content_block_delta", append(d, "}}"...))
+	dst = sse.AppendEvent(dst, "content_block_delta", append(d, "}}"...))
 	if sig != "" {
 		d = append(d[:0], `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":`...)
 		d = api.AppendString(d, sig)
-		dst = api.AppendSSE(dst, "content_block_delta", append(d, "}}"...))
+		dst = sse.AppendEvent(dst, "content_block_delta", append(d, "}}"...))
 	}
-	return api.AppendSSE(dst, "content_block_stop", []byte(`{"type":"content_block_stop","index":0}`))
+	return sse.AppendEvent(dst, "content_block_stop", []byte(`{"type":"content_block_stop","index":0}`))
 }
 
 // writeCompactionMessage answers a turn that ends with the compaction (pause_after_compaction,
@@ -345,15 +336,15 @@ func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.Messages
 	}
 	start := head("[]", "null")
 	start = append(start, `,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`...)
-	b := api.AppendSSE(nil, "message_start", append(append([]byte(`{"type":"message_start","message":`), start...), '}'))
+	b := sse.AppendEvent(nil, "message_start", append(append([]byte(`{"type":"message_start","message":`), start...), '}'))
 	b = compactionBlockEvents(b, c.summary, c.ec, sig)
 	delta := []byte(`{"type":"message_delta","delta":{"stop_reason":"compaction","stop_sequence":null},"usage":`)
 	delta = append(delta, usage...)
 	if cm != nil {
 		delta = append(append(delta, `,"context_management":`...), cm...)
 	}
-	b = api.AppendSSE(b, "message_delta", append(delta, '}'))
-	b = api.AppendSSE(b, "message_stop", []byte(`{"type":"message_stop"}`))
+	b = sse.AppendEvent(b, "message_delta", append(delta, '}'))
+	b = sse.AppendEvent(b, "message_stop", []byte(`{"type":"message_stop"}`))
 	_, _ = w.Write(b)
 	_ = http.NewResponseController(w).Flush()
 }

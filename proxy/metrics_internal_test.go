@@ -91,6 +91,11 @@ func TestUpstreamBodyUsage(t *testing.T) {
 			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":40}}}\n\n", 900, 40},
 		{"anthropic sse", true, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":90,\"output_tokens\":1}}}\n\n" +
 			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":33}}\n\n", 100, 33},
+		{"responses sse CRLF", true, "event: response.created\r\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\r\n\r\n" +
+			"event: response.completed\r\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":40}}}\r\n\r\n", 900, 40},
+		{"anthropic sse multi-line data", true, "event: message_start\ndata: {\"type\":\"message_start\",\ndata: \"message\":{\"usage\":{\"input_tokens\":10,\ndata: \"output_tokens\":1}}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\ndata: \"usage\":{\"output_tokens\":33}}\n\n", 10, 33},
+		{"sse last event without its blank line", true, "data: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}", 5, 2},
 		{"no usage", true, "data: {\"type\":\"x\"}\n\n", 0, 0},
 		{"not json", false, `not json`, 0, 0},
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/sse"
 )
 
 // instrumentedTransport wraps Config.Transport: it times every upstream round trip (to response
@@ -51,7 +53,7 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 		ub.turn = true
 		ub.model = st.model()
 		if resp.StatusCode/100 == 2 {
-			ub.sse = strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+			ub.sse = isEventStream(resp.Header)
 			ub.scan = true
 		}
 	}
@@ -76,7 +78,7 @@ func isModelTurn(req *http.Request) bool {
 }
 
 // usageCap bounds what upstreamBody keeps to find the usage: a JSON body up to this size, or one
-// SSE line. Larger bodies pass through untouched and report no tokens.
+// SSE event. Larger bodies and events pass through untouched and report no tokens.
 const usageCap = 8 << 20
 
 // upstreamBody times reads of an upstream response body (compactd waiting on the upstream) and,
@@ -91,8 +93,8 @@ type upstreamBody struct {
 	model    string
 
 	turn, scan, sse bool
-	buf             []byte // JSON body, or the current SSE line
-	overflow        bool
+	buf             []byte       // the JSON body so far
+	events          *sse.Scanner // the SSE events, as they pass
 	in, out         int64
 
 	once sync.Once
@@ -118,47 +120,33 @@ func (b *upstreamBody) Close() error {
 }
 
 func (b *upstreamBody) feed(p []byte) {
-	if !b.sse {
-		if len(b.buf)+len(p) > usageCap {
-			b.scan, b.buf = false, nil
-			return
+	if b.sse {
+		if b.events == nil {
+			b.events = sse.NewScanner(usageCap, b.event)
 		}
-		b.buf = append(b.buf, p...)
+		_, _ = b.events.Write(p)
 		return
 	}
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		chunk := p
-		if i >= 0 {
-			chunk = p[:i]
-		}
-		if !b.overflow {
-			if len(b.buf)+len(chunk) > usageCap {
-				b.overflow, b.buf = true, b.buf[:0]
-			} else {
-				b.buf = append(b.buf, chunk...)
-			}
-		}
-		if i < 0 {
-			return
-		}
-		if !b.overflow {
-			b.line(b.buf)
-		}
-		b.buf, b.overflow, p = b.buf[:0], false, p[i+1:]
+	if len(b.buf)+len(p) > usageCap {
+		b.scan, b.buf = false, nil
+		return
+	}
+	b.buf = append(b.buf, p...)
+}
+
+// event looks at one SSE event for usage.
+func (b *upstreamBody) event(ev *sse.Event) {
+	if bytes.Contains(ev.Data, []byte(`"usage"`)) {
+		b.usage(ev.Data)
 	}
 }
 
-// line looks at one SSE line for usage.
-func (b *upstreamBody) line(l []byte) {
-	data, ok := bytes.CutPrefix(l, []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
-		return
-	}
-	b.usage(data)
-}
-
+// usage takes the token counts from doc's usage object; doc is checked for validity and depth
+// before gjson walks it.
 func (b *upstreamBody) usage(doc []byte) {
+	if jsonx.Valid(doc) != nil {
+		return
+	}
 	for _, path := range []string{"response.usage", "message.usage", "usage"} {
 		u := gjson.GetBytes(doc, path)
 		if !u.IsObject() {
@@ -188,7 +176,10 @@ func (b *upstreamBody) finish(eof bool) {
 		if eof && b.scan && !b.sse {
 			b.usage(b.buf)
 		}
-		b.buf = nil
+		if eof && b.events != nil {
+			b.events.Flush() // a last event without its blank line still counts
+		}
+		b.buf, b.events = nil, nil
 		b.m.genAI("chat", b.provider, b.model, time.Since(b.start).Seconds(), b.in, b.out)
 	})
 }

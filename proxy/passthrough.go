@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 
 	"github.com/compactd/compactd/api"
 )
@@ -27,17 +30,7 @@ func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReversePr
 		errorHandler = s.upstreamErrorAnthropic
 	}
 	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			// SetURL joins paths; keep the client's raw query as-is. No X-Forwarded-* headers:
-			// the upstream is an API provider, not a web app that needs the client's address.
-			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-			if t := turnFrom(pr.Out.Context()); t != nil && t.rewrite() {
-				// compactd must read the response to rewrite it: let the transport negotiate
-				// compression itself, so it also decompresses transparently.
-				pr.Out.Header.Del("Accept-Encoding")
-			}
-		},
+		Rewrite:        rewriteTo(target, false),
 		Transport:      s.cfg.Transport,
 		FlushInterval:  -1, // flush every write: SSE must not sit in a buffer
 		ModifyResponse: s.modifyResponse,
@@ -45,6 +38,78 @@ func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReversePr
 		ErrorLog:       nil,
 	}
 }
+
+// rewriteTo is the ReverseProxy's Rewrite: the upstream request goes to target. decode says
+// compactd reads the response itself whatever the turn.
+func rewriteTo(target *url.URL, decode bool) func(*httputil.ProxyRequest) {
+	return func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		// SetURL joins paths; keep the client's raw query as-is. No X-Forwarded-* headers:
+		// the upstream is an API provider, not a web app that needs the client's address.
+		pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+		if t := turnFrom(pr.Out.Context()); decode || t != nil && t.rewrite() {
+			// compactd must read the response to rewrite it: let the transport negotiate
+			// compression itself, so it also decompresses transparently.
+			pr.Out.Header.Del("Accept-Encoding")
+		}
+	}
+}
+
+// upstreamRoundTrip sends body to the upstream in place of r's for a caller that reads the
+// answer itself (the recall loop's rounds), and returns the response with its body unread.
+//
+// It is the ReverseProxy's path, not a second client beside it: the request is prepared by
+// httputil.ReverseProxy itself (its hop-by-hop removal, Connection-listed headers included,
+// and rewriteTo) and goes out through s.cfg.Transport, instrumented like every other upstream
+// call. The ReverseProxy is given the response's headers only, and the ones it would pass on to
+// the client become resp.Header; the body stays with the caller.
+func (s *Server) upstreamRoundTrip(r *http.Request, body []byte) (*http.Response, error) {
+	in := r.Clone(r.Context())
+	in.Body = io.NopCloser(bytes.NewReader(body))
+	in.ContentLength = int64(len(body))
+	in.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	in.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	var resp *http.Response
+	var rtErr error
+	rp := &httputil.ReverseProxy{
+		Rewrite: rewriteTo(s.cfg.Upstream, true),
+		Transport: roundTripFunc(func(out *http.Request) (*http.Response, error) {
+			// The ReverseProxy closes the body it hands the transport when ServeHTTP returns —
+			// here right after the response headers, while the transport may still be
+			// finishing the request body (a read after that close fails and drops the
+			// connection, and with it the response being read). The transport gets a body of
+			// its own.
+			out.Body, _ = out.GetBody()
+			resp, rtErr = s.cfg.Transport.RoundTrip(out)
+			if rtErr != nil {
+				return nil, rtErr
+			}
+			return &http.Response{StatusCode: resp.StatusCode, Header: resp.Header.Clone(), Body: http.NoBody, Request: out}, nil
+		}),
+		ErrorHandler: func(http.ResponseWriter, *http.Request, error) {},
+	}
+	hw := &headerWriter{h: http.Header{}}
+	rp.ServeHTTP(hw, in)
+	if rtErr != nil {
+		return nil, rtErr
+	}
+	if resp == nil {
+		return nil, errors.New("the upstream request could not be prepared")
+	}
+	resp.Header = hw.h
+	return resp, nil
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// headerWriter keeps the headers the ReverseProxy would send to the client, and nothing else.
+type headerWriter struct{ h http.Header }
+
+func (w *headerWriter) Header() http.Header         { return w.h }
+func (w *headerWriter) WriteHeader(int)             {}
+func (w *headerWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // upstreamError answers a failed upstream round trip in the dialect of the route that was called.
 func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {

@@ -1,14 +1,13 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -17,7 +16,7 @@ import (
 
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/sse"
 )
 
 // Recall gives the model its memory back. After a compaction, compactd offers the upstream model
@@ -173,26 +172,6 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 	return b.String()
 }
 
-// upstreamCall sends one round to the upstream with the client's headers.
-func (s *Server) upstreamCall(r *http.Request, body []byte) (*http.Response, error) {
-	u := *s.cfg.Upstream
-	u.Path = strings.TrimRight(u.Path, "/") + r.URL.Path
-	u.RawQuery = r.URL.RawQuery
-	out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawQuery: u.RawQuery}).String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range r.Header {
-		switch http.CanonicalHeaderKey(k) {
-		case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Accept-Encoding", "Content-Length", "Host":
-			continue
-		}
-		out.Header[k] = v
-	}
-	out.ContentLength = int64(len(body))
-	return s.cfg.Transport.RoundTrip(out)
-}
-
 // usageSum adds Responses usage objects.
 type usageSum struct{ input, cached, output, reasoning, total int64 }
 
@@ -260,7 +239,7 @@ func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, 
 	}
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamCall(r, rt.body(!last))
+		resp, err := s.upstreamRoundTrip(r, rt.body(!last))
 		if err != nil {
 			s.upstreamError(w, r, err)
 			return
@@ -312,10 +291,13 @@ func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, 
 	}
 }
 
+// copyHeader copies the headers of an upstream answer compactd rewrote (src has no hop-by-hop
+// headers left: upstreamRoundTrip removed them as the ReverseProxy does); the length and coding
+// of the upstream's body do not describe compactd's.
 func copyHeader(dst, src http.Header) {
 	for k, v := range src {
 		switch k {
-		case "Content-Length", "Connection", "Transfer-Encoding", "Content-Encoding":
+		case "Content-Length", "Content-Encoding":
 			continue
 		}
 		dst[k] = v
@@ -334,7 +316,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 	emit := func(event string, data []byte) bool {
 		data, _ = sjson.SetBytes(data, "sequence_number", seq)
 		seq++
-		if _, err := w.Write(api.AppendSSE(nil, event, data)); err != nil {
+		if _, err := w.Write(sse.AppendEvent(nil, event, data)); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
@@ -352,7 +334,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 	}
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamCall(r, rt.body(!last))
+		resp, err := s.upstreamRoundTrip(r, rt.body(!last))
 		if err != nil {
 			if headersSent {
 				_, _ = w.Write(upstreamUnavailable().SSE(seq, t.responseID))
@@ -392,17 +374,24 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 		roundVisible := 0
 		var final gjson.Result
 		ok := true
-		br := bufio.NewReaderSize(resp.Body, 32<<10)
+		rd := sse.NewReaderSize(resp.Body, maxSSEEvent)
 		for ok {
-			event, data, err := readSSE(br)
-			if err != nil {
-				break
+			ev, err := rd.Next()
+			if errors.Is(err, sse.ErrEventTooLong) {
+				_, _ = w.Write(invalidUpstreamOpenAI(t.item != nil, "sent an event larger than the "+strconv.Itoa(maxSSEEvent>>20)+" MiB compactd relays").SSE(seq, t.responseID))
+				resp.Body.Close()
+				return
 			}
-			if data == nil || bytes.Equal(data, doneMarker) {
+			if err != nil || !ev.Terminated {
+				break // the stream broke off (mid-event, perhaps): no final event, reported below
+			}
+			data, valid := eventJSON(&ev)
+			if len(data) == 0 || bytes.Equal(data, doneMarker) {
 				continue
 			}
-			if jsonx.Valid(data) != nil {
-				// A garbled or cut event: never splice into it, end the stream instead.
+			event := ev.Name
+			if !valid {
+				// A garbled event: never splice into it, end the stream instead.
 				_, _ = w.Write(invalidUpstreamOpenAI(t.item != nil, "sent an event that is not valid JSON").SSE(seq, t.responseID))
 				resp.Body.Close()
 				return
@@ -483,29 +472,5 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 		}
 		base += roundVisible
 		s.answer(r.Context(), rt, output)
-	}
-}
-
-// readSSE reads one event: its event name and its data (nil for comments and keep-alives).
-func readSSE(br *bufio.Reader) (event string, data []byte, err error) {
-	for {
-		line, err := br.ReadBytes('\n')
-		if err != nil && len(line) == 0 {
-			return "", nil, err
-		}
-		line = bytes.TrimRight(line, "\r\n")
-		switch {
-		case len(line) == 0:
-			if data != nil || event != "" {
-				return event, data, nil
-			}
-		case bytes.HasPrefix(line, []byte("event:")):
-			event = string(bytes.TrimSpace(line[len("event:"):]))
-		case bytes.HasPrefix(line, dataPrefix):
-			data = append(data, bytes.TrimSpace(line[len(dataPrefix):])...)
-		}
-		if err != nil {
-			return event, data, nil
-		}
 	}
 }

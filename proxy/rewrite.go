@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/compactd/compactd/api"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/sse"
 )
 
 // maxJSONResponse bounds a non-streaming response compactd reads whole to insert an item. A
@@ -185,53 +185,34 @@ func upstreamErrorFromBody(status int, body []byte) *api.OpenAIError {
 	return e
 }
 
-// eventData returns the data of an SSE event's first data line, trimmed, and whether compactd
-// can use it: data that is empty, a [DONE] marker or valid JSON within the depth bound. Events
-// without data (comments, keep-alives) are usable.
-func eventData(ev []byte) (data []byte, ok bool) {
-	i := bytes.Index(ev, dataPrefix)
-	for i > 0 && ev[i-1] != '\n' {
-		j := bytes.Index(ev[i+1:], dataPrefix)
-		if j < 0 {
-			return nil, true
-		}
-		i += 1 + j
-	}
-	if i < 0 {
-		return nil, true
-	}
-	data = ev[i+len(dataPrefix):]
-	if j := bytes.IndexByte(data, '\n'); j >= 0 {
-		data = data[:j]
-	}
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 || bytes.Equal(data, doneMarker) {
-		return data, true
-	}
-	return data, jsonx.Valid(data) == nil
-}
-
 var doneMarker = []byte("[DONE]")
+
+// dataPrefix starts a data line.
+var dataPrefix = []byte("data:")
 
 // sseRewriter streams an upstream Responses SSE body through, one event at a time: it injects the
 // compaction item's output_item.added/done pair after response.created/in_progress, shifts every
 // later output_index by one, keeps sequence numbers monotonic, and puts the item in the final
-// response object's output. Nothing is buffered beyond the event being rewritten.
+// response object's output. Nothing is buffered beyond the event being rewritten; an event it
+// leaves alone goes on byte for byte.
 type sseRewriter struct {
-	src  *bufio.Reader
-	body io.Closer
-	t    *turn
+	src     eventSource
+	body    io.Closer
+	t       *turn
+	trusted bool // src checked every event's JSON (the stream guard of a rewritten turn)
 
 	injected bool
 	broken   bool // an event was not JSON: the stream ended with an error instead
 	shift    int  // added to output_index once the item is in
 	seqDelta int  // added to sequence_number once the item is in
 	out      []byte
+	buf      []byte // the rendering of the current event, when it changed
 	err      error
 }
 
 func newSSERewriter(body io.ReadCloser, t *turn) *sseRewriter {
-	return &sseRewriter{src: bufio.NewReaderSize(body, 32<<10), body: body, t: t}
+	src, trusted := eventsOf(body)
+	return &sseRewriter{src: src, trusted: trusted, body: body, t: t}
 }
 
 func (r *sseRewriter) Close() error { return r.body.Close() }
@@ -241,67 +222,32 @@ func (r *sseRewriter) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		r.next()
+		ev, err := r.src.nextEvent()
+		if len(ev.Raw) > 0 {
+			r.out = r.rewriteEvent(&ev)
+		}
+		if r.err = err; r.broken {
+			r.err = io.EOF
+		}
 	}
 	n := copy(p, r.out)
 	r.out = r.out[n:]
 	return n, nil
 }
 
-// next reads one event (up to a blank line) and appends its rewritten form to r.out.
-func (r *sseRewriter) next() {
-	var ev []byte
-	for {
-		line, err := r.src.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			// A long data line: collect it whole.
-			rest, err2 := r.src.ReadBytes('\n')
-			line = append(append([]byte{}, line...), rest...)
-			err = err2
-		}
-		ev = append(ev, line...)
-		if err != nil {
-			r.err = err
-			if len(ev) > 0 {
-				r.out = append(r.out, r.rewriteEvent(ev)...)
-			}
-			if r.broken {
-				r.err = io.EOF
-			}
-			return
-		}
-		if len(bytes.TrimRight(line, "\r\n")) == 0 {
-			r.out = append(r.out, r.rewriteEvent(ev)...)
-			if r.broken {
-				r.err = io.EOF
-			}
-			return
-		}
-	}
-}
-
-var dataPrefix = []byte("data:")
-
-// rewriteEvent rewrites one complete event (its lines including the blank terminator).
-func (r *sseRewriter) rewriteEvent(ev []byte) []byte {
-	i := bytes.Index(ev, dataPrefix)
-	if i < 0 || (i > 0 && ev[i-1] != '\n') {
-		return ev // a comment or keep-alive: pass through
-	}
-	end := bytes.IndexByte(ev[i:], '\n')
-	if end < 0 {
-		end = len(ev) - i
-	}
-	data := bytes.TrimSpace(ev[i+len(dataPrefix) : i+end])
-	if len(data) > 0 && !bytes.Equal(data, doneMarker) && jsonx.Valid(data) != nil {
+// rewriteEvent rewrites one event: it returns ev.Raw when nothing changes, else the new
+// rendering (valid until the next event).
+func (r *sseRewriter) rewriteEvent(ev *sse.Event) []byte {
+	data, ok := eventJSON(ev)
+	if !ok && !r.trusted {
 		// sjson would splice into it blindly (`data: ,"sequence_number":3}`): end the stream
-		// with the error the guard below gives a cut stream. Only an event larger than the
-		// guard holds back gets this far.
+		// with the error the guard gives a broken stream. Only a rewriter on an unguarded body
+		// gets this far.
 		r.broken = true
 		return invalidUpstreamOpenAI(r.t.item != nil, "sent an event that is not valid JSON").SSE(r.t.seq, r.t.responseID)
 	}
 	if len(data) == 0 || data[0] != '{' {
-		return ev
+		return ev.Raw // a comment, keep-alive or [DONE]: pass through
 	}
 	typ := gjson.GetBytes(data, "type").String()
 	var pre []byte
@@ -311,7 +257,7 @@ func (r *sseRewriter) rewriteEvent(ev []byte) []byte {
 			// Before the first output event the item goes in; a failing stream gets no item, so
 			// the client retries the whole turn.
 			r.t.observeSeq(data)
-			return ev
+			return ev.Raw
 		}
 		pre = r.injectEvents(data)
 	}
@@ -332,14 +278,17 @@ func (r *sseRewriter) rewriteEvent(ev []byte) []byte {
 	}
 	r.t.observeSeq(newData)
 	if len(pre) == 0 && bytes.Equal(newData, data) {
-		return ev
+		return ev.Raw
 	}
-	out := make([]byte, 0, len(pre)+len(ev)+len(newData)-len(data)+8)
-	out = append(out, pre...)
-	out = append(out, ev[:i]...)
-	out = append(out, "data: "...)
-	out = append(out, newData...)
-	return append(out, ev[i+end:]...)
+	r.buf = append(r.buf[:0], pre...)
+	if bytes.Equal(newData, data) {
+		r.buf = append(r.buf, ev.Raw...)
+	} else {
+		changed := *ev
+		changed.Data = newData
+		r.buf = sse.Append(r.buf, changed)
+	}
+	return r.buf
 }
 
 // injectEvents renders the compaction item's added/done pair, numbered from the sequence number
@@ -366,8 +315,8 @@ func compactionItemEvents(dst []byte, itemID string, item []byte, outputIndex, s
 	done, _ = sjson.SetBytes(done, "output_index", outputIndex)
 	done, _ = sjson.SetRawBytes(done, "item", item)
 	done, _ = sjson.SetBytes(done, "sequence_number", seq+1)
-	dst = api.AppendSSE(dst, "response.output_item.added", added)
-	return api.AppendSSE(dst, "response.output_item.done", done)
+	dst = sse.AppendEvent(dst, "response.output_item.added", added)
+	return sse.AppendEvent(dst, "response.output_item.done", done)
 }
 
 // observeSeq remembers the next free sequence number and the response id, for errors compactd

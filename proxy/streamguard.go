@@ -6,116 +6,150 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/sse"
 )
 
-// maxGuardEvent bounds the one event streamGuard holds back; an upstream event larger than this
-// is passed on in pieces (the guard then can no longer drop it whole, but memory stays bounded).
-const maxGuardEvent = 8 << 20
+// maxSSEEvent bounds one upstream event compactd relays: the stream guard (and so every
+// rewriter above it) and the recall loop hold one event at most, and an event over this ends the
+// stream with the dialect's error event. Responses streams carry the whole response object in
+// their terminal event, so it is the limit of a JSON response compactd reads whole. A variable
+// only so a test can lower it (sse_export_test.go).
+var maxSSEEvent = 64 << 20
+
+// eventSource hands out whole SSE events. The stream guard is one, so a rewriter stacked on it
+// takes its events as they are instead of parsing the bytes again.
+type eventSource interface {
+	nextEvent() (sse.Event, error)
+}
+
+// readerSource is an eventSource over a body nothing has parsed yet.
+type readerSource struct{ *sse.Reader }
+
+func (r readerSource) nextEvent() (sse.Event, error) { return r.Next() }
+
+// eventsOf returns body's events: the guard's own when body is a stream guard (trusted then
+// says it checked every event's JSON), else a Reader's.
+func eventsOf(body io.Reader) (src eventSource, trusted bool) {
+	if g, ok := body.(*streamGuard); ok {
+		return g, g.validate
+	}
+	return readerSource{sse.NewReaderSize(body, maxSSEEvent)}, false
+}
 
 // streamGuard sits between an upstream SSE body and everything above it (the rewriters, then
 // the client). It passes whole events only, and when the upstream stream breaks — a read error
-// such as a reset or a cut mid-event, or a clean EOF before the terminal event — it drops the
-// partial event and ends the stream with an error event in the route's dialect instead.
+// such as a reset or a cut mid-event, a clean EOF before the terminal event, or an event over
+// maxSSEEvent — it drops the partial event and ends the stream with an error event in the
+// route's dialect instead.
 //
 // Without it httputil.ReverseProxy aborts the client's connection on an upstream read error, so
 // an agent sees a truncated stream (unexpected EOF) rather than an error it can retry on: found
 // by the fault-injected load test (loadtest/).
 //
 // With validate set (a turn compactd rewrites, whose rewriters would splice into broken JSON
-// blindly) an event whose data is not valid JSON within the depth bound is held back too, and
-// ends the stream the same way.
+// blindly) an event whose data is not valid JSON within the depth bound ends the stream the
+// same way.
 type streamGuard struct {
 	src      io.ReadCloser
+	rd       *sse.Reader
 	ctx      context.Context
 	validate bool
-	// fail renders the closing error events, numbered from the next sequence number; invalid
-	// says an event was not JSON rather than the stream broke off.
-	fail func(seq int, invalid bool) []byte
+	// fail renders the closing error events, numbered from the next sequence number; why is ""
+	// when the stream broke off, else what was wrong with the upstream's event.
+	fail func(seq int, why string) []byte
 
-	pending  []byte // bytes after the last complete event
-	out      []byte // complete events (or the closing error) ready for the reader
+	closing  *sse.Reader // the closing error events, once the stream ended
+	out      []byte      // the rest of the current event, for Read
 	nextSeq  int
 	terminal bool // a terminal event went past: a later EOF is a normal end
 	err      error
-	buf      [32 << 10]byte
 }
 
 func (g *streamGuard) Close() error { return g.src.Close() }
 
+// Read passes the guarded stream on as bytes, one event at a time (the pass-through path).
 func (g *streamGuard) Read(p []byte) (int, error) {
 	for len(g.out) == 0 {
-		if g.err != nil {
-			return 0, g.err
+		ev, err := g.nextEvent()
+		if err != nil {
+			return 0, err
 		}
-		n, err := g.src.Read(g.buf[:])
-		g.pending = append(g.pending, g.buf[:n]...)
-		g.release()
-		if err != nil && g.err == nil {
-			g.finish(err)
-		}
+		g.out = ev.Raw
 	}
 	n := copy(p, g.out)
 	g.out = g.out[n:]
 	return n, nil
 }
 
-// release moves every complete event from pending to out, noting sequence numbers and terminal
-// events on the way.
-func (g *streamGuard) release() {
-	done := 0
-	for {
-		i, sep := eventEnd(g.pending[done:])
-		if i < 0 {
-			break
+// nextEvent returns the next event the guard lets through, then the closing error events when
+// the upstream's stream broke; then the error the stream ended with (io.EOF when it was closed
+// with an error event, or the client's own when it went away).
+func (g *streamGuard) nextEvent() (sse.Event, error) {
+	if g.closing != nil {
+		ev, err := g.closing.Next()
+		if err != nil {
+			return sse.Event{}, g.err
 		}
-		if !g.observe(g.pending[done : done+i]) {
-			// Pass what came before, drop the event and everything after it.
-			g.out = append(g.out, g.pending[:done]...)
-			g.pending = nil
-			g.err = io.EOF
-			if g.ctx.Err() == nil {
-				g.out = append(g.out, g.fail(g.nextSeq, true)...)
-			}
-			return
-		}
-		done += i + sep
+		return ev, nil
 	}
-	if done == 0 && len(g.pending) > maxGuardEvent {
-		done = len(g.pending) // an oversized event: pass it on rather than grow without bound
+	if g.err != nil {
+		return sse.Event{}, g.err
 	}
-	if done > 0 {
-		g.out = append(g.out, g.pending[:done]...)
-		g.pending = append(g.pending[:0], g.pending[done:]...)
-	}
-}
-
-// eventEnd returns the length of the first event in b and of the blank line that ends it, or -1.
-func eventEnd(b []byte) (int, int) {
-	lf := bytes.Index(b, []byte("\n\n"))
-	crlf := bytes.Index(b, []byte("\r\n\r\n"))
+	ev, err := g.rd.Next()
 	switch {
-	case lf < 0 && crlf < 0:
-		return -1, 0
-	case crlf >= 0 && (lf < 0 || crlf < lf):
-		return crlf, 4
+	case err == nil && ev.Terminated:
+		if why := g.observe(&ev); why != "" {
+			return g.end(io.EOF, why)
+		}
+		return ev, nil
+	case err == nil: // the stream ended mid-event, or with bytes after its last event
+		if g.terminal && g.ctx.Err() == nil {
+			g.err = io.EOF
+			return ev, nil // passed on as sent
+		}
+		return g.end(io.EOF, "")
+	case errors.Is(err, sse.ErrEventTooLong):
+		return g.end(io.EOF, "sent an event larger than the "+strconv.Itoa(maxSSEEvent>>20)+" MiB compactd relays")
+	case errors.Is(err, io.EOF) && g.terminal:
+		g.err = io.EOF
+		return sse.Event{}, io.EOF
 	}
-	return lf, 2
+	return g.end(err, "")
 }
 
-// observe notes an event's sequence number and whether it is terminal. It reports false for an
-// event the guard must not pass: one that is not JSON, when validating. Data that is not JSON is
-// never walked (gjson recurses on nesting).
-func (g *streamGuard) observe(ev []byte) bool {
-	data, ok := eventData(ev)
+// end finishes the stream after err: with the closing error events, unless the client went away
+// (nobody to tell).
+func (g *streamGuard) end(err error, why string) (sse.Event, error) {
+	if g.ctx.Err() != nil {
+		if g.err = err; errors.Is(err, io.EOF) {
+			g.err = g.ctx.Err()
+		}
+		return sse.Event{}, g.err
+	}
+	g.err = io.EOF
+	g.closing = sse.NewReader(bytes.NewReader(g.fail(g.nextSeq, why)))
+	return g.nextEvent()
+}
+
+// observe notes an event's sequence number and whether it is terminal. It returns why the guard
+// must not pass it ("" when it may): its data is not JSON, when validating. Data that is not
+// JSON is never walked (gjson recurses on nesting).
+func (g *streamGuard) observe(ev *sse.Event) string {
+	data, ok := eventJSON(ev)
 	if !ok {
-		return !g.validate
+		if g.validate {
+			return "sent an event that is not valid JSON"
+		}
+		return ""
 	}
 	if len(data) == 0 || data[0] != '{' {
-		return true
+		return ""
 	}
 	if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() && int(sq.Int()) >= g.nextSeq {
 		g.nextSeq = int(sq.Int()) + 1
@@ -124,35 +158,27 @@ func (g *streamGuard) observe(ev []byte) bool {
 	case "response.completed", "response.failed", "response.incomplete", "error", "message_stop":
 		g.terminal = true
 	}
-	return true
+	return ""
 }
 
-// finish ends the stream after the upstream's read returned err.
-func (g *streamGuard) finish(err error) {
-	g.err = err
-	if g.ctx.Err() != nil {
-		return // the client went away: nobody to tell
+// eventJSON returns an event's data, trimmed, and whether compactd can use it: data that is
+// absent (comments, keep-alives), empty, a [DONE] marker or valid JSON within the depth bound.
+func eventJSON(ev *sse.Event) (data []byte, ok bool) {
+	data = bytes.TrimSpace(ev.Data)
+	if len(data) == 0 || bytes.Equal(data, doneMarker) {
+		return data, true
 	}
-	if errors.Is(err, io.EOF) {
-		if g.terminal {
-			if len(g.pending) > 0 { // trailing bytes without a blank line: pass them on as sent
-				g.out = append(g.out, g.pending...)
-			}
-			return
-		}
-	}
-	g.pending = nil
-	g.out = append(g.out, g.fail(g.nextSeq, false)...)
-	g.err = io.EOF
+	return data, jsonx.Valid(data) == nil
 }
 
 // guardStream wraps a successful SSE response body in a streamGuard; any other response is left
 // alone.
-func guardStream(resp *http.Response, validate bool, fail func(seq int, invalid bool) []byte) {
+func guardStream(resp *http.Response, validate bool, fail func(seq int, why string) []byte) {
 	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header) {
 		return
 	}
-	resp.Body = &streamGuard{src: resp.Body, ctx: resp.Request.Context(), validate: validate, fail: fail}
+	resp.Body = &streamGuard{src: resp.Body, rd: sse.NewReaderSize(resp.Body, maxSSEEvent),
+		ctx: resp.Request.Context(), validate: validate, fail: fail}
 }
 
 // upstreamInterrupted is the error a Responses stream ends with when the upstream's broke off.
@@ -167,14 +193,14 @@ func upstreamInterrupted() *api.OpenAIError {
 // `response.failed`, numbered on from the upstream's sequence numbers (a rewriter above shifts
 // them like every other event).
 func guardResponsesStream(resp *http.Response, validate bool) {
-	guardStream(resp, validate, func(seq int, invalid bool) []byte {
+	guardStream(resp, validate, func(seq int, why string) []byte {
 		t := turnFrom(resp.Request.Context())
 		id := ""
 		if t != nil {
 			id = t.responseID
 		}
-		if invalid {
-			return invalidUpstreamOpenAI(t != nil && t.item != nil, "sent an event that is not valid JSON").SSE(seq, id)
+		if why != "" {
+			return invalidUpstreamOpenAI(t != nil && t.item != nil, why).SSE(seq, id)
 		}
 		return upstreamInterrupted().SSE(seq, id)
 	})
@@ -182,12 +208,12 @@ func guardResponsesStream(resp *http.Response, validate bool) {
 
 // guardMessagesStream guards a Messages stream: the closing error is an Anthropic `error` event.
 func guardMessagesStream(resp *http.Response, validate bool) {
-	guardStream(resp, validate, func(_ int, invalid bool) []byte {
+	guardStream(resp, validate, func(_ int, why string) []byte {
 		e := &api.AnthropicError{Status: http.StatusBadGateway, Type: "api_error",
 			Message: "the upstream API's stream ended before the message was complete; retry the request"}
-		if invalid {
+		if why != "" {
 			mt := msgTurnFrom(resp.Request)
-			e = invalidUpstreamAnthropic(mt != nil && mt.block != nil, "sent an event that is not valid JSON")
+			e = invalidUpstreamAnthropic(mt != nil && mt.block != nil, why)
 		}
 		return e.SSE()
 	})

@@ -98,7 +98,7 @@ func TestStreamGuardLeavesOthersAlone(t *testing.T) {
 	} {
 		body := io.NopCloser(strings.NewReader("x"))
 		resp.Body = body
-		guardStream(resp, false, func(int, bool) []byte { return nil })
+		guardStream(resp, false, func(int, string) []byte { return nil })
 		if resp.Body != body {
 			t.Errorf("status %d %s: body wrapped", resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
@@ -133,5 +133,74 @@ func BenchmarkStreamGuard(b *testing.B) {
 		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// An upstream event over the cap ends the stream with the dialect's error event, whether the
+// guard validates or not and whether a rewriter sits on it: memory stays bounded by one event
+// (the rewriter used to collect an enormous line whole; the guard passed it on in pieces).
+func TestStreamGuardOversizedEvent(t *testing.T) {
+	defer SetEventCapForTest(4 << 10)()
+	huge := "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"" + strings.Repeat("x", 8<<10) + "\"}\n\n"
+	created := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\"}}\n\n"
+	completed := "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"output\":[]}}\n\n"
+	start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n"
+	hugeMsg := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" + strings.Repeat("x", 8<<10) + "\"}}\n\n"
+	stop := "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	for _, tc := range []struct {
+		name     string
+		messages bool
+		validate bool
+		rewriter bool
+	}{
+		{"responses pass-through", false, false, false},
+		{"responses validated", false, true, false},
+		{"responses rewriter", false, true, true},
+		{"messages pass-through", true, false, false},
+		{"messages rewriter", true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, body, first := "/v1/responses", created+huge+completed, created
+			if tc.messages {
+				path, body, first = "/v1/messages", start+hugeMsg+stop, start
+			}
+			req, _ := http.NewRequest(http.MethodPost, "http://upstream"+path, nil)
+			tr := &turn{stream: true}
+			req = req.WithContext(withTurn(req.Context(), tr))
+			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
+				Body: io.NopCloser(iotest.HalfReader(strings.NewReader(body)))}
+			if tc.messages {
+				guardMessagesStream(resp, tc.validate)
+				if tc.rewriter {
+					resp.Body = newMsgSSERewriter(resp.Body, &msgTurn{t: tr, block: []byte(`{}`), summary: "s", ecStr: "cmp_x.c2VhbGVk"})
+				}
+			} else {
+				guardResponsesStream(resp, tc.validate)
+				if tc.rewriter {
+					resp.Body = newSSERewriter(resp.Body, tr)
+				}
+			}
+			out, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.rewriter && !bytes.HasPrefix(out, []byte(first)) || bytes.Contains(out, []byte("xxxx")) {
+				t.Fatalf("the events before did not pass, or the oversized one did: %.300q", out)
+			}
+			evs := sseEvents(t, out)
+			last := evs[len(evs)-1]
+			switch {
+			case tc.messages:
+				if last.Get("type").Str != "error" || last.Get("error.type").Str != "api_error" || !strings.Contains(last.Get("error.message").Str, "larger than") {
+					t.Fatalf("stream ends with %s", last.Raw)
+				}
+			default:
+				e := evs[len(evs)-2]
+				if e.Get("type").Str != "error" || e.Get("code").Str != "upstream_response_invalid" || !strings.Contains(e.Get("message").Str, "larger than") ||
+					last.Get("type").Str != "response.failed" || e.Get("sequence_number").Int() != 1 && !tc.rewriter {
+					t.Fatalf("stream ends with %s %s", e.Raw, last.Raw)
+				}
+			}
+		})
 	}
 }

@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/compactd/compactd/fakeupstream"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -60,7 +60,9 @@ type brokenCase struct {
 	stream bool // what the client asks for
 	ok     bool // the turn succeeds
 	capped bool // run with a 4 KiB rewrite limit
-	serve  func(w http.ResponseWriter, f dialectFixture)
+	// eventCapped runs with a 4 KiB limit on one SSE event
+	eventCapped bool
+	serve       func(w http.ResponseWriter, f dialectFixture)
 }
 
 func writeJSONBody(w http.ResponseWriter, body []byte) {
@@ -110,10 +112,33 @@ var brokenCases = []brokenCase{
 	{name: "non-JSON event mid-stream", stream: true, serve: func(w http.ResponseWriter, f dialectFixture) {
 		writeSSE(w, append(append(f.events[:3:3], []byte("event: oops\ndata: <html>Bad Gateway</html>\n\n")), f.events[4:]...)...)
 	}},
+	{name: "event over the cap mid-stream", stream: true, eventCapped: true, serve: func(w http.ResponseWriter, f dialectFixture) {
+		writeSSE(w, append(append(f.events[:3:3], padded(f.events[3], 8<<10)), f.events[4:]...)...)
+	}},
+	{name: "ok stream in CRLF and multi-line data", stream: true, ok: true, serve: func(w http.ResponseWriter, f dialectFixture) {
+		writeSSE(w, respelled(f.events)...)
+	}},
 	{name: "stream cut mid-event", stream: true, serve: func(w http.ResponseWriter, f dialectFixture) {
 		writeSSE(w, append(f.events[:3:3], f.events[3][:len(f.events[3])/2])...)
 		panic(http.ErrAbortHandler)
 	}},
+}
+
+// padded is ev with n bytes more in its JSON data.
+func padded(ev []byte, n int) []byte {
+	i := bytes.Index(ev, []byte("data: ")) + len("data: ")
+	data, _ := sjson.SetBytes(bytes.TrimRight(ev[i:], "\n"), "padding", strings.Repeat("x", n))
+	return append(append(append([]byte{}, ev[:i]...), data...), "\n\n"...)
+}
+
+// respelled is the events with CRLF line ends and each event's JSON over two data lines.
+func respelled(events [][]byte) [][]byte {
+	out := make([][]byte, len(events))
+	for i, ev := range events {
+		ev = bytes.Replace(ev, []byte(","), []byte(",\ndata: "), 1)
+		out[i] = bytes.ReplaceAll(ev, []byte("\n"), []byte("\r\n"))
+	}
+	return out
 }
 
 // brokenUpstream answers every model turn with c; the summariser stays the fake upstream.
@@ -157,23 +182,20 @@ func brokenTurn(t *testing.T, h *harness, dialect string, stream bool) *http.Res
 	return resp
 }
 
-// sseEvents splits a stream into (event name, data) pairs.
+// sseEvents splits a stream into (event name, data) pairs, with compactd's SSE reader.
 func sseEvents(t *testing.T, body []byte) (names []string, datas [][]byte) {
 	t.Helper()
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 64<<20)
-	name := ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event:"):
-			name = strings.TrimSpace(line[len("event:"):])
-		case strings.HasPrefix(line, "data:"):
-			names = append(names, name)
-			datas = append(datas, []byte(strings.TrimSpace(line[len("data:"):])))
+	rd := sse.NewReader(bytes.NewReader(body))
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return names, datas
+		}
+		if ev.HasData() {
+			names = append(names, ev.Name)
+			datas = append(datas, bytes.TrimSpace(append([]byte(nil), ev.Data...)))
 		}
 	}
-	return names, datas
 }
 
 // Whatever the upstream sends on a compaction turn, the client gets valid JSON: the rewritten
@@ -196,6 +218,9 @@ func TestUpstreamBrokenResponses(t *testing.T) {
 			t.Run(v.name+"/"+c.name, func(t *testing.T) {
 				if c.capped {
 					t.Cleanup(proxy.SetRewriteCapForTest(4 << 10))
+				}
+				if c.eventCapped {
+					t.Cleanup(proxy.SetEventCapForTest(4 << 10))
 				}
 				up := brokenUpstream(t, c, v.f)
 				more := v.mutate(t)

@@ -46,6 +46,11 @@ func (e *Event) HasData() bool { return e.Data != nil }
 
 // Reader reads events from a stream. It accepts LF, CRLF and lone CR line endings, strips one
 // leading space after a field's colon, and ignores a leading byte-order mark.
+//
+// Every byte read belongs to the Raw of exactly one event: blank lines between events (which
+// dispatch nothing) open the Raw of the event after them, and whatever follows the last blank
+// line comes back as a final unterminated event. So the Raws of a stream concatenate to the
+// stream, and a relay that passes every Raw it does not rewrite changes nothing.
 type Reader struct {
 	src      io.Reader
 	buf      []byte
@@ -53,7 +58,7 @@ type Reader struct {
 	srcErr   error // the error src returned; buf may still hold bytes before it
 	max      int
 	raw      []byte
-	data     []byte
+	b        builder
 	started  bool
 	finished bool
 }
@@ -63,20 +68,21 @@ func NewReader(r io.Reader) *Reader { return NewReaderSize(r, DefaultMaxEvent) }
 
 // NewReaderSize reads r, refusing events longer than max bytes.
 func NewReaderSize(r io.Reader, max int) *Reader {
-	return &Reader{src: r, buf: make([]byte, 32<<10), max: max}
+	return &Reader{src: r, buf: make([]byte, min(32<<10, max+1)), max: max}
 }
 
 // Next returns the next event. At the end of the stream it returns io.EOF; a stream that ends in
 // the middle of an event returns that partial event (Terminated false) with a nil error first,
-// then io.EOF. Other read errors are returned as they are, after any partial event. The Event's
-// slices are valid until the next call.
+// then io.EOF. Other read errors are returned as they are, together with any partial event. An
+// event over the cap returns ErrEventTooLong, and the Reader is done. The Event's slices are
+// valid until the next call.
 func (r *Reader) Next() (Event, error) {
 	if r.finished {
 		return Event{}, io.EOF
 	}
-	r.raw, r.data = r.raw[:0], r.data[:0]
-	ev := Event{}
-	hasData := false
+	r.raw = r.raw[:0]
+	r.b.reset()
+	fields := false // a non-blank line went by: a blank line now dispatches
 	for {
 		line, err := r.line()
 		if len(line) > 0 {
@@ -91,38 +97,19 @@ func (r *Reader) Next() (Event, error) {
 				body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
 			}
 			if len(body) == 0 {
-				if len(r.raw) == len(line) {
-					// A blank line with nothing before it dispatches nothing: keep reading.
-					r.raw = r.raw[:0]
-					continue
+				if fields {
+					return r.b.event(r.raw, true), nil
 				}
-				ev.Raw, ev.Terminated = r.raw, true
-				if hasData {
-					ev.Data = r.data
-				}
-				return ev, nil
-			}
-			field, value := splitField(body)
-			switch string(field) {
-			case "data":
-				if hasData {
-					r.data = append(r.data, '\n')
-				}
-				r.data = append(r.data, value...)
-				hasData = true
-			case "event":
-				ev.Name = string(value)
-			case "id":
-				ev.ID = string(value)
+				// A blank line with nothing before it dispatches nothing: keep it in this Raw.
+			} else {
+				fields = true
+				r.b.add(body)
 			}
 		}
 		if err != nil {
 			r.finished = true
 			if len(r.raw) > 0 {
-				ev.Raw = r.raw
-				if hasData {
-					ev.Data = r.data
-				}
+				ev := r.b.event(r.raw, false)
 				if err == io.EOF {
 					return ev, nil
 				}
@@ -131,6 +118,55 @@ func (r *Reader) Next() (Event, error) {
 			return Event{}, err
 		}
 	}
+}
+
+// builder collects the fields of one event, for Reader and Scanner alike.
+type builder struct {
+	data    []byte
+	hasData bool
+	name    string
+	id      string
+	// lastName and lastID keep the previous event's strings: a stream repeats a handful of
+	// names, so an event costs no allocation for its name.
+	lastName, lastID string
+}
+
+func (b *builder) reset() {
+	b.data, b.hasData, b.name, b.id = b.data[:0], false, "", ""
+}
+
+// add takes one non-blank line without its line ending.
+func (b *builder) add(line []byte) {
+	field, value := splitField(line)
+	switch string(field) {
+	case "data":
+		if b.hasData {
+			b.data = append(b.data, '\n')
+		}
+		b.data = append(b.data, value...)
+		b.hasData = true
+	case "event":
+		if string(value) != b.lastName {
+			b.lastName = string(value)
+		}
+		b.name = b.lastName
+	case "id":
+		if string(value) != b.lastID {
+			b.lastID = string(value)
+		}
+		b.id = b.lastID
+	}
+}
+
+func (b *builder) event(raw []byte, terminated bool) Event {
+	ev := Event{Raw: raw, Name: b.name, ID: b.id, Terminated: terminated}
+	if b.hasData {
+		ev.Data = b.data
+		if ev.Data == nil {
+			ev.Data = []byte{}
+		}
+	}
+	return ev
 }
 
 // line returns the next line including its terminator (LF, CRLF or lone CR). The slice aliases
@@ -256,4 +292,135 @@ func AppendComment(dst []byte, text string) []byte {
 	dst = append(dst, ": "...)
 	dst = append(dst, text...)
 	return append(dst, "\n\n"...)
+}
+
+// Append appends ev rendered anew from its fields: its `event:` and `id:` lines, then its data.
+// A rewriter uses it for an event whose data it changed (comments and retry lines of that event
+// are not kept); an event it leaves alone it passes on as ev.Raw.
+func Append(dst []byte, ev Event) []byte {
+	if ev.ID != "" {
+		dst = append(dst, "id: "...)
+		dst = append(dst, ev.ID...)
+		dst = append(dst, '\n')
+	}
+	if ev.Data == nil {
+		if ev.Name != "" {
+			dst = append(dst, "event: "...)
+			dst = append(dst, ev.Name...)
+			dst = append(dst, '\n')
+		}
+		return append(dst, '\n')
+	}
+	return AppendEvent(dst, ev.Name, ev.Data)
+}
+
+// Scanner is the push form of Reader, for code that watches a stream someone else reads (the
+// metrics on the upstream body): Write takes the bytes as they pass, in any pieces, and fn gets
+// every whole event. It never stops or changes the stream: an event over the cap is skipped (fn
+// does not see it), not an error. Its events have no Raw, and their slices are valid only
+// during fn.
+type Scanner struct {
+	fn      func(*Event)
+	max     int
+	b       builder
+	ev      Event  // handed to fn: a field, so no event escapes to the heap
+	line    []byte // a line split across writes, so far
+	size    int    // bytes of the current event so far
+	fields  bool   // a non-blank line of the current event went by
+	over    bool   // the current event is past the cap: it is skipped
+	partial bool   // s.line holds the start of a line (it may be empty when the event is over)
+	cr      bool   // the last write ended in CR: an LF first in the next ends nothing
+	started bool
+}
+
+// NewScanner calls fn for each event of at most max bytes.
+func NewScanner(max int, fn func(*Event)) *Scanner { return &Scanner{fn: fn, max: max} }
+
+// Write scans p; it always consumes all of p and never fails.
+func (s *Scanner) Write(p []byte) (int, error) {
+	n := len(p)
+	if s.cr && len(p) > 0 && p[0] == '\n' {
+		p = p[1:]
+		s.size++
+	}
+	s.cr = false
+	for len(p) > 0 {
+		i := indexEOL(p)
+		if i < 0 {
+			s.grow(len(p))
+			if !s.over {
+				s.line = append(s.line, p...)
+			}
+			s.partial = true
+			break
+		}
+		eol := i + 1
+		if p[i] == '\r' {
+			if i+1 == len(p) {
+				s.cr = true
+			} else if p[i+1] == '\n' {
+				eol++
+			}
+		}
+		s.grow(eol)
+		body := p[:i]
+		if s.partial {
+			s.line = append(s.line, body...)
+			body = s.line
+		}
+		s.endLine(body, len(body) == 0 && !s.partial)
+		s.line, s.partial = s.line[:0], false
+		p = p[eol:]
+	}
+	return n, nil
+}
+
+// Flush hands fn a final event the stream ended without its blank line (Terminated false).
+func (s *Scanner) Flush() {
+	if s.partial {
+		s.endLine(s.line, false)
+		s.line, s.partial = s.line[:0], false
+	}
+	if s.fields && !s.over {
+		s.ev = s.b.event(nil, false)
+		s.fn(&s.ev)
+	}
+	s.next()
+}
+
+func (s *Scanner) grow(n int) {
+	if s.size += n; s.size > s.max && !s.over {
+		s.over, s.line = true, s.line[:0]
+		s.b.reset()
+	}
+}
+
+// endLine takes one line without its ending; blank says it was empty as received.
+func (s *Scanner) endLine(body []byte, blank bool) {
+	if !s.started {
+		s.started = true
+		if b := bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")); len(b) < len(body) {
+			body, blank = b, len(b) == 0
+		}
+	}
+	if !blank {
+		s.fields = true
+		if !s.over {
+			s.b.add(body)
+		}
+		return
+	}
+	if !s.fields {
+		return // a blank line with nothing before it
+	}
+	if !s.over {
+		s.ev = s.b.event(nil, true)
+		s.fn(&s.ev)
+	}
+	s.next()
+}
+
+func (s *Scanner) next() {
+	s.b.reset()
+	s.size, s.fields, s.over = 0, false, false
 }
