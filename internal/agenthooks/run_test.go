@@ -364,7 +364,9 @@ func TestHostileTranscript(t *testing.T) {
 	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code, _ := runHook(t, RunOptions{Agent: Claude, Event: "PreCompact", StateDir: dir}, hookInput("PreCompact", p, ""))
+	// This test is about hostile content, not time: a generous bound keeps a slow run (the race
+	// detector, a loaded machine) from hitting the hook's own deadline and answering nothing.
+	out, code, _ := runHook(t, RunOptions{Agent: Claude, Event: "PreCompact", StateDir: dir, Timeout: 5 * time.Minute}, hookInput("PreCompact", p, ""))
 	if code != 0 || utf16Len(out) > MaxOutputChars {
 		t.Fatalf("exit %d, %d units", code, utf16Len(out))
 	}
