@@ -75,7 +75,7 @@ func claudeCodeCompaction(h http.Header, req *api.MessagesRequest) ([]api.Messag
 	if !isSummaryPrompt(text.String()) {
 		return nil, false
 	}
-	msgs := req.Messages[:len(req.Messages)-1:len(req.Messages)-1]
+	msgs := req.Messages[: len(req.Messages)-1 : len(req.Messages)-1]
 	if len(kept) > 0 {
 		msgs = append(msgs, last.WithBlocks(kept))
 	}
