@@ -190,7 +190,7 @@ func (s *Server) writeAgentSummary(w http.ResponseWriter, req *api.MessagesReque
 	}
 	start := append(append([]byte(`{"type":"message_start","message":{"id":"`+id+`","type":"message","role":"assistant","model":`), model...),
 		`,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":`+in+`,"output_tokens":0}}}`...)
-	delta := append(append([]byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":`), api.AppendString(nil, text)...), '}')
+	delta := append(append([]byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":`), api.AppendString(nil, text)...), "}}"...)
 	var b []byte
 	b = sse.AppendEvent(b, "message_start", start)
 	b = sse.AppendEvent(b, "content_block_start", []byte(`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`))
