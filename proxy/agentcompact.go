@@ -226,3 +226,124 @@ func (a agentRouting) Summarize(ctx context.Context, req summarizer.Request) (su
 	}
 	return a.main.Summarize(ctx, req)
 }
+
+// Codex. Codex 0.169 with a provider not named "OpenAI" compacts locally: a streamed
+// /v1/responses turn with no tools whose last input item is a user message asking for a handoff
+// summary ("CONTEXT CHECKPOINT COMPACTION"), its x-codex-turn-metadata saying request_kind
+// "compaction" (internal/fixtures/codex-0.169/local_compaction_request.json). Codex takes the
+// reply's output text as the summary and puts it, behind its own prefix, into the next turn.
+
+// codexCompaction reports whether req is Codex's local compaction turn, and returns the input
+// to summarise: every item but the prompt.
+func codexCompaction(h http.Header, req *api.ResponsesRequest, items []api.Item) ([]api.Item, bool) {
+	ua := strings.ToLower(h.Get("User-Agent") + " " + h.Get("Originator"))
+	if !strings.Contains(ua, "codex") || req.Trigger >= 0 || req.Compaction >= 0 || len(items) < 2 {
+		return nil, false
+	}
+	if t := gjson.ParseBytes(req.Tools); len(req.Tools) > 0 && t.Type != gjson.Null && len(t.Array()) > 0 {
+		return nil, false
+	}
+	last := items[len(items)-1]
+	if last.Type != "message" || last.Role != "user" {
+		return nil, false
+	}
+	kind := gjson.Get(h.Get("X-Codex-Turn-Metadata"), "request_kind").Str
+	text := strings.ToLower(messageText(last.Raw))
+	marked := strings.Contains(text, "summar") && (strings.Contains(text, "handoff") || strings.Contains(text, "checkpoint"))
+	if !marked || (kind != "" && kind != "compaction") {
+		return nil, false
+	}
+	return items[: len(items)-1 : len(items)-1], true
+}
+
+// codexAgentCompaction answers Codex's local compaction turn itself; false: go on as usual.
+func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, req *api.ResponsesRequest, items []api.Item) bool {
+	if s.cfg.NoAgentCompaction {
+		return false
+	}
+	in, ok := codexCompaction(r.Header, req, items)
+	if !ok {
+		return false
+	}
+	t := &turn{stream: req.Stream}
+	w.Header().Set(agentCompactionHeader, "codex")
+	var ka *keepAlive
+	if req.Stream {
+		ka = startKeepAlive(w, s.cfg.KeepAlive, responsesKeepAlive)
+	}
+	total, _ := s.cfg.Counter.Request(req.Instructions, in, req.Tools, 0)
+	cin := s.responsesCompactIn(r, compactRequest{model: req.Model, items: in, tokensBefore: total, conversation: conversationID(r, req.PromptCacheKey, nil)})
+	cin.retain = 0 // Codex keeps its own recent user messages; the summary covers everything
+	c, err := s.compactCore(withAgentSummariser(r.Context()), cin)
+	t.committed = ka != nil && ka.Stop()
+	if err != nil {
+		if errors.Is(err, errNothingToCompact) && !t.committed {
+			w.Header().Del(agentCompactionHeader)
+			return false
+		}
+		s.compactionFailed(r, dialectOpenAI, agentTrigger, req.Model, err)
+		if !t.committed && s.passThroughOnFailure(w, dialectOpenAI, err) {
+			w.Header().Del(agentCompactionHeader)
+			s.forwardBody(w, r, &turn{stream: req.Stream}, req.Body)
+			return true
+		}
+		if e := summariserError(err); e != nil {
+			if t.committed {
+				_, _ = w.Write(e.SSE(0, ""))
+				return true
+			}
+			e.Write(w)
+		}
+		return true
+	}
+	s.compacted(r, dialectOpenAI, agentTrigger, c)
+	text := strings.TrimSpace(c.summary)
+	if l := strings.TrimSpace(c.ledger); l != "" {
+		text += "\n\n" + l
+	}
+	writeResponsesText(w, req, t, text, c.usage)
+	return true
+}
+
+// writeResponsesText answers a Responses turn with one assistant message: a response object, or
+// when streamed the Responses SSE sequence (created, output_item.added, output_text.delta,
+// output_item.done, completed with usage).
+func writeResponsesText(w http.ResponseWriter, req *api.ResponsesRequest, t *turn, text string, u summarizer.Usage) {
+	respID, msgID := newID("resp_"), newID("msg_")
+	model := string(api.AppendString(nil, req.Model))
+	usage := `{"input_tokens":` + strconv.FormatInt(u.InputTokens, 10) + `,"input_tokens_details":{"cached_tokens":0},"output_tokens":` +
+		strconv.FormatInt(u.OutputTokens, 10) + `,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":` +
+		strconv.FormatInt(u.InputTokens+u.OutputTokens, 10) + `}`
+	quoted := string(api.AppendString(nil, text))
+	item := `{"id":"` + msgID + `","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":` + quoted + `,"annotations":[]}]}`
+	resp := func(status, output, usage string) string {
+		return `{"id":"` + respID + `","object":"response","status":"` + status + `","model":` + model + `,"output":[` + output + `],"usage":` + usage + `}`
+	}
+	if !req.Stream {
+		b := []byte(resp("completed", item, usage))
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+		return
+	}
+	seq := 0
+	var b []byte
+	ev := func(name, body string) {
+		b = sse.AppendEvent(b, name, []byte(`{"type":"`+name+`","sequence_number":`+strconv.Itoa(seq)+`,`+body+`}`))
+		seq++
+	}
+	ev("response.created", `"response":`+resp("in_progress", "", "null"))
+	ev("response.output_item.added", `"output_index":0,"item":{"id":"`+msgID+`","type":"message","role":"assistant","status":"in_progress","content":[]}`)
+	ev("response.output_text.delta", `"item_id":"`+msgID+`","output_index":0,"content_index":0,"delta":`+quoted)
+	ev("response.output_item.done", `"output_index":0,"item":`+item)
+	ev("response.completed", `"response":`+resp("completed", item, usage))
+	if !t.committed {
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+	}
+	_, _ = w.Write(b)
+	_ = http.NewResponseController(w).Flush()
+}

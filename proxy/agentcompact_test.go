@@ -16,6 +16,7 @@ import (
 	"github.com/compactd/compactd/archive"
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -279,4 +280,81 @@ type countingSummariser struct {
 func (c countingSummariser) Summarize(_ context.Context, _ summarizer.Request) (summarizer.Result, error) {
 	*c.n++
 	return summarizer.Result{Summary: c.summary, Model: "cheap", Usage: summarizer.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}}, nil
+}
+
+// replayCodex posts a captured Codex request (its headers, except the transport's, and body).
+func replayCodex(t *testing.T, url, name string) (int, string, []byte, []byte) {
+	t.Helper()
+	raw := fixtures.Codex(name)
+	body := []byte(gjson.GetBytes(raw, "body").Raw)
+	if b := gjson.GetBytes(raw, "body"); b.Type == gjson.String {
+		body = []byte(b.Str)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/responses", bytes.NewReader(body))
+	gjson.GetBytes(raw, "headers").ForEach(func(k, v gjson.Result) bool {
+		switch strings.ToLower(k.Str) {
+		case "host", "content-length", "accept-encoding":
+		default:
+			req.Header.Set(k.Str, v.Str)
+		}
+		return true
+	})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Compactd-Agent-Compaction"), b, body
+}
+
+// Codex's captured local compaction turn is answered by compactd with a Responses stream whose
+// output text is compactd's summary; its other captured requests are not.
+func TestAgentCompactionCodexFixtures(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		upgrade bool
+	}{
+		{"local_compaction_request.json", true},
+		{"normal_turn_request.json", false},
+		{"local_post_compaction_turn_request.json", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, fakeupstream.Options{}, nil)
+			status, marked, resp, body := replayCodex(t, h.proxyURL, tc.name)
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %.300s", status, resp)
+			}
+			up := h.upstream(fakeupstream.KindResponses)
+			if !tc.upgrade {
+				if marked != "" || len(up) != 1 {
+					t.Fatalf("not forwarded: header %q, %d upstream calls", marked, len(up))
+				}
+				return
+			}
+			if marked != "codex" || len(up) != 0 {
+				t.Fatalf("not upgraded: header %q, %d upstream model calls", marked, len(up))
+			}
+			var completed gjson.Result
+			for _, l := range strings.Split(string(resp), "\n") {
+				if d, ok := strings.CutPrefix(l, "data: "); ok {
+					if !gjson.Valid(d) {
+						t.Fatalf("invalid SSE data: %.200s", d)
+					}
+					if gjson.Get(d, "type").Str == "response.completed" {
+						completed = gjson.Parse(d)
+					}
+				}
+			}
+			text := completed.Get("response.output.0.content.0.text").Str
+			if !strings.HasPrefix(text, fakeupstream.SummaryPrefix) || completed.Get("response.usage.output_tokens").Int() <= 0 {
+				t.Fatalf("response.completed = %.500s", completed.Raw)
+			}
+			sums := h.upstream(fakeupstream.KindSummary)
+			prompt := "CONTEXT CHECKPOINT COMPACTION"
+			if len(sums) == 0 || strings.Contains(string(sums[0].Body), prompt) || !strings.Contains(string(body), prompt) {
+				t.Fatalf("the summariser got Codex's prompt or was not called (%d calls)", len(sums))
+			}
+		})
+	}
 }
