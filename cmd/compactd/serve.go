@@ -134,7 +134,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.resilience.MaxQueue, "compaction-queue", summarizer.DefaultMaxQueue, "compactions allowed to wait for a slot; past it the turn gets a 429 (0: off, no waiting)")
 	fs.IntVar(&c.ledgerBytes, "ledger-bytes", defaultLedgerBytes, "facts ledger sealed with each summary, in bytes (0: off, no ledger)")
 	fs.BoolVar(&c.gapCheck, "gap-check", false, "second summariser pass that adds facts the summary and ledger still miss")
-	fs.BoolVar(&c.upgradeAgentCompaction, "upgrade-agent-compaction", true, "answer an agent's own compaction request (Claude Code's /compact and auto-compact) with compactd's summariser, facts ledger and gap check, and archive the conversation under the agent's session id (false: forward it unchanged)")
+	fs.BoolVar(&c.upgradeAgentCompaction, "upgrade-agent-compaction", true, "answer an agent's own compaction request (Claude Code's /compact and auto-compact, Codex's local compaction) with compactd's summariser, facts ledger and gap check, and archive the conversation under the agent's session id (false: forward it unchanged)")
 	fs.StringVar(&c.agentSummarizerModel, "agent-summarizer-model", "", "summariser model for upgraded agent compactions, e.g. a cheaper one (default: as --summarizer-model)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
