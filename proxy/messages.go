@@ -53,14 +53,18 @@ func msgTurnFrom(r *http.Request) *msgTurn {
 
 // messagesPrelude reads and skims a Messages request and validates its context_management. It
 // forwards requests that use nothing compactd handles, and answers invalid ones; ok is false
-// when the request has been answered either way.
+// when the request has been answered either way. With agent an agent's own compaction turn is
+// answered by compactd (agentcompact.go).
 // With policy (a server-side threshold on the Messages route) a request that needs nothing else
 // of compactd is read on too, to be counted, with a nil context management: compactd applies
 // none of its edits and leaves it as sent, unvalidated, like the rest of such a request.
-func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy bool) (*api.MessagesRequest, *api.ContextManagement, bool) {
+func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy, agent bool) (*api.MessagesRequest, *api.ContextManagement, bool) {
 	body, req, ok := s.readMessages(w, r)
 	if !ok {
 		return nil, nil, false
+	}
+	if agent && s.agentCompaction(w, r, req) {
+		return nil, nil, false // an agent's own compaction turn, answered by compactd
 	}
 	if !s.messagesNeedCompactd(req) {
 		if policy {
@@ -80,7 +84,7 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy 
 // handleMessages serves POST /v1/messages.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	policy := s.cfg.Policy.ForRoute(dialectAnthropic.policyRoute())
-	req, cm, ok := s.messagesPrelude(w, r, policy.Threshold > 0)
+	req, cm, ok := s.messagesPrelude(w, r, policy.Threshold > 0, true)
 	if !ok {
 		return
 	}
@@ -290,7 +294,7 @@ func (s *Server) forwardMessages(w http.ResponseWriter, r *http.Request, mt *msg
 // them, and compaction is never triggered. When context management changed anything the answer
 // carries context_management.original_input_tokens.
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	req, cm, ok := s.messagesPrelude(w, r, false)
+	req, cm, ok := s.messagesPrelude(w, r, false, false)
 	if !ok {
 		return
 	}

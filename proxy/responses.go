@@ -84,6 +84,9 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		s.handleTrigger(w, r, req, items, prev)
 		return
 	}
+	if s.codexAgentCompaction(w, r, req, items) {
+		return // Codex's own local compaction turn, answered by compactd (agentcompact.go)
+	}
 	var th compact.Threshold
 	if req.ContextManagement != nil {
 		var err error

@@ -53,6 +53,14 @@ type Config struct {
 	Tenant string
 
 	Summarizer summarizer.Summarizer
+	// NoAgentCompaction turns off the upgrade of an agent's own compaction request (Claude Code's
+	// summarisation turn, Codex's local compaction turn): with it false (the default) compactd
+	// recognises such a request, archives the conversation and answers it with its own
+	// summariser, facts ledger and gap check. See agentcompact.go.
+	NoAgentCompaction bool
+	// AgentSummarizer, when set, writes the summaries of upgraded agent compactions (e.g. a
+	// cheaper model); the ledger's gap check of those compactions uses it too. nil: Summarizer.
+	AgentSummarizer summarizer.Summarizer
 	// Archive keeps the raw items every compaction replaced (nil = off). When set, a compaction
 	// whose originals cannot be archived fails rather than lose them. The Server takes it over:
 	// Close closes it (see Server.Close).
@@ -172,6 +180,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Tenant == "" {
 		cfg.Tenant = "default"
+	}
+	if cfg.AgentSummarizer != nil {
+		cfg.Summarizer = agentRouting{main: cfg.Summarizer, agent: cfg.AgentSummarizer}
 	}
 	if cfg.LedgerBytes == 0 {
 		cfg.LedgerBytes = 6144

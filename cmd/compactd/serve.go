@@ -63,6 +63,9 @@ type serveConfig struct {
 	speculative    proxy.SpeculativeConfig
 	ledgerBytes    int
 	gapCheck       bool
+	// upgradeAgentCompaction answers an agent's own compaction turn with compactd's engine.
+	upgradeAgentCompaction bool
+	agentSummarizerModel   string
 
 	archiveDSN, archiveIndexKey string
 	archiveMaxAge               time.Duration
@@ -131,6 +134,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.resilience.MaxQueue, "compaction-queue", summarizer.DefaultMaxQueue, "compactions allowed to wait for a slot; past it the turn gets a 429 (0: off, no waiting)")
 	fs.IntVar(&c.ledgerBytes, "ledger-bytes", defaultLedgerBytes, "facts ledger sealed with each summary, in bytes (0: off, no ledger)")
 	fs.BoolVar(&c.gapCheck, "gap-check", false, "second summariser pass that adds facts the summary and ledger still miss")
+	fs.BoolVar(&c.upgradeAgentCompaction, "upgrade-agent-compaction", true, "answer an agent's own compaction request (Claude Code's /compact and auto-compact, Codex's local compaction) with compactd's summariser, facts ledger and gap check, and archive the conversation under the agent's session id (false: forward it unchanged)")
+	fs.StringVar(&c.agentSummarizerModel, "agent-summarizer-model", "", "summariser model for upgraded agent compactions, e.g. a cheaper one (default: as --summarizer-model)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	c.obs.flags(fs)
@@ -258,6 +263,20 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var agentSum summarizer.Summarizer
+	if c.agentSummarizerModel != "" {
+		// Same endpoint, key and limits as the main summariser; only the model differs.
+		as, err := summarizer.New(summarizer.Config{
+			BaseURL: sumURL, APIKey: c.summarizerKey, Model: c.agentSummarizerModel, API: c.summarizerAPI,
+			ContextTokens: c.summarizerContextTokens, MaxOutputTokens: c.summarizerMaxOutput,
+			Timeout: c.summarizerTimeout, HTTPClient: &http.Client{Transport: transport},
+			CountTokens: counter.Text,
+		})
+		if err != nil {
+			return nil, err
+		}
+		agentSum = summarizer.NewResilient(as, c.resilience)
+	}
 	store, err := c.openArchive(ring, log)
 	if err != nil {
 		return nil, err
@@ -282,6 +301,8 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		Speculative:          c.speculative,
 		LedgerBytes:          c.ledgerBytes,
 		GapCheck:             c.gapCheck,
+		NoAgentCompaction:    !c.upgradeAgentCompaction,
+		AgentSummarizer:      agentSum,
 		Archive:              store,
 		ArchiveRetention:     archive.Retention{MaxAge: c.archiveMaxAge, MaxBytes: c.archiveMaxBytes},
 		Recall:               c.recallConfig,

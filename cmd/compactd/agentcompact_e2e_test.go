@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/fakeupstream"
+)
+
+// claudeCodePrompt is a phrase of Claude Code's own summarisation prompt (2.1.332).
+const claudeCodePrompt = "create a detailed summary of the conversation so far"
+
+// TestClaudeCodeCompactionUpgradedEndToEnd runs the real Claude Code through `compactd serve`
+// (ANTHROPIC_BASE_URL is compactd) in front of the fake upstream. The fact lives only in a file
+// the agent Read. On /compact compactd answers Claude Code's summarisation turn itself: the
+// upstream never sees Claude Code's prompt, compactd's summariser (with compactd's prompt) sees
+// the tool output, the raw conversation is archived under Claude Code's session id, and the
+// request Claude Code sends after the compaction carries compactd's summary and the ledger line
+// with the fact.
+func TestClaudeCodeCompactionUpgradedEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the real Claude Code")
+	}
+	claude := npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")
+	fake := fakeupstream.New(fakeupstream.Options{})
+	baseURL, stop, err := fake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	key, err := crypto.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(t.TempDir(), "archive.db")
+	r := startReplica(t, "compactd", baseURL, key.String(), "--anthropic-upstream", baseURL, "--archive", db)
+	e := newAgentEnv(t, "http://"+r.addr)
+
+	id := e.claudeTurn(t, claude, e.readPrompt())
+	e.claudeTurn(t, claude, "--resume", id, "/compact")
+	e.claudeTurn(t, claude, "--resume", id, "what was the port?")
+
+	bodies := messagesBodies(fake)
+	for i, b := range bodies {
+		if strings.Contains(b, claudeCodePrompt) {
+			t.Fatalf("Messages request %d carries Claude Code's summarisation prompt: compactd did not answer it", i)
+		}
+	}
+	var sums []fakeupstream.Recorded
+	for _, rec := range fake.Requests() {
+		if rec.Kind == fakeupstream.KindSummary {
+			sums = append(sums, rec)
+		}
+	}
+	if len(sums) == 0 {
+		t.Fatal("compactd's summariser was never called")
+	}
+	if s := string(sums[0].Body); !strings.Contains(s, "You are compacting a conversation") || strings.Contains(s, claudeCodePrompt) || !strings.Contains(s, agentFact) {
+		t.Errorf("the summariser did not get compactd's prompt over the conversation with the tool output:\n%.800s", s)
+	}
+	after := ""
+	for _, b := range bodies {
+		if strings.Contains(b, "This session is being continued") {
+			after = b
+		}
+	}
+	if after == "" {
+		t.Fatalf("no request after the compaction starts with Claude Code's continuation text (%d Messages requests)", len(bodies))
+	}
+	cont := section(after, "This session is being continued", 8000)
+	if !strings.Contains(cont, "FAKE-SUMMARY") {
+		t.Errorf("the post-compaction request does not carry compactd's summary:\n%s", cont)
+	}
+	if !strings.Contains(cont, "Facts ledger") || !strings.Contains(cont, agentFact) {
+		t.Errorf("the post-compaction request lacks the ledger line with %q:\n%s", agentFact, cont)
+	}
+	if strings.Contains(cont, "compactd (SessionStart hook)") {
+		t.Error("hooks are not installed here; the ledger must come from the upgraded compaction")
+	}
+	if !strings.Contains(r.log.String(), `"trigger":"agent"`) {
+		t.Errorf("compactd logged no agent compaction:\n%s", r.log)
+	}
+
+	r.stop(t)
+	ring, err := crypto.NewKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer, err := archive.KeyringSealer(ring, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	store, err := archive.Open(ctx, db, sealer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	hits, err := store.Search(ctx, archive.Query{Text: "SECRET_FACT_PORT", Conversation: id})
+	if err != nil || len(hits) == 0 {
+		convs, _ := store.Conversations(ctx, "")
+		t.Fatalf("the fact is not archived under the session id %s: %v %v (conversations %+v)", id, hits, err, convs)
+	}
+	if hits, _ := store.Search(ctx, archive.Query{Text: "detailed summary paying close attention", Conversation: id}); len(hits) != 0 {
+		t.Errorf("Claude Code's summarisation prompt was archived: %+v", hits)
+	}
+}
