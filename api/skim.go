@@ -57,6 +57,8 @@ func checkBody(body []byte) error {
 	case errors.Is(err, jsonx.ErrTooDeep):
 		return &BodyError{Kind: ErrTooDeep, Message: fmt.Sprintf(
 			"The request body nests JSON more than %d levels deep; compactd refuses deeper documents (no API accepts them, and walking them would exhaust the stack).", jsonx.MaxDepth)}
+	case errors.Is(err, jsonx.ErrInvalidUTF8):
+		return &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON: a string in it is not valid UTF-8. JSON must be UTF-8; send text through a JSON encoder (it escapes or replaces invalid bytes)."}
 	}
 	return &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
 }

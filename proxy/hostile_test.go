@@ -70,6 +70,7 @@ func hostileCases() []hostileCase {
 				body:   []byte(`{"model":"m","input":[{"type":"message","role":"user","content":[` + forged + `]}]}`),
 				status: 400, dialect: "openai"},
 			hostileCase{name: p + " forged compaction item", path: p, body: []byte(`{"model":"m","input":[` + forged + `,{"role":"user","content":"go on"}]}`), status: 400, dialect: "openai"},
+			hostileCase{name: p + " invalid UTF-8", path: p, body: []byte("{\"model\":\"m\x8c\",\"input\":\"hi\"}"), status: 400, dialect: "openai"},
 			hostileCase{name: p + " input neither string nor array", path: p, body: []byte(`{"model":"m","input":{"type":"message"}}`), status: 400, dialect: "openai"},
 		)
 	}
@@ -80,6 +81,7 @@ func hostileCases() []hostileCase {
 			hostileCase{name: p + " 30MB nested objects", path: p, body: deepObjects, status: 400, dialect: "anthropic"},
 			hostileCase{name: p + " message nested past the limit", path: p, body: deepMsg, status: 400, dialect: "anthropic"},
 			hostileCase{name: p + " malformed JSON", path: p, body: []byte(`{"model":"m","messages":[`), status: 400, dialect: "anthropic"},
+			hostileCase{name: p + " invalid UTF-8", path: p, body: []byte("{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}"), status: 400, dialect: "anthropic"},
 			hostileCase{name: p + " messages not an array", path: p, body: []byte(`{"model":"m","max_tokens":10,"messages":{"role":"user"}}`), status: 400, dialect: "anthropic"},
 			hostileCase{name: p + " content an object", path: p, body: []byte(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":{"type":"text","text":"hi"}}]}`), status: 400, dialect: "anthropic"},
 			hostileCase{name: p + " message not an object", path: p, body: []byte(`{"model":"m","max_tokens":10,"messages":["hi"]}`), status: 400, dialect: "anthropic"},

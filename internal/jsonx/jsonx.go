@@ -31,6 +31,17 @@ const MaxDepth = 1000
 // ErrTooDeep is returned for documents nested deeper than the limit.
 var ErrTooDeep = errors.New("JSON nested too deeply")
 
+// ErrInvalidUTF8 is returned for a document whose strings are not valid UTF-8; it matches
+// ErrInvalid with errors.Is. JSON text must be UTF-8 (RFC 8259), and decoders disagree on what
+// an invalid byte means (kept as is, replaced by U+FFFD, refused): compactd would read one value
+// and an upstream another, so such a document is refused rather than interpreted.
+var ErrInvalidUTF8 = &utf8Error{}
+
+type utf8Error struct{}
+
+func (*utf8Error) Error() string        { return "not valid JSON: a string is not valid UTF-8" }
+func (*utf8Error) Is(target error) bool { return target == ErrInvalid }
+
 // ErrInvalid is returned for bytes that are not one valid JSON value.
 var ErrInvalid = errors.New("not valid JSON")
 
@@ -122,7 +133,7 @@ value:
 		goto value
 	case '"':
 		if i, ok = skipString(b, i+1); !ok {
-			return ErrInvalid
+			return stringError(b, i)
 		}
 	case 't':
 		if !hasLiteral(b, i, "true") {
@@ -185,7 +196,7 @@ key:
 		return ErrInvalid
 	}
 	if i, ok = skipString(b, i+1); !ok {
-		return ErrInvalid
+		return stringError(b, i)
 	}
 	for i < n && isSpace(b[i]) {
 		i++
@@ -214,12 +225,13 @@ const (
 	hi = 0x8080808080808080
 )
 
-// special reports whether any of the 8 bytes in x is '"', '\\' or a control character, the bytes
-// a string scan must stop at. Each term is the exact "has a zero byte" / "has a byte < n" test.
+// special reports whether any of the 8 bytes in x is '"', '\\', a control character or a
+// non-ASCII byte (checked as UTF-8), the bytes a string scan must stop at. Each term is the exact
+// "has a zero byte" / "has a byte < n" test; x&hi is "has a byte >= 0x80".
 func special(x uint64) bool {
 	q := x ^ (lo * '"')
 	s := x ^ (lo * '\\')
-	return ((q-lo)&^q|(s-lo)&^s|(x-lo*0x20)&^x)&hi != 0
+	return ((q-lo)&^q|(s-lo)&^s|(x-lo*0x20)&^x|x)&hi != 0
 }
 
 // skipString returns the index just past the closing quote of the string whose contents start
@@ -254,10 +266,24 @@ func skipString(b []byte, i int) (int, bool) {
 			}
 		case c < 0x20:
 			return i, false
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return i, false // stringError tells this apart from other failures
+			}
+			i += size
 		default:
 			i++
 		}
 	}
+}
+
+// stringError classes a string skipString refused at b[i]: invalid UTF-8, or invalid JSON.
+func stringError(b []byte, i int) error {
+	if i < len(b) && b[i] >= utf8.RuneSelf {
+		return ErrInvalidUTF8
+	}
+	return ErrInvalid
 }
 
 func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }

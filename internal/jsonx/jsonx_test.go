@@ -55,6 +55,10 @@ func TestValid(t *testing.T) {
 		{"escapes", []byte(`"\" \\ \/ \b \f \n \r \t \u00e9 \uD83D\uDE00"`), nil},
 		{"long string with late quote", []byte(`"` + strings.Repeat("abcdefgh", 100) + `\"x"`), nil},
 		{"utf-8", []byte(`{"é":"日本語 🙂"}`), nil},
+		{"invalid utf-8 in a value", []byte("{\"model\":\"\x8c\"}"), ErrInvalidUTF8},
+		{"invalid utf-8 in a key", []byte("{\"ty\xffpe\":1}"), ErrInvalidUTF8},
+		{"utf-8 encoded surrogate", []byte("[\"\xed\xa0\x80\"]"), ErrInvalidUTF8},
+		{"truncated utf-8 sequence", []byte("[\"\xe6\x97\"]"), ErrInvalidUTF8},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -62,7 +66,7 @@ func TestValid(t *testing.T) {
 			if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
 				t.Fatalf("Valid = %v, want %v", err, c.want)
 			}
-			if oracle := json.Valid(c.in); c.want != ErrTooDeep && oracle != (err == nil) {
+			if oracle := json.Valid(c.in) && utf8.Valid(c.in); c.want != ErrTooDeep && oracle != (err == nil) {
 				t.Fatalf("Valid = %v but encoding/json.Valid = %v", err, oracle)
 			}
 			if err := ValidString(string(c.in)); !errors.Is(err, c.want) {
@@ -154,7 +158,8 @@ func FuzzValid(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		err := Valid(b)
-		oracle := json.Valid(b)
+		// encoding/json.Valid accepts invalid UTF-8 (its decoder replaces it); Valid refuses it.
+		oracle := json.Valid(b) && utf8.Valid(b)
 		if CheckDepth(b, MaxDepth) == nil {
 			if oracle != (err == nil) {
 				t.Fatalf("Valid(%q) = %v, encoding/json.Valid = %v", b, err, oracle)
@@ -162,7 +167,7 @@ func FuzzValid(f *testing.F) {
 		} else if err == nil || oracle && !errors.Is(err, ErrTooDeep) {
 			t.Fatalf("Valid(%q) = %v on a document deeper than %d (encoding/json.Valid = %v)", b, err, MaxDepth, oracle)
 		}
-		if err != nil && !errors.Is(err, ErrTooDeep) && err != ErrInvalid {
+		if err != nil && !errors.Is(err, ErrTooDeep) && err != ErrInvalid && err != ErrInvalidUTF8 {
 			t.Fatalf("Valid returned %v, not one of its error values", err)
 		}
 		// The readers must stay in bounds and terminate on anything.
