@@ -37,6 +37,7 @@ import (
 	"github.com/compactd/compactd/compact/summarizer"
 	"github.com/compactd/compactd/crypto"
 	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -551,6 +552,13 @@ func (s *session) post(ctx context.Context, input []json.RawMessage, threshold b
 	if s.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+s.cfg.APIKey)
 	}
+	return s.do(req)
+}
+
+// do sends one turn and returns the response body: an error names the HTTP status and the
+// error message of either dialect's envelope, and a body that is not JSON (checked with the depth
+// bound: the endpoint is the user's, not ours) is an error too.
+func (s *session) do(req *http.Request) ([]byte, error) {
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -567,7 +575,7 @@ func (s *session) post(ctx context.Context, input []json.RawMessage, threshold b
 		}
 		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
 	}
-	if !gjson.ValidBytes(data) {
+	if jsonx.Valid(data) != nil {
 		return nil, errors.New("the response is not JSON")
 	}
 	return data, nil

@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/api"
 )
@@ -138,21 +136,9 @@ func (s *session) postMessages(ctx context.Context, history []antMsg, threshold 
 	if s.cfg.APIKey != "" {
 		req.Header.Set("x-api-key", s.cfg.APIKey)
 	}
-	resp, err := s.client.Do(req)
+	data, err := s.do(req)
 	if err != nil {
 		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		msg := gjson.GetBytes(data, "error.message").Str
-		if msg == "" {
-			msg = strings.TrimSpace(string(data[:min(len(data), 300)]))
-		}
-		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
 	}
 	var msg anthropic.BetaMessage
 	if err := json.Unmarshal(data, &msg); err != nil {
