@@ -192,11 +192,6 @@ func clientKey(h http.Header) string {
 	return h.Get("Api-Key")
 }
 
-// isAnthropicPath reports whether a path belongs to the Messages API.
-func isAnthropicPath(p string) bool {
-	return p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/")
-}
-
 // authExempt reports whether a path is one compactd answers itself, under a guard of its own,
 // and never forwards: the probes, /metrics where it is served (its own token) and the admin API
 // (the admin token, which spans tenants). Only exact spellings are exempt. Everything else —

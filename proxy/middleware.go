@@ -19,7 +19,7 @@ import (
 // middleware can tell compactd's own cost (overhead) from the time it was only waiting.
 type reqState struct {
 	id    string
-	api   string // "openai" or "anthropic": which upstream the path goes to
+	api   string // dialectOf(path).String(): which upstream the path goes to
 	start time.Time
 
 	upstreamNanos   atomic.Int64
@@ -56,14 +56,6 @@ func (st *reqState) model() string {
 	return st.body.model()
 }
 
-// requestAPI says which upstream a path is routed to, mirroring the routes in New.
-func requestAPI(path string) string {
-	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") {
-		return "anthropic"
-	}
-	return "openai"
-}
-
 // requestID returns the client's x-request-id if it is a sane token, else a new one. Client ids
 // are kept so a caller can follow its own id through compactd's logs.
 func requestID(h http.Header) string {
@@ -88,7 +80,7 @@ var quietRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics":
 // in-flight and stream gauges, and the one access log line per request.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := &reqState{id: requestID(r.Header), api: requestAPI(r.URL.Path), start: time.Now()}
+		st := &reqState{id: requestID(r.Header), api: dialectOf(r.URL.Path).String(), start: time.Now()}
 		if r.Body != nil && r.Body != http.NoBody {
 			capture := 0
 			if s.metrics != nil || s.cfg.LogContent {

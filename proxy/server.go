@@ -340,10 +340,11 @@ func checkPathSpelling(w http.ResponseWriter, raw, canon string, d dialect) bool
 	return ok
 }
 
-// dialectOf is the dialect of a canonical path: Anthropic's below /v1/messages, OpenAI's
-// everywhere else (every other path goes to the OpenAI-compatible upstream).
-func dialectOf(canon string) dialect {
-	if isAnthropicPath(canon) {
+// dialectOf is the dialect of a path, the one place compactd decides it: Anthropic's at and
+// below /v1/messages, OpenAI's everywhere else (every other path goes to the OpenAI-compatible
+// upstream). It names the upstream, the error envelope and the metric label.
+func dialectOf(path string) dialect {
+	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") {
 		return dialectAnthropic
 	}
 	return dialectOpenAI
