@@ -75,6 +75,14 @@ func TestRunQuick(t *testing.T) {
 		if c.Requests == 0 || c.Errors != 0 {
 			t.Errorf("%s %s: %d requests, %d errors", c.Workload, c.Target, c.Requests, c.Errors)
 		}
+		// Not a timing assertion: an open loop completes at most what it schedules, and its elapsed
+		// time is at least the schedule, so its throughput cannot exceed the rate (plus one
+		// request's rounding per round).
+		if c.Workload.Open {
+			if limit := c.Workload.Rate + float64(rounds)/o.Duration.Seconds(); c.Throughput > limit {
+				t.Errorf("%s %s: open loop reports %.0f req/s at a %.0f req/s schedule", c.Workload, c.Target, c.Throughput, c.Workload.Rate)
+			}
+		}
 	}
 	if len(rep.Warm) != 2 || len(rep.Streams) != 2 {
 		t.Fatalf("warm %d, streams %d", len(rep.Warm), len(rep.Streams))

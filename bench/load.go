@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -152,8 +153,12 @@ func closedLoop(ctx context.Context, c *collector, r *requester, conc int, d tim
 // would. Latency counts from each request's scheduled time. At most maxInflight are outstanding;
 // a request that finds no slot is not sent and is counted in missed (the target, or this machine,
 // could not keep up with the rate).
+//
+// elapsed is the schedule's window d, or longer when answers came in after it: an open loop's
+// throughput is what completed over the time it was offered, never 1/latency (with a short d the
+// old "until the last answer" elapsed made a one-request round report 1/latency as req/s).
 func openLoop(ctx context.Context, c *collector, r *requester, rate float64, d time.Duration, maxInflight int) (elapsed time.Duration, missed int) {
-	n := int(rate * d.Seconds())
+	n := max(1, int(math.Round(rate*d.Seconds())))
 	sem := make(chan struct{}, maxInflight)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -179,5 +184,5 @@ func openLoop(ctx context.Context, c *collector, r *requester, rate float64, d t
 		})
 	}
 	wg.Wait()
-	return time.Since(start), missed
+	return max(d, time.Since(start)), missed
 }
