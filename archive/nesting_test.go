@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/stackcheck"
 )
 
 // refItemText is the recursive gjson walk itemText replaced, kept as the oracle for what it must
@@ -140,24 +139,6 @@ func flatItem(n int) string {
 	return b.String()
 }
 
-// boundedRun runs f on a fresh goroutine with every stack capped at 16 MB and returns the heap
-// bytes allocated meanwhile. A walk that recurses once per nesting level needs a kilobyte or more
-// of stack per level, so on a 100k-deep value it crosses the cap and the test binary dies with
-// "goroutine stack exceeds 16777216-byte limit" instead of passing after minutes of quadratic
-// work; an iterative walk stays far below it.
-func boundedRun(f func()) uint64 {
-	old := debug.SetMaxStack(16 << 20)
-	defer debug.SetMaxStack(old)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
-	<-done
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // TestArchiveWalksLinearInNesting runs the archive's walks over client items — indexing a
 // segment, choosing its excerpt — on an item nested 200k levels deep, built directly (the front
 // door would refuse it). Each must finish under the stack cap with heap allocations at most 8
@@ -183,8 +164,8 @@ func TestArchiveWalksLinearInNesting(t *testing.T) {
 	for _, tc := range walks {
 		t.Run(tc.name, func(t *testing.T) {
 			var got, want any
-			alloc := boundedRun(func() { got = tc.run(deep) })
-			flatAlloc := boundedRun(func() { want = tc.run(flat) })
+			alloc := stackcheck.Run(func() { got = tc.run(deep) })
+			flatAlloc := stackcheck.Run(func() { want = tc.run(flat) })
 			// the index holds one entry per distinct word, so its allocations follow the
 			// words, not the bytes: the flat item with the same words is the yardstick, and
 			// nesting may add its explicit stack (a word per level) on top

@@ -2,13 +2,12 @@ package compact
 
 import (
 	"reflect"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/stackcheck"
 )
 
 // deepValue returns a JSON value nested 2n levels deep ({"t":"w0","c":[{"t":"w1","c":[…]}]}) with
@@ -36,28 +35,6 @@ func flatValue(n int) string {
 	return b.String()
 }
 
-// stackCap bounds every goroutine's stack while a nesting test runs. A walk that recurses once per
-// nesting level uses a kilobyte or more of stack per level, so on a 100k-deep value it crosses the
-// cap and the test binary dies with "goroutine stack exceeds 16777216-byte limit" — the regression
-// fails loudly and at once, instead of passing after minutes of quadratic work. An iterative walk
-// stays far below the cap.
-const stackCap = 16 << 20
-
-// boundedRun runs f on a fresh goroutine under stackCap and returns the heap bytes allocated
-// meanwhile.
-func boundedRun(f func()) uint64 {
-	old := debug.SetMaxStack(stackCap)
-	defer debug.SetMaxStack(old)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
-	<-done
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // fakeCounter counts a string's bytes instead of its BPE tokens: the walk, not the tokenizer, is
 // under test, and byte counts make deep and flat totals directly comparable.
 func fakeCounter() *Counter {
@@ -68,7 +45,7 @@ func fakeCounter() *Counter {
 
 // TestWalksLinearInNesting feeds every per-item walk of a compaction a value nested 200k levels
 // deep (built directly, bypassing the front door's depth check) and requires it to finish under
-// stackCap with heap allocations bounded by a small multiple of the item's size; where the walk
+// stackcheck.Cap with heap allocations bounded by a small multiple of the item's size; where the walk
 // extracts text, its result must equal that of the flat value holding the same strings. Before the
 // walks were iterative, token counting recursed once per level through gjson.ForEach (which
 // re-scans the rest of the value at every level) and overflowed the cap.
@@ -105,7 +82,7 @@ func TestWalksLinearInNesting(t *testing.T) {
 		for _, tc := range walks {
 			t.Run(wname+"/"+tc.name, func(t *testing.T) {
 				var got any
-				alloc := boundedRun(func() { got = tc.run(deepItem) })
+				alloc := stackcheck.Run(func() { got = tc.run(deepItem) })
 				if limit := uint64(8*len(deepItem) + 1<<20); alloc > limit {
 					t.Errorf("allocated %d bytes for a %d-byte item, want at most %d", alloc, len(deepItem), limit)
 				}
@@ -137,7 +114,7 @@ func TestStringEmbeddedDeepJSON(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			it := item(tc.raw)
 			var ledger, entry string
-			boundedRun(func() {
+			stackcheck.Run(func() {
 				ledger = Ledger([]api.Item{it}, []int{0}, "", 1<<20)
 				entry = RenderEntry(it)
 			})

@@ -2,27 +2,11 @@ package handoff
 
 import (
 	"encoding/json"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
-)
 
-// boundedRun runs f on a fresh goroutine with every stack capped at 16 MB and returns the heap
-// bytes allocated meanwhile. A parser that recursed once per nesting level would cross the cap
-// on the inputs below and kill the test binary ("goroutine stack exceeds 16777216-byte limit").
-func boundedRun(f func()) uint64 {
-	old := debug.SetMaxStack(16 << 20)
-	defer debug.SetMaxStack(old)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
-	<-done
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
+	"github.com/compactd/compactd/internal/stackcheck"
+)
 
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
@@ -78,7 +62,7 @@ func TestSessionToolingLinearInNesting(t *testing.T) {
 			var s Session
 			var md string
 			var raw []string
-			alloc := boundedRun(func() {
+			alloc := stackcheck.Run(func() {
 				s, err = ParseSession(strings.NewReader(log), format)
 				md = Reduce(s).Markdown()
 				raw = RenderRaw([]Session{s}, 2000)
