@@ -154,24 +154,32 @@ func section(s, marker string, n int) string {
 	return s[:min(len(s), n)]
 }
 
+// claudeE2E sets up a real-Claude-Code test: the pinned Claude Code, a compactd binary, the fake
+// upstream (stopped at cleanup) and an isolated agent environment pointed at it. It skips in
+// -short mode.
+func claudeE2E(t *testing.T) (claude, exe string, fake *fakeupstream.Server, e agentEnv) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the real Claude Code")
+	}
+	claude = npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")
+	exe = buildCompactd(t)
+	fake = fakeupstream.New(fakeupstream.Options{})
+	baseURL, stop, err := fake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return claude, exe, fake, newAgentEnv(t, baseURL)
+}
+
 // TestClaudeCodeHooksEndToEnd is the hooks-only way: Claude Code talks straight to the fake
 // upstream, `compactd hooks install claude` is the only connection to compactd. The fact lives
 // only in a file the agent Read. After /compact, the compaction request's instructions carry the
 // PreCompact hook's ledger with the fact, and the first request after the compaction carries the
 // SessionStart hook's context with the fact.
 func TestClaudeCodeHooksEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the real Claude Code")
-	}
-	claude := npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")
-	exe := buildCompactd(t)
-	fake := fakeupstream.New(fakeupstream.Options{})
-	baseURL, stop, err := fake.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	e := newAgentEnv(t, baseURL)
+	claude, exe, fake, e := claudeE2E(t)
 	e.run(t, exe, "hooks", "install", "claude")
 	if out := e.run(t, exe, "hooks", "install", "claude"); !strings.Contains(out, "already installed") {
 		t.Errorf("second install was not a no-op: %s", out)
@@ -237,18 +245,7 @@ func TestClaudeCodeHooksEndToEnd(t *testing.T) {
 // fake model calls the search tool, and the tool result that reaches the model holds the fact an
 // earlier session read from a file.
 func TestClaudeCodeMCPEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the real Claude Code")
-	}
-	claude := npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")
-	exe := buildCompactd(t)
-	fake := fakeupstream.New(fakeupstream.Options{})
-	baseURL, stop, err := fake.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	e := newAgentEnv(t, baseURL)
+	claude, exe, fake, e := claudeE2E(t)
 	e.claudeTurn(t, claude, e.readPrompt())
 	e.run(t, claude, "mcp", "add", "compactd", "--", exe, "mcp")
 
