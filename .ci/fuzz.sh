@@ -4,7 +4,7 @@
 # failure leaves the crashing input under the package's testdata/fuzz/<Name>/ (commit it: it
 # becomes a regression test that plain `go test` runs).
 #
-# Usage: .ci/fuzz.sh [fuzztime] [packages...]   e.g. .ci/fuzz.sh 10s ./api ./proxy
+# Usage: .ci/fuzz.sh [fuzztime] [packages...]   e.g. .ci/fuzz.sh 10s ./internal/api ./proxy
 # FUZZTIME overrides the default of 10s per target when no argument is given.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/bench/workload"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // warmPrefix measures the steady state of a long agent session: a WarmSize history compactd has

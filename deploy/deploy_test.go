@@ -32,8 +32,8 @@ import (
 	"github.com/moby/patternmatcher/ignorefile"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/compactd/compactd/crypto"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // root is the repository root, relative to this package's directory (where go test runs).

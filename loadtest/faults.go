@@ -20,7 +20,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // Fault kinds, as counted by FaultInjector.Counts.

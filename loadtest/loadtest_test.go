@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // full runs the full-size load test (200 conversations):

@@ -26,11 +26,11 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/crypto"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
 

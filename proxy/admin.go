@@ -9,8 +9,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/archive"
 )
 
 // The admin API lets operators search and delete a conversation's archived history. It is off

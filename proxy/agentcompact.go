@@ -9,8 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/sse"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // TestCodexCLILocalCompactionUpgraded runs the real Codex with a provider not named "OpenAI", so

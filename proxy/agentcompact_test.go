@@ -13,9 +13,9 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/compactd/compactd/proxy"
 )

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/compact"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact"
 )
 
 // Compaction is lossy; the archive is not. Every compaction stores the exact raw items it

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/compact"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/proxy"
 )
 

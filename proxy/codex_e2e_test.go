@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/fakeupstream"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/fakeupstream"
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 // codexVersion is the Codex CLI release these tests pin (wire-contracts.md §1.7).

@@ -12,11 +12,11 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/crypto"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 // sealKind is the crypto binding kind of Responses compaction items.

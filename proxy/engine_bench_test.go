@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 // instantSummarizer answers at once with a fixed summary, so a benchmark of compactItems measures

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
 )
 
 // The two explicit compaction routes: POST /v1/responses/compact (v1, JSON) and a Responses turn

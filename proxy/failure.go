@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact/summarizer"
 )
 
 // What a turn does when the summariser fails (after the resilient client's retries, or at once

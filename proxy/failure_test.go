@@ -12,9 +12,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/fakeupstream"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/fakeupstream"
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
 )
 

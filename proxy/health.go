@@ -16,7 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 // ops is the Server's operational surface: /healthz, /readyz and /metrics.

@@ -7,7 +7,7 @@ import (
 	"math"
 	"net/url"
 
-	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/internal/archive"
 )
 
 // Lifecycle. A Server owns what it starts — speculative compaction jobs, the archive retention

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 // internalRing is a one-key keyring for the package's internal tests.

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
 )
 
 // Request limits that must answer in the dialect of the route. net/http answers an oversized

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/sse"
 )
 

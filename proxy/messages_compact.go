@@ -8,10 +8,10 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 // anthropicSealKind is the crypto binding kind of Anthropic compaction blocks. A block carries no

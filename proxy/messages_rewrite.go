@@ -10,8 +10,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/sse"
 )

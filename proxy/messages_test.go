@@ -18,10 +18,10 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/fakeupstream"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/fakeupstream"
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
 )
 

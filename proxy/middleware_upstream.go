@@ -12,7 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/sse"
 )

@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/api"
 )
 
 // dialect is the API family of a route: it decides the upstream and the error envelope.

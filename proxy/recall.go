@@ -14,8 +14,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/sse"
 )
 

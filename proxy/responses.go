@@ -11,8 +11,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
 )
 
 // readBody reads a request body under the configured limit.

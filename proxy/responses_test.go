@@ -15,10 +15,10 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/crypto"
-	"github.com/compactd/compactd/fakeupstream"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/fixtures"
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
 )
 

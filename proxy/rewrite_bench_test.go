@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // upstreamStream returns a Responses SSE body as the fake upstream writes it, with deltas text

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
 )
 
 // Speculative compaction. A summary takes a model seconds to write, and the turn that crosses the

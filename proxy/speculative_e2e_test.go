@@ -10,8 +10,8 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/compactd/compactd/fakeupstream"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/fakeupstream"
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
 )
 

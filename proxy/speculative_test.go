@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact/summarizer"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact/summarizer"
 )
 
 func specItems(texts ...string) []api.Item {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/sse"
 )

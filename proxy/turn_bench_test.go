@@ -13,8 +13,8 @@ import (
 
 	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 // cannedUpstream answers every request in-process with a small Responses JSON object after

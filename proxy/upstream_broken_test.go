@@ -12,7 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/proxy"

@@ -29,10 +29,10 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 // Config sizes one run. Zero fields take the defaults in DefaultConfig.

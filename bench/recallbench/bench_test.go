@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/api"
 )
 
 // small is the size the tests run: ten rounds of 20 steps, four facts each (40 facts, ~200 KB).

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/compactd/compactd/archive"
+	"github.com/compactd/compactd/internal/archive"
 )
 
 // Excerpt strategies for the recall step.

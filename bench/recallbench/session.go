@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
-	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/api"
 )
 
 // Fact is one planted fact: a question whose answer is a string that occurs verbatim in exactly

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/crypto"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // claudeCodePrompt is a phrase of Claude Code's own summarisation prompt (2.1.332).

@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 const archiveEnvHelp = `Reads COMPACTD_ARCHIVE, COMPACTD_KEYS, COMPACTD_KEY_FILE, COMPACTD_DATA_DIR and

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 // captureOutput runs f with os.Stdout and os.Stderr redirected and returns what it printed.

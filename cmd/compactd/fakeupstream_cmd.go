@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // fakeUpstreamConfig is the command line of `compactd fake-upstream`. It reads no environment:

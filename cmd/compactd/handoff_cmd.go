@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/session"
 )
 
 const handoffHelp = `Reads COMPACTD_SUMMARIZER_URL, COMPACTD_SUMMARIZER_MODEL and COMPACTD_SUMMARIZER_KEY, the
@@ -23,7 +23,7 @@ var handoffEnv = []string{"summarizer-url", "summarizer-model", "summarizer-key"
 
 // handoffConfig is the parsed command line of `compactd handoff`.
 type handoffConfig struct {
-	format   handoff.Format
+	format   session.Format
 	out      string
 	gapCheck int
 	budget   int
@@ -43,7 +43,7 @@ func parseHandoffFlags(args []string) (handoffConfig, error) {
 	format := fs.String("format", "auto", "session log format: codex, claude or auto")
 	fs.StringVar(&c.out, "o", "", "write the resume to `FILE` (default stdout)")
 	fs.IntVar(&c.gapCheck, "gap-check", 0, "run `N` gap checkers in parallel over the raw log (needs a summariser)")
-	fs.IntVar(&c.budget, "budget", handoff.DefaultReduceOptions.MessageTokens, "per-user-message token budget; longer messages lose their middle")
+	fs.IntVar(&c.budget, "budget", session.DefaultReduceOptions.MessageTokens, "per-user-message token budget; longer messages lose their middle")
 	fs.StringVar(&c.watch, "watch", "", "watch `DIR` recursively and write <session>.resume.md beside each session log")
 	fs.DurationVar(&c.idle, "idle", 2*time.Minute, "with --watch: write once a session has been idle this long")
 	fs.Int64Var(&c.maxBytes, "max-bytes", 0, "with --watch: also write once a session grew this many bytes since the last resume (0: off)")
@@ -57,7 +57,7 @@ func parseHandoffFlags(args []string) (handoffConfig, error) {
 	}
 	c.files = fs.Args()
 	var err error
-	if c.format, err = handoff.ParseFormat(*format); err != nil {
+	if c.format, err = session.ParseFormat(*format); err != nil {
 		return c, usageErrorf("handoff", "--format: %v", err)
 	}
 	switch {
@@ -81,9 +81,9 @@ func runHandoff(args []string) error {
 	if err != nil {
 		return err
 	}
-	var checker handoff.GapChecker
+	var checker session.GapChecker
 	if c.gapCheck > 0 {
-		checker = handoff.NewOpenAIGapChecker(c.sumURL, c.sumKey, c.sumModel)
+		checker = session.NewOpenAIGapChecker(c.sumURL, c.sumKey, c.sumModel)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -96,19 +96,19 @@ func runHandoff(args []string) error {
 // buildResume parses, reduces and (optionally) gap-checks session logs, returning the Markdown
 // and the raw size. A failed gap check is reported and the resume is kept without it: the
 // reduction alone is still worth handing over.
-func buildResume(ctx context.Context, c handoffConfig, checker handoff.GapChecker, paths []string, stderr io.Writer) (md string, rawBytes int, err error) {
-	sessions := make([]handoff.Session, 0, len(paths))
+func buildResume(ctx context.Context, c handoffConfig, checker session.GapChecker, paths []string, stderr io.Writer) (md string, rawBytes int, err error) {
+	sessions := make([]session.Session, 0, len(paths))
 	for _, p := range paths {
-		s, err := handoff.ParseSessionFile(p, c.format)
+		s, err := session.ParseSessionFile(p, c.format)
 		if err != nil {
 			return "", 0, err
 		}
 		sessions = append(sessions, s)
 		rawBytes += s.RawBytes
 	}
-	r := handoff.ReduceWith(handoff.ReduceOptions{MessageTokens: c.budget}, sessions...)
+	r := session.ReduceWith(session.ReduceOptions{MessageTokens: c.budget}, sessions...)
 	if checker != nil {
-		findings, err := handoff.GapCheck(ctx, checker, sessions, handoff.GapCheckOptions{Checkers: c.gapCheck})
+		findings, err := session.GapCheck(ctx, checker, sessions, session.GapCheckOptions{Checkers: c.gapCheck})
 		if err != nil {
 			fmt.Fprintf(stderr, "compactd handoff: gap check skipped: %v\n", err)
 		} else {
@@ -118,7 +118,7 @@ func buildResume(ctx context.Context, c handoffConfig, checker handoff.GapChecke
 	return r.Markdown(), rawBytes, nil
 }
 
-func handoffOnce(ctx context.Context, c handoffConfig, checker handoff.GapChecker, stdout, stderr io.Writer) error {
+func handoffOnce(ctx context.Context, c handoffConfig, checker session.GapChecker, stdout, stderr io.Writer) error {
 	md, rawBytes, err := buildResume(ctx, c, checker, c.files, stderr)
 	if err != nil {
 		return err
@@ -136,9 +136,9 @@ func handoffOnce(ctx context.Context, c handoffConfig, checker handoff.GapChecke
 		if err != nil {
 			return err
 		}
-		rawTokens += handoff.CountTokens(string(data))
+		rawTokens += session.CountTokens(string(data))
 	}
-	fmt.Fprintln(stderr, reductionLine(rawBytes, len(md), rawTokens, handoff.CountTokens(md)))
+	fmt.Fprintln(stderr, reductionLine(rawBytes, len(md), rawTokens, session.CountTokens(md)))
 	return nil
 }
 
@@ -151,20 +151,20 @@ func reductionLine(bytesIn, bytesOut, tokIn, tokOut int) string {
 	return fmt.Sprintf("handoff: %d → %d bytes, %d → %d tokens (−%.1f%%)", bytesIn, bytesOut, tokIn, tokOut, pct)
 }
 
-func watchHandoff(ctx context.Context, c handoffConfig, checker handoff.GapChecker, stderr io.Writer) error {
+func watchHandoff(ctx context.Context, c handoffConfig, checker session.GapChecker, stderr io.Writer) error {
 	if info, err := os.Stat(c.watch); err != nil {
 		return err
 	} else if !info.IsDir() {
 		return fmt.Errorf("--watch %s: not a directory", c.watch)
 	}
-	w := &handoff.Watcher{
+	w := &session.Watcher{
 		Dir: c.watch, Idle: c.idle, MaxBytes: c.maxBytes,
 		Handle: func(ctx context.Context, p string) error {
 			md, rawBytes, err := buildResume(ctx, c, checker, []string{p}, stderr)
 			if err != nil {
 				return err
 			}
-			out := handoff.ResumePath(p)
+			out := session.ResumePath(p)
 			if err := writeFileAtomic(out, md); err != nil {
 				return err
 			}

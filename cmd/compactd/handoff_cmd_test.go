@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/session"
 )
 
 const (
-	codexLog  = "../../handoff/testdata/sessions/codex-rollout.jsonl"
-	claudeLog = "../../handoff/testdata/sessions/claude-session.jsonl"
+	codexLog  = "../../internal/session/testdata/sessions/codex-rollout.jsonl"
+	claudeLog = "../../internal/session/testdata/sessions/claude-session.jsonl"
 )
 
 func TestParseHandoffFlags(t *testing.T) {
@@ -31,7 +31,7 @@ func TestParseHandoffFlags(t *testing.T) {
 		check   func(t *testing.T, c handoffConfig)
 	}{
 		{name: "flags after files", args: []string{"a.jsonl", "-o", "out.md", "b.jsonl", "--format", "claude"}, check: func(t *testing.T, c handoffConfig) {
-			if strings.Join(c.files, ",") != "a.jsonl,b.jsonl" || c.out != "out.md" || c.format != handoff.FormatClaude {
+			if strings.Join(c.files, ",") != "a.jsonl,b.jsonl" || c.out != "out.md" || c.format != session.FormatClaude {
 				t.Errorf("config = %+v", c)
 			}
 			if c.sumKey != "sk-env" {
@@ -79,7 +79,7 @@ func TestHandoffOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(string(md), handoff.ResumeHeader) {
+	if !strings.HasPrefix(string(md), session.ResumeHeader) {
 		t.Error("resume does not start with the fixed header")
 	}
 	line := stderr.String()
@@ -108,7 +108,7 @@ func TestHandoffGapCheckCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	if err := handoffOnce(context.Background(), c, handoff.NewOpenAIGapChecker(c.sumURL, "k", c.sumModel), &stdout, &stderr); err != nil {
+	if err := handoffOnce(context.Background(), c, session.NewOpenAIGapChecker(c.sumURL, "k", c.sumModel), &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
 	md := stdout.String()
@@ -134,11 +134,11 @@ func TestHandoffWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	session := filepath.Join(dir, "-home-dev-reports", "7c2f0a9e.jsonl")
-	if err := os.MkdirAll(filepath.Dir(session), 0o755); err != nil {
+	logPath := filepath.Join(dir, "-home-dev-reports", "7c2f0a9e.jsonl")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(session, data, 0o644); err != nil {
+	if err := os.WriteFile(logPath, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	resume := filepath.Join(dir, "-home-dev-reports", "7c2f0a9e.resume.md")
@@ -157,7 +157,7 @@ func TestHandoffWatch(t *testing.T) {
 	if md == nil {
 		t.Fatalf("no resume written; stderr:\n%s", stderr.String())
 	}
-	if !strings.HasPrefix(string(md), handoff.ResumeHeader) || !strings.Contains(string(md), "streaming CSV export") {
+	if !strings.HasPrefix(string(md), session.ResumeHeader) || !strings.Contains(string(md), "streaming CSV export") {
 		t.Error("resume content unexpected")
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 func runKeygen(args []string) error {

@@ -25,8 +25,8 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"go.uber.org/goleak"
 
-	"github.com/compactd/compactd/crypto"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 var (

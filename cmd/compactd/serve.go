@@ -15,10 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/proxy"
 )
 

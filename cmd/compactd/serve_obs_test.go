@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/proxy"
 )
 

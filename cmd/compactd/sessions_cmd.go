@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/session"
 )
 
 // Session logs go into the same encrypted full-text store as the compaction archive, one segment
@@ -58,7 +58,7 @@ func runSessions(args []string) error {
 	if rest[0] == "search" {
 		return searchSessions(ctx, store, af.tenant, strings.Join(rest[1:], " "), *limit, *excerpt)
 	}
-	f, err := handoff.ParseFormat(*format)
+	f, err := session.ParseFormat(*format)
 	if err != nil {
 		return err
 	}
@@ -87,8 +87,8 @@ func runSessions(args []string) error {
 
 // indexSession (re)indexes one log: the previous copy of the same session is replaced, so
 // indexing a growing session again is safe.
-func indexSession(ctx context.Context, store archive.Store, tenant, path string, f handoff.Format) (string, error) {
-	sess, err := handoff.ParseSessionFile(path, f)
+func indexSession(ctx context.Context, store archive.Store, tenant, path string, f session.Format) (string, error) {
+	sess, err := session.ParseSessionFile(path, f)
 	if err != nil {
 		return "", err
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 // captureStdout runs f and returns what it printed to standard output.
@@ -42,7 +42,7 @@ func TestSessionsIndexAndSearch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fixture, err := os.ReadFile("../../handoff/testdata/sessions/claude-session.jsonl")
+	fixture, err := os.ReadFile("../../internal/session/testdata/sessions/claude-session.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

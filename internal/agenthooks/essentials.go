@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/handoff"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/session"
 )
 
 // Essentials is what a compacted session must not lose, taken from the agent's own transcript:
@@ -25,7 +25,7 @@ import (
 type Essentials struct {
 	SessionID string
 	Ledger    string
-	Resume    handoff.Resume
+	Resume    session.Resume
 	GapErr    error
 	rawBytes  int
 }
@@ -66,7 +66,7 @@ var transcriptLimit int64 = MaxTranscriptBytes
 
 // Gather parses the transcript (bounded, see OpenTranscript) and extracts the essentials. A
 // checker, when given, runs the gap check within ctx; its failure is recorded, not returned.
-func Gather(ctx context.Context, transcript string, a Agent, checker handoff.GapChecker) (Essentials, error) {
+func Gather(ctx context.Context, transcript string, a Agent, checker session.GapChecker) (Essentials, error) {
 	if transcript == "" {
 		return Essentials{}, errors.New("no transcript_path in the hook input")
 	}
@@ -75,11 +75,11 @@ func Gather(ctx context.Context, transcript string, a Agent, checker handoff.Gap
 		return Essentials{}, err
 	}
 	defer r.Close()
-	format := handoff.FormatClaude
+	format := session.FormatClaude
 	if a == Codex {
-		format = handoff.FormatCodex
+		format = session.FormatCodex
 	}
-	s, err := handoff.ParseSession(r, format)
+	s, err := session.ParseSession(r, format)
 	if err != nil {
 		return Essentials{}, err
 	}
@@ -87,7 +87,7 @@ func Gather(ctx context.Context, transcript string, a Agent, checker handoff.Gap
 		return Essentials{}, err
 	}
 	e := Essentials{SessionID: s.ID, rawBytes: s.RawBytes}
-	e.Resume = handoff.Reduce(s)
+	e.Resume = session.Reduce(s)
 	items := SessionItems(s)
 	idx := make([]int, len(items))
 	for i := range idx {
@@ -103,7 +103,7 @@ func Gather(ctx context.Context, transcript string, a Agent, checker handoff.Gap
 			gctx, cancel = context.WithTimeout(ctx, time.Until(dl)*3/5)
 			defer cancel()
 		}
-		findings, err := handoff.GapCheck(gctx, checker, []handoff.Session{s}, handoff.GapCheckOptions{Checkers: len(handoff.GapCategories)})
+		findings, err := session.GapCheck(gctx, checker, []session.Session{s}, session.GapCheckOptions{Checkers: len(session.GapCategories)})
 		if err != nil {
 			e.GapErr = err
 		} else {
@@ -125,7 +125,7 @@ func (e Essentials) note() string {
 
 // SessionItems renders a parsed session as Responses items (user messages, tool calls and their
 // outputs), the form compact.Ledger reads, so the hooks extract facts exactly as the proxy does.
-func SessionItems(s handoff.Session) []api.Item {
+func SessionItems(s session.Session) []api.Item {
 	var items []api.Item
 	add := func(typ, role string, v any) {
 		b, err := json.Marshal(v)
@@ -135,10 +135,10 @@ func SessionItems(s handoff.Session) []api.Item {
 	}
 	for i, ev := range s.Events {
 		switch ev.Kind {
-		case handoff.EventUser:
+		case session.EventUser:
 			add("message", "user", map[string]any{"type": "message", "role": "user",
 				"content": []map[string]string{{"type": "input_text", "text": ev.Text}}})
-		case handoff.EventTool:
+		case session.EventTool:
 			id := "call_" + strconv.Itoa(i)
 			args := ev.Input
 			if ev.Command != "" {
@@ -232,7 +232,7 @@ func (e Essentials) body(b *strings.Builder) bool {
 		b.WriteString("\n")
 		wrote = true
 	}
-	var open []handoff.PlanStep
+	var open []session.PlanStep
 	for _, p := range r.Plan {
 		if p.Status != "completed" {
 			open = append(open, p)

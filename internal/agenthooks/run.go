@@ -14,8 +14,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/compactd/compactd/handoff"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/session"
 )
 
 // Input is what both agents write to a command hook's stdin (the fields compactd reads).
@@ -305,9 +305,9 @@ func Bound(s string, max int) string {
 
 // gapChecker is the PreCompact gap checker, or nil when no summariser is configured: the gap
 // check needs a model, the ledger and reduction do not.
-func (o RunOptions) gapChecker() handoff.GapChecker {
+func (o RunOptions) gapChecker() session.GapChecker {
 	if o.SummarizerModel == "" {
 		return nil
 	}
-	return handoff.NewOpenAIGapChecker(o.SummarizerURL, o.SummarizerKey, o.SummarizerModel)
+	return session.NewOpenAIGapChecker(o.SummarizerURL, o.SummarizerKey, o.SummarizerModel)
 }

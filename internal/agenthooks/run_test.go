@@ -13,8 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/compactd/compactd/handoff"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/session"
 )
 
 // claudeLine writes one Claude Code transcript record.
@@ -302,7 +302,7 @@ func TestTranscriptTailBound(t *testing.T) {
 	}
 }
 
-// checkerFunc adapts a function to handoff.GapChecker.
+// checkerFunc adapts a function to session.GapChecker.
 type checkerFunc func(ctx context.Context, category, excerpt string) ([]string, error)
 
 func (f checkerFunc) Check(ctx context.Context, c, e string) ([]string, error) { return f(ctx, c, e) }
@@ -379,7 +379,7 @@ func TestHostileTranscript(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	s, err := handoff.ParseSession(r, handoff.FormatClaude)
+	s, err := session.ParseSession(r, session.FormatClaude)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,10 +33,10 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/compact/summarizer"
-	"github.com/compactd/compactd/crypto"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/proxy"
 )

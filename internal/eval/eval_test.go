@@ -9,9 +9,9 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/api"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // ciConfig is the CI-sized run: two sessions (one per shape), three compactions.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"github.com/compactd/compactd/api"
+	"github.com/compactd/compactd/internal/api"
 )
 
 // Wire APIs a session can be sent over (Config.API).

@@ -12,7 +12,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/fakeupstream"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // messagesCI is the CI-sized Messages run: one Claude Code session, three compactions, rounds

@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/handoff"
 	"github.com/compactd/compactd/internal/agenthooks"
+	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/session"
 )
 
 // SessionConvPrefix is the archive conversation prefix of indexed session logs; the same as
@@ -125,7 +125,7 @@ func (ix *Indexer) index(ctx context.Context, path string, mod time.Time) error 
 	if err != nil {
 		return err
 	}
-	sess, err := handoff.ParseSession(bytes.NewReader(raw), handoff.FormatAuto)
+	sess, err := session.ParseSession(bytes.NewReader(raw), session.FormatAuto)
 	if err != nil {
 		return err
 	}

@@ -19,10 +19,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/compact"
-	"github.com/compactd/compactd/handoff"
 	"github.com/compactd/compactd/internal/agenthooks"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/session"
 )
 
 // Options configures the server.
@@ -201,12 +201,12 @@ func resumePrompt(path string) (string, error) {
 		return "", err
 	}
 	defer r.Close()
-	s, err := handoff.ParseSession(r, handoff.FormatAuto)
+	s, err := session.ParseSession(r, session.FormatAuto)
 	if err != nil {
 		return "", err
 	}
 	s.Path = path
-	md := handoff.Reduce(s).Markdown()
+	md := session.Reduce(s).Markdown()
 	items := agenthooks.SessionItems(s)
 	idx := make([]int, len(items))
 	for i := range idx {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/compactd/compactd/archive"
-	"github.com/compactd/compactd/crypto"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/crypto"
 )
 
 func openStore(t *testing.T) archive.Store {

@@ -1,0 +1,68 @@
+// Package handoff turns a compaction summary back into context a model can continue from, and
+// (in session*.go) turns agent session logs into resume prompts.
+//
+// The handoff text is a fixed prefix followed by the summary. The prefix is a constant and the
+// rendering has no variable parts before the summary, so on every turn after a compaction the
+// upstream sees the same bytes up to the summary and its prompt cache keeps hitting.
+package handoff
+
+import "github.com/compactd/compactd/internal/api"
+
+// Prefix is put in front of every summary compactd hands to an upstream model. Changing it
+// invalidates every upstream prompt cache that holds a compacted conversation: do so deliberately.
+const Prefix = "Another language model worked on this conversation before you, and its earlier part " +
+	"was compacted to save context. Below is a summary of that earlier part: the goal, the progress " +
+	"and decisions so far, the constraints, the open work, and the exact values needed to continue. " +
+	"The user's most recent messages are kept verbatim above. Treat the summary as your own memory of " +
+	"the work, avoid repeating what it says is done, and continue from where it leaves off.\n\n" +
+	"<summary>\n"
+
+// MessagesPrefix is Prefix for the Anthropic Messages API. There a compaction keeps nothing of
+// the conversation before the summary verbatim (Anthropic's compaction semantics: system and
+// tools live outside messages and stay), so Prefix's "kept verbatim above" would be false; what
+// does follow the summary (the messages after the compaction, or those a speculative compaction
+// kept behind it) is verbatim. Like Prefix it is a constant, so the handoff is byte-stable turn
+// after turn; changing it invalidates the prompt caches of compacted Messages conversations.
+const MessagesPrefix = "Another language model worked on this conversation before you, and its earlier part " +
+	"was compacted to save context. Below is a summary of that earlier part: the goal, the progress " +
+	"and decisions so far, the constraints, the open work, and the exact values needed to continue. " +
+	"Nothing of the earlier part is kept verbatim: this summary stands for all of it. The messages " +
+	"after this one, if any, are verbatim. Treat the summary as your own memory of the work, avoid " +
+	"repeating what it says is done, and continue from where it leaves off.\n\n" +
+	"<summary>\n"
+
+// Suffix closes the summary block.
+const Suffix = "\n</summary>"
+
+// LedgerHeading introduces the facts ledger, when the payload carries one.
+const LedgerHeading = "\n\n<facts>\nExact facts from the compacted part, kept verbatim:\n"
+
+// Text renders the Responses handoff text for a summary and an optional facts ledger. It is
+// deterministic.
+func Text(summary, ledger string) string { return render(Prefix, summary, ledger) }
+
+// MessagesText renders the Messages handoff text (MessagesPrefix). It is deterministic.
+func MessagesText(summary, ledger string) string { return render(MessagesPrefix, summary, ledger) }
+
+func render(prefix, summary, ledger string) string {
+	n := len(prefix) + len(summary) + len(Suffix)
+	if ledger != "" {
+		n += len(LedgerHeading) + len(ledger) + len("\n</facts>")
+	}
+	b := make([]byte, 0, n)
+	b = append(b, prefix...)
+	b = append(b, summary...)
+	b = append(b, Suffix...)
+	if ledger != "" {
+		b = append(b, LedgerHeading...)
+		b = append(b, ledger...)
+		b = append(b, "\n</facts>"...)
+	}
+	return string(b)
+}
+
+// ResponsesMessage renders the handoff as a Responses input message from the user, the form
+// OpenAI's own compaction hands to the model.
+func ResponsesMessage(summary, ledger string) []byte {
+	return api.UserMessage(Text(summary, ledger))
+}
