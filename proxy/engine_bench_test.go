@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"

@@ -9,8 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/eval"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 var ciEvalFlags = []string{"--sessions", "2", "--steps", "12", "--threshold", "1000", "--compactions", "1,3"}

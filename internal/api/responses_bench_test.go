@@ -3,9 +3,9 @@ package api_test
 import (
 	"testing"
 
-	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
+	"github.com/compactd/compactd/internal/api"
 )
 
 // benchSizes are the request bodies of issue 9: a short session, a long one, and one near the

@@ -9,8 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/agentlog"
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/jsonx"
 )
 
