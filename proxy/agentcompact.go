@@ -120,11 +120,11 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 	w.Header().Set(agentCompactionHeader, "claude-code")
 	var ka *keepAlive
 	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, pingKeepAlive)
+		ka = startKeepAlive(w, s.cfg.KeepAlive, dialectAnthropic.keepAlive)
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, 0)
 	in := s.messagesCompactIn(r, req, msgs, nil)
-	in.conversation, in.tokensBefore = agentSessionID(r), total
+	in.Conversation, in.TokensBefore = agentSessionID(r), total
 	c, err := s.compactCore(withAgentSummariser(r.Context()), in)
 	mt.t.committed = ka != nil && ka.Stop()
 	if err != nil {
@@ -143,13 +143,13 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 			s.forwardMessages(w, r, nil, req.Body) // the agent summarises as it would have
 			return true
 		}
-		if e := compactionUnavailable(err); e != nil {
-			s.writeAnthropicError(w, mt, e)
+		if e := compactionFailure(err); e != nil {
+			e.writeTo(w, dialectAnthropic, mt.t)
 		}
 		return true
 	}
 	s.compacted(r, dialectAnthropic, agentTrigger, c)
-	s.writeAgentSummary(w, req, mt, claudeCodeSummaryText(c.summary, c.ledger), c.usage)
+	s.writeAgentSummary(w, req, mt, claudeCodeSummaryText(c.Summary, c.Ledger), c.Usage)
 	return true
 }
 
@@ -248,7 +248,7 @@ func codexCompaction(h http.Header, req *api.ResponsesRequest, items []api.Item)
 		return nil, false
 	}
 	kind := gjson.Get(h.Get("X-Codex-Turn-Metadata"), "request_kind").Str
-	text := strings.ToLower(messageText(last.Raw))
+	text := strings.ToLower(api.MessageText(last.Raw))
 	marked := strings.Contains(text, "summar") && (strings.Contains(text, "handoff") || strings.Contains(text, "checkpoint"))
 	if !marked || (kind != "" && kind != "compaction") {
 		return nil, false
@@ -269,11 +269,11 @@ func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, re
 	w.Header().Set(agentCompactionHeader, "codex")
 	var ka *keepAlive
 	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, responsesKeepAlive)
+		ka = startKeepAlive(w, s.cfg.KeepAlive, dialectOpenAI.keepAlive)
 	}
 	total, _ := s.cfg.Counter.Request(req.Instructions, in, req.Tools, 0)
 	cin := s.responsesCompactIn(r, compactRequest{model: req.Model, items: in, tokensBefore: total, conversation: conversationID(r, req.PromptCacheKey, nil)})
-	cin.retain = 0 // Codex keeps its own recent user messages; the summary covers everything
+	cin.Retain = 0 // Codex keeps its own recent user messages; the summary covers everything
 	c, err := s.compactCore(withAgentSummariser(r.Context()), cin)
 	t.committed = ka != nil && ka.Stop()
 	if err != nil {
@@ -287,21 +287,17 @@ func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, re
 			s.forwardBody(w, r, &turn{stream: req.Stream}, req.Body)
 			return true
 		}
-		if e := summariserError(err); e != nil {
-			if t.committed {
-				_, _ = w.Write(e.SSE(0, ""))
-				return true
-			}
-			e.Write(w)
+		if e := compactionFailure(err); e != nil {
+			e.writeTo(w, dialectOpenAI, t)
 		}
 		return true
 	}
 	s.compacted(r, dialectOpenAI, agentTrigger, c)
-	text := strings.TrimSpace(c.summary)
-	if l := strings.TrimSpace(c.ledger); l != "" {
+	text := strings.TrimSpace(c.Summary)
+	if l := strings.TrimSpace(c.Ledger); l != "" {
 		text += "\n\n" + l
 	}
-	writeResponsesText(w, req, t, text, c.usage)
+	writeResponsesText(w, req, t, text, c.Usage)
 	return true
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/engine"
 )
 
 // instantSummarizer answers at once with a fixed summary, so a benchmark of compactItems measures
@@ -60,7 +61,7 @@ var benchSummary, benchLedger = strings.Repeat("The handler now returns position
 // history before the item, all of which expand must partition and drop.
 func BenchmarkExpand(b *testing.B) {
 	s := benchServer(b, nil)
-	o := &opened{id: "cmp_bench", payload: &compact.Payload{V: 1, Summary: benchSummary, Ledger: benchLedger}}
+	o := &engine.Opened{ID: "cmp_bench", Payload: &compact.Payload{V: 1, Summary: benchSummary, Ledger: benchLedger}}
 	cmp := api.CompactionItem("cmp_bench", "cmp_bench.sealed")
 	for _, size := range []struct {
 		name string

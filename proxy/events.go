@@ -11,19 +11,19 @@ func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compac
 	attrs := []any{
 		slog.String("api", d.String()),
 		slog.String("trigger", trigger),
-		slog.String("item", c.id),
-		slog.Int("tokens_before", c.payload.TokensBefore),
-		slog.Int("tokens_after", c.payload.TokensAfter),
-		slog.Int("items_replaced", c.payload.ItemsReplaced),
-		slog.Int64("summariser_input_tokens", c.usage.InputTokens),
-		slog.Int64("summariser_output_tokens", c.usage.OutputTokens),
+		slog.String("item", c.ID),
+		slog.Int("tokens_before", c.Payload.TokensBefore),
+		slog.Int("tokens_after", c.Payload.TokensAfter),
+		slog.Int("items_replaced", c.Payload.ItemsReplaced),
+		slog.Int64("summariser_input_tokens", c.Usage.InputTokens),
+		slog.Int64("summariser_output_tokens", c.Usage.OutputTokens),
 	}
 	ct := clientTurnFrom(r.Header)
 	attrs = append(attrs, ct.LogAttrs()...)
 	s.log.InfoContext(r.Context(), "compacted", attrs...)
 	s.metrics.clientCompaction(d.String(), ct)
-	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "ok", Model: c.payload.Model,
-		TokensBefore: c.payload.TokensBefore, TokensAfter: c.payload.TokensAfter})
+	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "ok", Model: c.Payload.Model,
+		TokensBefore: c.Payload.TokensBefore, TokensAfter: c.Payload.TokensAfter})
 }
 
 // compactionFailed records a compaction that could not be completed (the turn was answered with

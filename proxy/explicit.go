@@ -9,6 +9,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/engine"
 )
 
 // The two explicit compaction routes: POST /v1/responses/compact (v1, JSON) and a Responses turn
@@ -36,14 +37,14 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 	}
 	c, e := s.runExplicit(r, "compact_endpoint", req, items, prev)
 	if e != nil {
-		e.Write(w)
+		e.write(w, dialectOpenAI)
 		return
 	}
 	s.compacted(r, dialectOpenAI, "compact_endpoint", c)
 	// output: the retained user messages, then exactly one compaction item, last. The client sends
 	// [...output, new message] next, and the handoff rebuilds the same context from it.
-	output := make([]json.RawMessage, 0, len(c.window.Retained)+1)
-	for _, it := range s.keepWindow(nil, items, userOnly(c.window), s.cfg.RetainTokens) {
+	output := make([]json.RawMessage, 0, len(c.Window.Retained)+1)
+	for _, it := range s.engine.KeepWindow(nil, items, userOnly(c.Window), s.cfg.RetainTokens) {
 		output = append(output, it.Raw)
 	}
 	output = append(output, c.item)
@@ -52,7 +53,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 		"object":     "response.compaction",
 		"created_at": time.Now().Unix(),
 		"output":     output,
-		"usage":      usageJSON(c.usage),
+		"usage":      usageJSON(c.Usage),
 	})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
@@ -61,15 +62,15 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 
 // runExplicit compacts for an explicit route. It never returns errNothingToCompact: with nothing to
 // summarise it still issues exactly one (empty) item, because clients require one.
-func (s *Server) runExplicit(r *http.Request, trigger string, req *api.ResponsesRequest, items []api.Item, prev *opened) (*compaction, *api.OpenAIError) {
+func (s *Server) runExplicit(r *http.Request, trigger string, req *api.ResponsesRequest, items []api.Item, prev *engine.Opened) (*compaction, *routeError) {
 	total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, 0)
 	c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), allowEmpty: true})
 	if err != nil {
 		s.compactionFailed(r, dialectOpenAI, trigger, req.Model, err)
-		if e := summariserError(err); e != nil {
+		if e := compactionFailure(err); e != nil {
 			return nil, e
 		}
-		return nil, &api.OpenAIError{Status: 499, Type: "invalid_request_error", Message: "client closed request"}
+		return nil, &routeError{Status: 499, Type: "invalid_request_error", Message: "client closed request"}
 	}
 	return c, nil
 }
@@ -93,7 +94,7 @@ func usageJSON(u summarizer.Usage) map[string]any {
 }
 
 // handleTrigger answers a Responses turn whose last input item is compaction_trigger.
-func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.ResponsesRequest, items []api.Item, prev *opened) {
+func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.ResponsesRequest, items []api.Item, prev *engine.Opened) {
 	respID, itemID, created := newID("resp_"), newID("cmp_"), time.Now().Unix()
 	response := func(status string, output []json.RawMessage, usage any) map[string]any {
 		if output == nil {
@@ -108,11 +109,11 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 	if !req.Stream {
 		c, e := s.runExplicit(r, "compaction_trigger", req, items, prev)
 		if e != nil {
-			e.Write(w)
+			e.write(w, dialectOpenAI)
 			return
 		}
 		s.compacted(r, dialectOpenAI, "compaction_trigger", c)
-		body, _ := json.Marshal(response("completed", []json.RawMessage{c.item}, usageJSON(c.usage)))
+		body, _ := json.Marshal(response("completed", []json.RawMessage{c.item}, usageJSON(c.Usage)))
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
 		return
@@ -145,13 +146,13 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 	committed := ka.Stop()
 	if err != nil {
 		s.compactionFailed(r, dialectOpenAI, "compaction_trigger", req.Model, err)
-		e := summariserError(err)
+		e := compactionFailure(err)
 		switch {
 		case e == nil: // client gone
 		case committed:
-			_, _ = w.Write(e.SSE(seq, respID))
+			_, _ = w.Write(e.openAI().SSE(seq, respID))
 		default:
-			e.Write(w)
+			e.write(w, dialectOpenAI)
 		}
 		return
 	}
@@ -165,7 +166,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 		b = opening()
 	}
 	b = event(b, "response.output_item.done", map[string]any{"output_index": 0, "item": json.RawMessage(c.item)})
-	b = event(b, "response.completed", map[string]any{"response": response("completed", []json.RawMessage{c.item}, usageJSON(c.usage))})
+	b = event(b, "response.completed", map[string]any{"response": response("completed", []json.RawMessage{c.item}, usageJSON(c.Usage))})
 	_, _ = w.Write(b)
 	_ = http.NewResponseController(w).Flush()
 }

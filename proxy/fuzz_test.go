@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/sse"
 )
@@ -303,7 +304,7 @@ func FuzzExpand(f *testing.F) {
 		for i := range int(nAfter % 4) {
 			add(mkmsg("user", fmt.Sprintf("after%d %s", i, text)), "message", "user")
 		}
-		o := &opened{id: fuzzItemID, payload: &compact.Payload{V: 1, Summary: summary, Ledger: ledger}}
+		o := &engine.Opened{ID: fuzzItemID, Payload: &compact.Payload{V: 1, Summary: summary, Ledger: ledger}}
 		out := s.expand(items, k, o)
 
 		for i, it := range out {
@@ -386,7 +387,7 @@ func FuzzMessagesHandoff(f *testing.F) {
 			return
 		}
 		ref := req.Blocks[len(req.Blocks)-1]
-		out := handoffMessages(req.Messages, ref, &opened{summary: summary, payload: &compact.Payload{Summary: summary}})
+		out := handoffMessages(req.Messages, ref, &engine.Opened{Summary: summary, Payload: &compact.Payload{Summary: summary}})
 		if len(out) == 0 || out[0].Role != "user" || !out[0].Handoff {
 			t.Fatalf("first message is not the user handoff: %+v", out)
 		}

@@ -33,10 +33,8 @@ func (s *Server) Close(ctx context.Context) error {
 
 func (s *Server) close(ctx context.Context) error {
 	var errs []error
-	if s.spec != nil {
-		if err := s.spec.stop(ctx); err != nil {
-			errs = append(errs, err)
-		}
+	if err := s.engine.Close(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if s.stopRetention != nil {
 		s.stopRetention()

@@ -10,9 +10,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"github.com/compactd/compactd/internal/api"
-	"github.com/compactd/compactd/internal/compact"
 )
 
 // Request limits that must answer in the dialect of the route. net/http answers an oversized
@@ -161,60 +158,6 @@ func isTimeout(err error) bool {
 func bodyTimedOut(ctx context.Context) bool {
 	st := stateFrom(ctx)
 	return st != nil && st.guard != nil && st.guard.expired()
-}
-
-// routeError is an error compactd answers itself, rendered in the dialect of the route.
-type routeError struct {
-	Status  int
-	Type    string // error.type in both envelopes, unless AnthropicType is set
-	Code    string // OpenAI's error.code; also Anthropic's details.error_code unless AnthropicCode is set
-	Message string
-	// AnthropicType and AnthropicCode override Type and Code in Anthropic's envelope ("-": no
-	// error_code).
-	AnthropicType, AnthropicCode string
-	// AnthropicMessage, when set, is the message in Anthropic's envelope.
-	AnthropicMessage string
-	RetryAfter       time.Duration
-	// Close asks the client to close the connection: the request body was not (all) read.
-	Close bool
-}
-
-func (e *routeError) write(w http.ResponseWriter, d dialect) {
-	if e.Close {
-		w.Header().Set("Connection", "close")
-	}
-	if d == dialectAnthropic {
-		e.anthropic().Write(w)
-		return
-	}
-	e.openAI().Write(w)
-}
-
-func (e *routeError) openAI() *api.OpenAIError {
-	return &api.OpenAIError{Status: e.Status, Type: e.Type, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
-}
-
-func (e *routeError) anthropic() *api.AnthropicError {
-	typ, code, msg := e.Type, e.Code, e.Message
-	if e.AnthropicType != "" {
-		typ = e.AnthropicType
-	}
-	if e.AnthropicCode != "" {
-		code = e.AnthropicCode
-	}
-	if code == "-" {
-		code = ""
-	}
-	if e.AnthropicMessage != "" {
-		msg = e.AnthropicMessage
-	}
-	return &api.AnthropicError{Status: e.Status, Type: typ, ErrorCode: code, Message: msg,
-		RequestID: newID("req_compactd_"), RetryAfter: e.RetryAfter}
-}
-
-// expired reports whether a compaction payload is older than Config.ItemMaxAge allows.
-func (s *Server) expired(p *compact.Payload) bool {
-	return s.cfg.ItemMaxAge > 0 && p.CreatedAt > 0 && time.Since(time.Unix(p.CreatedAt, 0)) > s.cfg.ItemMaxAge
 }
 
 const expiredMessage = "The compaction item is older than this compactd accepts (--item-max-age); start a new conversation, or compact it again before it expires."

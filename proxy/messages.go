@@ -14,6 +14,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/engine"
 )
 
 // The Anthropic Messages routes. A request that carries nothing compactd acts on (no compaction
@@ -125,20 +126,17 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	compacted := false
 	if limit, trigger := policy.Effective(th); limit > 0 {
 		total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, limit)
-		if total < limit && s.speculating(total, limit) {
+		if total < limit && s.engine.Speculating(total, limit) {
 			// The background job outlives the turn: it gets its own copy of the message list.
 			kept := slices.Clone(msgs)
-			s.maybeSpeculate(r, dialectAnthropic, req.Model, api.CountItems(kept),
-				func(n int) []api.Item { return api.MessageItems(kept[:n]) }, 0, total, limit)
+			s.engine.Speculate(engine.SpecRequest{Dialect: dialectAnthropic.String(), Model: req.Model, Auth: s.summariserAuth(r),
+				Units: api.CountItems(kept), Prefix: func(n int) []api.Item { return api.MessageItems(kept[:n]) },
+				Total: total, Limit: limit})
 		}
 		if total >= limit {
 			in := s.messagesCompactIn(r, req, msgs, view.prev)
-			in.instructions, in.tokensBefore, in.speculate = instructions, total, true
-			c, answered := s.thresholdCompaction(w, r, mt.t, trigger, pingKeepAlive, in, func(err error) {
-				if e := compactionUnavailable(err); e != nil {
-					s.writeAnthropicError(w, mt, e)
-				}
-			})
+			in.Instructions, in.TokensBefore, in.Speculate = instructions, total, true
+			c, answered := s.thresholdCompaction(w, r, mt.t, trigger, in)
 			if answered {
 				return
 			}
@@ -148,7 +146,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 				msgs, changed, compacted = c.msgs, true, true
-				mt.block, mt.summary, mt.ecStr, mt.compUsage = c.item, c.summary, c.ec, c.usage
+				mt.block, mt.summary, mt.ecStr, mt.compUsage = c.item, c.Summary, c.EncryptedContent, c.Usage
 			}
 		}
 	}

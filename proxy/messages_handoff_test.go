@@ -8,6 +8,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/handoff"
 )
 
@@ -31,7 +32,7 @@ func TestHandoffMessagesTail(t *testing.T) {
 		{2, []string{"a0", "u1", "a1", "u2"}},
 		{9, []string{"u0", "a0", "u1", "a1", "u2"}}, // the client pruned: as many as it sent
 	} {
-		o := &opened{summary: "S", payload: &compact.Payload{Summary: "S", Ledger: "- cmd: go test", Tail: tt.tail}}
+		o := &engine.Opened{Summary: "S", Payload: &compact.Payload{Summary: "S", Ledger: "- cmd: go test", Tail: tt.tail}}
 		out := handoffMessages(req.Messages, req.Blocks[0], o)
 		if len(out) != 1+len(tt.want) || !out[0].Handoff || out[0].Role != "user" {
 			t.Fatalf("tail %d: %d messages, want %d", tt.tail, len(out), 1+len(tt.want))

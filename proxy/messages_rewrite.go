@@ -45,11 +45,11 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 	switch {
 	case isSSE && !mt.t.stream:
 		resp.Body.Close()
-		s.unrewritable(resp, "anthropic", compacted, "is an event stream, but the request was not streamed")
+		s.unrewritable(resp, dialectAnthropic, compacted, "is an event stream, but the request was not streamed")
 		return nil
 	case !isSSE && mt.t.committed:
 		resp.Body.Close()
-		s.unrewritable(resp, "anthropic", compacted, "is JSON, but the request was streamed")
+		s.unrewritable(resp, dialectAnthropic, compacted, "is JSON, but the request was streamed")
 		return nil
 	case isSSE:
 		if mt.block != nil || len(mt.applied) > 0 {
@@ -71,7 +71,7 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 		}
 	}
 	if why != "" {
-		s.unrewritable(resp, "anthropic", compacted, why)
+		s.unrewritable(resp, dialectAnthropic, compacted, why)
 		return nil
 	}
 	replaceBody(resp, body)
@@ -222,7 +222,7 @@ func (r *msgSSERewriter) rewrite(ev *sse.Event) []byte {
 	if !ok && !r.trusted {
 		// Only a rewriter on an unguarded body gets this far.
 		r.broken = true
-		return invalidUpstreamAnthropic(r.mt.block != nil, "sent an event that is not valid JSON").SSE()
+		return dialectAnthropic.errorEvent(invalidUpstream(dialectAnthropic, r.mt.block != nil, "sent an event that is not valid JSON"), nil)
 	}
 	if len(data) == 0 {
 		return ev.Raw
@@ -294,11 +294,11 @@ func compactionBlockEvents(dst []byte, summary, ec, sig string) []byte {
 func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.MessagesRequest, mt *msgTurn, c *compaction, signed bool) {
 	sig := ""
 	if signed {
-		sig = c.sig
+		sig = c.Signature
 	}
 	id := newID("msg_")
 	usage := []byte(`{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"iterations":`)
-	usage = append(append(usage, iterationsJSON(c.usage, nil)...), '}')
+	usage = append(append(usage, iterationsJSON(c.Usage, nil)...), '}')
 	var cm []byte
 	if len(mt.applied) > 0 {
 		cm = api.AppliedEditsJSON(mt.applied)
@@ -315,7 +315,7 @@ func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.Messages
 		return append(b, `,"stop_sequence":null`...)
 	}
 	if !req.Stream {
-		b := head("["+string(api.CompactionBlock(c.summary, c.ec, sig))+"]", `"compaction"`)
+		b := head("["+string(api.CompactionBlock(c.Summary, c.EncryptedContent, sig))+"]", `"compaction"`)
 		b = append(append(b, `,"usage":`...), usage...)
 		if cm != nil {
 			b = append(append(b, `,"context_management":`...), cm...)
@@ -337,7 +337,7 @@ func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.Messages
 	start := head("[]", "null")
 	start = append(start, `,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`...)
 	b := sse.AppendEvent(nil, "message_start", append(append([]byte(`{"type":"message_start","message":`), start...), '}'))
-	b = compactionBlockEvents(b, c.summary, c.ec, sig)
+	b = compactionBlockEvents(b, c.Summary, c.EncryptedContent, sig)
 	delta := []byte(`{"type":"message_delta","delta":{"stop_reason":"compaction","stop_sequence":null},"usage":`)
 	delta = append(delta, usage...)
 	if cm != nil {

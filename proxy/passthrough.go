@@ -9,32 +9,18 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
-
-	"github.com/compactd/compactd/internal/api"
-)
-
-// dialect is the API family of a route: it decides the upstream and the error envelope.
-type dialect int
-
-const (
-	dialectOpenAI dialect = iota
-	dialectAnthropic
 )
 
 // newReverseProxy builds the ReverseProxy every upstream call of one API goes through. Routes
 // that rewrite a turn attach a *turn to the request context; ModifyResponse then rewrites the
 // response on its way back, as a stream.
 func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReverseProxy {
-	errorHandler := s.upstreamError
-	if d == dialectAnthropic {
-		errorHandler = s.upstreamErrorAnthropic
-	}
 	return &httputil.ReverseProxy{
 		Rewrite:        rewriteTo(target, false),
 		Transport:      s.cfg.Transport,
 		FlushInterval:  -1, // flush every write: SSE must not sit in a buffer
 		ModifyResponse: s.modifyResponse,
-		ErrorHandler:   errorHandler,
+		ErrorHandler:   s.upstreamError(d),
 		ErrorLog:       nil,
 	}
 }
@@ -111,39 +97,20 @@ func (w *headerWriter) Header() http.Header         { return w.h }
 func (w *headerWriter) WriteHeader(int)             {}
 func (w *headerWriter) Write(p []byte) (int, error) { return len(p), nil }
 
-// upstreamError answers a failed upstream round trip in the dialect of the route that was called.
-func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	if s.bodyError(w, r, err, dialectOpenAI) {
-		return
+// upstreamError is the ReverseProxy ErrorHandler of d's routes: a failed upstream round trip
+// answered in d's envelope (a 502, or the stream's error event once it is committed).
+func (s *Server) upstreamError(d dialect) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if s.bodyError(w, r, err, d) {
+			return
+		}
+		if errors.Is(err, context.Canceled) {
+			// The client went away; there is nobody to answer.
+			return
+		}
+		s.log.Warn("upstream request failed", "api", d.String(), "path", r.URL.Path, "err", err)
+		upstreamUnavailable(d).writeTo(w, d, turnFrom(r.Context()))
 	}
-	if errors.Is(err, context.Canceled) {
-		// The client went away; there is nobody to answer.
-		return
-	}
-	s.log.Warn("upstream request failed", "path", r.URL.Path, "err", err)
-	if t := turnFrom(r.Context()); t != nil && t.committed {
-		_, _ = w.Write(upstreamUnavailable().SSE(t.nextSeq(), t.responseID))
-		return
-	}
-	upstreamUnavailable().Write(w)
-}
-
-// upstreamErrorAnthropic is upstreamError in Anthropic's dialect.
-func (s *Server) upstreamErrorAnthropic(w http.ResponseWriter, r *http.Request, err error) {
-	if s.bodyError(w, r, err, dialectAnthropic) {
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return
-	}
-	s.log.Warn("upstream request failed", "path", r.URL.Path, "err", err)
-	e := &api.AnthropicError{Status: http.StatusBadGateway, Type: "api_error",
-		Message: "compactd could not reach the upstream API; check the Anthropic upstream URL and that it is reachable, then retry"}
-	if t := turnFrom(r.Context()); t != nil && t.committed {
-		_, _ = w.Write(e.SSE())
-		return
-	}
-	e.Write(w)
 }
 
 // bodyError answers a round trip that failed on the client's side, while the transport was
@@ -164,9 +131,13 @@ func (s *Server) bodyError(w http.ResponseWriter, r *http.Request, err error, d 
 	return true
 }
 
-func upstreamUnavailable() *api.OpenAIError {
-	return &api.OpenAIError{
-		Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
-		Message: "compactd could not reach the upstream API; check the upstream URL and that it is reachable, then retry",
+// upstreamUnavailable is the answer when the upstream cannot be reached.
+func upstreamUnavailable(d dialect) *routeError {
+	which := "upstream URL"
+	if d == dialectAnthropic {
+		which = "Anthropic upstream URL"
 	}
+	return &routeError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
+		AnthropicType: "api_error", AnthropicCode: "-",
+		Message: "compactd could not reach the upstream API; check the " + which + " and that it is reachable, then retry"}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -85,17 +86,17 @@ type recallTurn struct {
 // recallFor returns the recall state for a turn, or nil when recall does not apply: no archive,
 // recall off, no archived history for this conversation yet, previous_response_id chains, or a
 // client that brings its own tool of the same name.
-func (s *Server) recallFor(req *api.ResponsesRequest, prev *opened, c *compaction) *recallTurn {
+func (s *Server) recallFor(req *api.ResponsesRequest, prev *engine.Opened, c *compaction) *recallTurn {
 	cfg := s.cfg.Recall.withDefaults()
 	if s.cfg.Archive == nil || cfg.Disabled || req.PreviousResponseID != "" {
 		return nil
 	}
 	conv := ""
 	switch {
-	case c != nil && c.payload.Archive != nil:
-		conv = c.payload.Archive.Conversation
-	case prev != nil && prev.payload.Archive != nil:
-		conv = prev.payload.Archive.Conversation
+	case c != nil && c.Payload.Archive != nil:
+		conv = c.Payload.Archive.Conversation
+	case prev != nil && prev.Payload.Archive != nil:
+		conv = prev.Payload.Archive.Conversation
 	}
 	if conv == "" {
 		return nil
@@ -241,7 +242,7 @@ func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, 
 		last := round == rt.cfg.MaxRounds
 		resp, err := s.upstreamRoundTrip(r, rt.body(!last))
 		if err != nil {
-			s.upstreamError(w, r, err)
+			s.upstreamError(dialectOpenAI)(w, r, err)
 			return
 		}
 		if resp.StatusCode != http.StatusOK {
@@ -265,7 +266,7 @@ func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, 
 		}
 		if why != "" {
 			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", "openai", "reason", why)
-			invalidUpstreamOpenAI(t.item != nil, why).Write(w)
+			invalidUpstream(dialectOpenAI, t.item != nil, why).write(w, dialectOpenAI)
 			return
 		}
 		usage.add(gjson.GetBytes(data, "usage"))
@@ -337,20 +338,20 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 		resp, err := s.upstreamRoundTrip(r, rt.body(!last))
 		if err != nil {
 			if headersSent {
-				_, _ = w.Write(upstreamUnavailable().SSE(seq, t.responseID))
+				_, _ = w.Write(upstreamUnavailable(dialectOpenAI).openAI().SSE(seq, t.responseID))
 				return
 			}
-			s.upstreamError(w, r, err)
+			s.upstreamError(dialectOpenAI)(w, r, err)
 			return
 		}
 		if resp.StatusCode == http.StatusOK && !isEventStream(resp.Header) {
 			resp.Body.Close()
-			e := invalidUpstreamOpenAI(t.item != nil, "is JSON, but the request was streamed")
+			e := invalidUpstream(dialectOpenAI, t.item != nil, "is JSON, but the request was streamed")
 			if headersSent {
-				_, _ = w.Write(e.SSE(seq, t.responseID))
+				_, _ = w.Write(e.openAI().SSE(seq, t.responseID))
 				return
 			}
-			e.Write(w)
+			e.write(w, dialectOpenAI)
 			return
 		}
 		if resp.StatusCode != http.StatusOK {
@@ -378,7 +379,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 		for ok {
 			ev, err := rd.Next()
 			if errors.Is(err, sse.ErrEventTooLong) {
-				_, _ = w.Write(invalidUpstreamOpenAI(t.item != nil, "sent an event larger than the "+strconv.Itoa(maxSSEEvent>>20)+" MiB compactd relays").SSE(seq, t.responseID))
+				_, _ = w.Write(invalidUpstream(dialectOpenAI, t.item != nil, "sent an event larger than the "+strconv.Itoa(maxSSEEvent>>20)+" MiB compactd relays").openAI().SSE(seq, t.responseID))
 				resp.Body.Close()
 				return
 			}
@@ -392,7 +393,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 			event := ev.Name
 			if !valid {
 				// A garbled event: never splice into it, end the stream instead.
-				_, _ = w.Write(invalidUpstreamOpenAI(t.item != nil, "sent an event that is not valid JSON").SSE(seq, t.responseID))
+				_, _ = w.Write(invalidUpstream(dialectOpenAI, t.item != nil, "sent an event that is not valid JSON").openAI().SSE(seq, t.responseID))
 				resp.Body.Close()
 				return
 			}
@@ -446,7 +447,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 		resp.Body.Close()
 		if !final.Exists() {
 			if r.Context().Err() == nil {
-				_, _ = w.Write(upstreamInterrupted().SSE(seq, t.responseID))
+				_, _ = w.Write(upstreamInterrupted().openAI().SSE(seq, t.responseID))
 			}
 			return
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/engine"
 )
 
 // readBody reads a request body under the configured limit.
@@ -36,7 +37,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api.
 
 // parseResponses reads and skims a Responses request body and applies the handoff of the latest
 // compaction item it carries. On failure it has answered the client.
-func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.ResponsesRequest, []api.Item, *opened, bool) {
+func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.ResponsesRequest, []api.Item, *engine.Opened, bool) {
 	body, e := s.readBody(w, r)
 	if e != nil {
 		e.Write(w)
@@ -61,11 +62,11 @@ func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.Re
 		}
 		items = items[:req.Trigger]
 	}
-	var prev *opened
+	var prev *engine.Opened
 	if req.Compaction >= 0 && req.Compaction < len(items) {
 		o, e := s.openItem(r.Context(), items, req.Compaction)
 		if e != nil {
-			e.Write(w)
+			e.write(w, dialectOpenAI)
 			return nil, nil, nil, false
 		}
 		prev = o
@@ -101,26 +102,18 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if limit, trigger := s.cfg.Policy.ForRoute(dialectOpenAI.policyRoute()).Effective(th); limit > 0 && req.PreviousResponseID == "" {
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
 		if total <= limit {
-			s.maybeSpeculate(r, dialectOpenAI, req.Model, items, nil, s.cfg.RetainTokens, total, limit)
+			s.engine.Speculate(engine.SpecRequest{Dialect: dialectOpenAI.String(), Model: req.Model, Auth: s.summariserAuth(r),
+				Units: items, Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		}
 		if total > limit {
 			var answered bool
-			c, answered = s.thresholdCompaction(w, r, t, trigger, responsesKeepAlive,
-				s.responsesCompactIn(r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), speculate: true}),
-				func(err error) {
-					if e := summariserError(err); e != nil {
-						if t.committed {
-							_, _ = w.Write(e.SSE(0, ""))
-							return
-						}
-						e.Write(w)
-					}
-				})
+			c, answered = s.thresholdCompaction(w, r, t, trigger,
+				s.responsesCompactIn(r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), speculate: true}))
 			if answered {
 				return
 			}
 			if c != nil {
-				items, t.item, t.itemID, changed = c.items, c.item, c.id, true
+				items, t.item, t.itemID, changed = c.items, c.item, c.ID, true
 			}
 		}
 	}
@@ -142,9 +135,6 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	s.forwardBody(w, r, t, out)
 }
-
-// responsesKeepAlive holds a streamed Responses turn open while it compacts: SSE comments.
-func responsesKeepAlive(bool) []byte { return []byte(": compactd is compacting the conversation\n\n") }
 
 // forwardBody sends body to the upstream in place of the client's and relays the answer.
 func (s *Server) forwardBody(w http.ResponseWriter, r *http.Request, t *turn, body []byte) {

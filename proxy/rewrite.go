@@ -49,13 +49,13 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	}
 	if isSSE && !t.stream {
 		resp.Body.Close()
-		s.unrewritable(resp, "openai", t.item != nil, "is an event stream, but the request was not streamed")
+		s.unrewritable(resp, dialectOpenAI, t.item != nil, "is an event stream, but the request was not streamed")
 		return nil
 	}
 	if !isSSE && t.committed {
 		// compactd already answered with a stream: a JSON body cannot follow its events.
 		resp.Body.Close()
-		s.unrewritable(resp, "openai", t.item != nil, "is JSON, but the request was streamed")
+		s.unrewritable(resp, dialectOpenAI, t.item != nil, "is JSON, but the request was streamed")
 		return nil
 	}
 	if t.item == nil {
@@ -78,7 +78,7 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		}
 	}
 	if why != "" {
-		s.unrewritable(resp, "openai", true, why)
+		s.unrewritable(resp, dialectOpenAI, true, why)
 		return nil
 	}
 	replaceBody(resp, body)
@@ -115,27 +115,16 @@ func readRewritable(resp *http.Response) (body []byte, why string, err error) {
 // unrewritable replaces an upstream response compactd cannot rewrite with a 502 in the dialect
 // of the route ("openai" or "anthropic"), or, when compactd already committed the stream, with
 // the dialect's terminal error events.
-func (s *Server) unrewritable(resp *http.Response, dialect string, compacted bool, why string) {
-	s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", dialect, "reason", why, "status", resp.StatusCode)
-	committed := false
-	if t := turnFrom(resp.Request.Context()); t != nil {
-		committed = t.committed
-	}
+func (s *Server) unrewritable(resp *http.Response, d dialect, compacted bool, why string) {
+	s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", d.String(), "reason", why, "status", resp.StatusCode)
+	t := turnFrom(resp.Request.Context())
+	e := invalidUpstream(d, compacted, why)
 	var body []byte
-	if dialect == "anthropic" {
-		e := invalidUpstreamAnthropic(compacted, why)
-		e.RequestID = newID("req_compactd_")
-		if body = e.Body(); committed {
-			body = e.SSE()
-		}
+	if t != nil && t.committed {
+		body = d.errorEvent(e, t)
 	} else {
-		e := invalidUpstreamOpenAI(compacted, why)
-		if body = e.Body(); committed {
-			t := turnFrom(resp.Request.Context())
-			body = e.SSE(t.seq, t.responseID)
-		}
-	}
-	if !committed {
+		ae := d.renderError(e)
+		body = ae.(interface{ Body() []byte }).Body()
 		resp.StatusCode, resp.Status = http.StatusBadGateway, "502 Bad Gateway"
 		resp.Header.Set("Content-Type", "application/json")
 	}
@@ -153,14 +142,14 @@ func invalidUpstreamMessage(compacted bool, why, held string) string {
 	return msg + " Nothing you hold is affected; retry the request."
 }
 
-func invalidUpstreamOpenAI(compacted bool, why string) *api.OpenAIError {
-	return &api.OpenAIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_response_invalid",
-		Message: invalidUpstreamMessage(compacted, why, "items")}
-}
-
-func invalidUpstreamAnthropic(compacted bool, why string) *api.AnthropicError {
-	return &api.AnthropicError{Status: http.StatusBadGateway, Type: "api_error",
-		Message: invalidUpstreamMessage(compacted, why, "messages and compaction blocks")}
+// invalidUpstream is the 502 for an upstream answer compactd cannot pass on.
+func invalidUpstream(d dialect, compacted bool, why string) *routeError {
+	held := "items"
+	if d == dialectAnthropic {
+		held = "messages and compaction blocks"
+	}
+	return &routeError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_response_invalid",
+		AnthropicType: "api_error", AnthropicCode: "-", Message: invalidUpstreamMessage(compacted, why, held)}
 }
 
 func replaceBody(resp *http.Response, body []byte) {
@@ -244,7 +233,7 @@ func (r *sseRewriter) rewriteEvent(ev *sse.Event) []byte {
 		// with the error the guard gives a broken stream. Only a rewriter on an unguarded body
 		// gets this far.
 		r.broken = true
-		return invalidUpstreamOpenAI(r.t.item != nil, "sent an event that is not valid JSON").SSE(r.t.seq, r.t.responseID)
+		return dialectOpenAI.errorEvent(invalidUpstream(dialectOpenAI, r.t.item != nil, "sent an event that is not valid JSON"), r.t)
 	}
 	if len(data) == 0 || data[0] != '{' {
 		return ev.Raw // a comment, keep-alive or [DONE]: pass through

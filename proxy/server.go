@@ -25,6 +25,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/engine"
 )
 
 // Config is what a Server needs. Zero values take the documented defaults.
@@ -145,6 +146,34 @@ type Config struct {
 	LogContent bool
 }
 
+// The engine's settings, re-exported where Config names them.
+type (
+	// SpeculativeConfig bounds speculative compaction (engine.SpeculativeConfig).
+	SpeculativeConfig = engine.SpeculativeConfig
+	// FailurePolicy is what a turn does when the summariser fails (engine.FailurePolicy).
+	FailurePolicy = engine.FailurePolicy
+	// FailurePolicies holds the policy of each API (engine.FailurePolicies).
+	FailurePolicies = engine.FailurePolicies
+)
+
+// The failure policies.
+const (
+	PolicyFail        = engine.PolicyFail
+	PolicyPassthrough = engine.PolicyPassthrough
+	PolicyExtractive  = engine.PolicyExtractive
+	// DefaultCompactionTimeout bounds one compaction when Config.CompactionTimeout is zero.
+	DefaultCompactionTimeout = engine.DefaultCompactionTimeout
+)
+
+// ParseFailurePolicies reads "POLICY" (both APIs) or "responses=POLICY,messages=POLICY".
+func ParseFailurePolicies(s string) (FailurePolicies, error) { return engine.ParseFailurePolicies(s) }
+
+// engineObserver counts what the engine did in the server's metrics.
+type engineObserver struct{ m *metrics }
+
+func (o engineObserver) Speculative(outcome string)      { o.m.speculative(outcome) }
+func (o engineObserver) Fallback(dialect, policy string) { o.m.fallback(dialect, policy) }
+
 // Server is the compactd HTTP handler.
 type Server struct {
 	cfg    Config
@@ -153,7 +182,7 @@ type Server struct {
 	// forward and forwardAnthropic carry every upstream call of their API.
 	forward, forwardAnthropic *httputil.ReverseProxy
 	metrics                   *metrics
-	spec                      *speculator // nil when speculative compaction is off
+	engine                    *engine.Engine // the compaction engine
 	ops                       *ops
 
 	// Lifecycle (Close).
@@ -212,9 +241,17 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own}
 	s.setupObservability()
-	if cfg.Speculative.Fraction >= 0 {
-		s.spec = newSpeculator(cfg.Speculative)
+	// After setupObservability, which wraps the summariser in its metrics.
+	ledger := s.cfg.LedgerBytes
+	if ledger < 0 {
+		ledger = 0 // no ledger
 	}
+	s.engine = engine.New(engine.Config{
+		Sealer: s.cfg.Sealer, Summarizer: s.cfg.Summarizer, Counter: s.cfg.Counter, Archive: s.cfg.Archive,
+		LedgerBytes: ledger, GapCheck: s.cfg.GapCheck, CompactionTimeout: s.cfg.CompactionTimeout,
+		ItemMaxAge: s.cfg.ItemMaxAge, FailurePolicy: s.cfg.FailurePolicies.For, Speculative: s.cfg.Speculative,
+		Observer: engineObserver{s.metrics}, Logger: s.log,
+	})
 	s.startRetention()
 	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
 	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/sse"
 )
@@ -182,10 +181,12 @@ func guardStream(resp *http.Response, validate bool, fail func(seq int, why stri
 }
 
 // upstreamInterrupted is the error a Responses stream ends with when the upstream's broke off.
-func upstreamInterrupted() *api.OpenAIError {
-	return &api.OpenAIError{
+func upstreamInterrupted() *routeError {
+	return &routeError{
 		Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_stream_interrupted",
-		Message: "the upstream API's stream ended before the response was complete; retry the request",
+		AnthropicType: "api_error", AnthropicCode: "-",
+		Message:          "the upstream API's stream ended before the response was complete; retry the request",
+		AnthropicMessage: "the upstream API's stream ended before the message was complete; retry the request",
 	}
 }
 
@@ -199,22 +200,22 @@ func guardResponsesStream(resp *http.Response, validate bool) {
 		if t != nil {
 			id = t.responseID
 		}
+		e := upstreamInterrupted()
 		if why != "" {
-			return invalidUpstreamOpenAI(t != nil && t.item != nil, why).SSE(seq, id)
+			e = invalidUpstream(dialectOpenAI, t != nil && t.item != nil, why)
 		}
-		return upstreamInterrupted().SSE(seq, id)
+		return e.openAI().SSE(seq, id)
 	})
 }
 
 // guardMessagesStream guards a Messages stream: the closing error is an Anthropic `error` event.
 func guardMessagesStream(resp *http.Response, validate bool) {
 	guardStream(resp, validate, func(_ int, why string) []byte {
-		e := &api.AnthropicError{Status: http.StatusBadGateway, Type: "api_error",
-			Message: "the upstream API's stream ended before the message was complete; retry the request"}
+		e := upstreamInterrupted()
 		if why != "" {
 			mt := msgTurnFrom(resp.Request)
-			e = invalidUpstreamAnthropic(mt != nil && mt.block != nil, why)
+			e = invalidUpstream(dialectAnthropic, mt != nil && mt.block != nil, why)
 		}
-		return e.SSE()
+		return dialectAnthropic.errorEvent(e, nil)
 	})
 }

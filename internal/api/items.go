@@ -4,6 +4,12 @@
 // as raw JSON, and the error envelopes of each dialect.
 package api
 
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
 // Item is one element of a Responses `input` array, kept as the exact bytes the client sent so
 // that fields compactd does not know survive untouched and upstream prompt caches keep hitting.
 type Item struct {
@@ -26,3 +32,23 @@ func (it Item) IsInstruction() bool {
 
 // IsUserMessage reports whether the item is a message from the user.
 func (it Item) IsUserMessage() bool { return it.Type == "message" && it.Role == "user" && !it.Handoff }
+
+// MessageText is the concatenated text of a message item's content (a string, or the text of
+// each part).
+func MessageText(raw []byte) string {
+	c := gjson.GetBytes(raw, "content")
+	if c.Type == gjson.String {
+		return c.Str
+	}
+	var b strings.Builder
+	c.ForEach(func(_, part gjson.Result) bool {
+		if t := part.Get("text"); t.Exists() {
+			if b.Len() > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(t.Str)
+		}
+		return true
+	})
+	return b.String()
+}

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"container/list"
@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
-	"net/http"
 	"sync"
 	"time"
 
@@ -234,11 +233,6 @@ func (sp *speculator) close() {
 	}
 }
 
-// speculating reports whether a turn of total tokens is past the speculative fraction of limit.
-func (s *Server) speculating(total, limit int) bool {
-	return s.spec != nil && float64(total) >= s.spec.cfg.Fraction*float64(limit)
-}
-
 // stop ends speculation for good: no job starts after it, every job is cancelled (also those a
 // turn has already taken out of the cache and is awaiting: they share the base context), and it
 // waits until their goroutines have returned or ctx is done. A turn still waiting on a cancelled
@@ -259,56 +253,77 @@ func (sp *speculator) stop(ctx context.Context) error {
 	}
 }
 
-// maybeSpeculate starts a background summary when a below-threshold turn is past the fraction.
-// units and prefix are as in compactIn (nil prefix: units are the neutral items themselves);
-// the job partitions with the dialect's retain budget, so its window is the one the crossing
-// turn would compute, and writes the ledger (and gap check) the crossing turn seals.
-func (s *Server) maybeSpeculate(r *http.Request, d dialect, model string, units []api.Item, prefix func(n int) []api.Item, retain, total, limit int) {
-	if !s.speculating(total, limit) {
+// Speculating reports whether a turn of total tokens is past the speculative fraction of limit.
+func (e *Engine) Speculating(total, limit int) bool {
+	return e.spec != nil && float64(total) >= e.spec.cfg.Fraction*float64(limit)
+}
+
+// specKey keys speculation by dialect and model: two dialects' prefixes are different bytes, and
+// a summary written for one is never used by the other.
+func specKey(dialect, model string) string { return dialect + "\x00" + model }
+
+// SpecRequest is a below-threshold turn that may start a background summary.
+type SpecRequest struct {
+	Dialect string
+	Model   string
+	Auth    summarizer.Auth
+	// Units and Prefix are as in Request (nil Prefix: units are the neutral items themselves).
+	Units  []api.Item
+	Prefix func(n int) []api.Item
+	// Retain is the dialect's retain budget: the job partitions with it, so its window is the one
+	// the crossing turn would compute.
+	Retain       int
+	Total, Limit int
+}
+
+// Speculate starts a background summary (and ledger, and gap check) of the part of a turn that
+// is sure to be compacted when the turn is past the speculative fraction of its threshold. It
+// never blocks the turn: a full pool or a known prefix starts nothing.
+func (e *Engine) Speculate(r SpecRequest) {
+	if !e.Speculating(r.Total, r.Limit) {
 		return
 	}
-	auth := s.summariserAuth(r)
-	started := s.spec.start(specKey(d, model), units, func(ctx context.Context, p []api.Item) (specResult, error) {
+	started := e.spec.start(specKey(r.Dialect, r.Model), r.Units, func(ctx context.Context, p []api.Item) (specResult, error) {
 		items := p
-		if prefix != nil {
-			items = prefix(len(p))
+		if r.Prefix != nil {
+			items = r.Prefix(len(p))
 		}
-		w := compact.Partition(items, retain, s.countItem)
+		w := compact.Partition(items, r.Retain, e.countItem)
 		if len(w.Summarise) == 0 {
-			return specResult{}, errNothingToCompact
+			return specResult{}, ErrNothingToCompact
 		}
-		res, err := s.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: model, Entries: compact.RenderEntries(items, w.Summarise), Auth: auth})
+		res, err := e.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: r.Model, Entries: compact.RenderEntries(items, w.Summarise), Auth: r.Auth})
 		if err != nil {
 			return specResult{}, err
 		}
-		return specResult{res: res, ledger: s.ledger(ctx, auth, model, items, w, res, &res.Usage)}, nil
+		return specResult{res: res, ledger: e.ledger(ctx, r.Auth, r.Model, items, w, res, &res.Usage)}, nil
 	})
 	if started {
-		s.metrics.speculative("started")
+		e.obs.Speculative("started")
 	}
 }
 
 // useSpeculation returns a ready (or running, then awaited) summary of a prefix of items, with
 // the prefix length; n == 0 means the turn must compact the normal way. key is specKey's.
-func (s *Server) useSpeculation(ctx context.Context, key string, items []api.Item) (int, specResult) {
-	if s.spec == nil {
+func (e *Engine) useSpeculation(ctx context.Context, key string, items []api.Item) (int, specResult) {
+	if e.spec == nil {
 		return 0, specResult{}
 	}
-	n, e := s.spec.lookup(key, items)
-	if e == nil {
-		s.metrics.speculative("miss")
+	n, en := e.spec.lookup(key, items)
+	if en == nil {
+		e.obs.Speculative("miss")
 		return 0, specResult{}
 	}
 	select {
-	case <-e.done:
+	case <-en.done:
 	case <-ctx.Done():
-		e.cancel()
+		en.cancel()
 		return 0, specResult{}
 	}
-	if e.err != nil || e.out.res.Summary == "" {
-		s.metrics.speculative("failed")
+	if en.err != nil || en.out.res.Summary == "" {
+		e.obs.Speculative("failed")
 		return 0, specResult{}
 	}
-	s.metrics.speculative("hit")
-	return n, e.out
+	e.obs.Speculative("hit")
+	return n, en.out
 }

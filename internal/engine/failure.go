@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 )
 
@@ -71,15 +70,24 @@ func ParseFailurePolicies(s string) (FailurePolicies, error) {
 	return p, nil
 }
 
-func (s *Server) failurePolicy(d dialect) FailurePolicy {
-	p := s.cfg.FailurePolicies.Responses
-	if d == dialectAnthropic {
-		p = s.cfg.FailurePolicies.Messages
+// For is the policy of a dialect by name ("anthropic" is the Messages route; every other
+// dialect speaks an OpenAI API and follows the Responses policy).
+func (p FailurePolicies) For(dialect string) FailurePolicy {
+	f := p.Responses
+	if dialect == "anthropic" {
+		f = p.Messages
 	}
-	if p == "" {
+	if f == "" {
 		return PolicyFail
 	}
-	return p
+	return f
+}
+
+func (e *Engine) failurePolicy(dialect string) FailurePolicy {
+	if e.cfg.FailurePolicy == nil {
+		return PolicyFail
+	}
+	return e.cfg.FailurePolicy(dialect)
 }
 
 // extractiveBytes bounds an extractive fallback summary.
@@ -87,8 +95,8 @@ const extractiveBytes = 16 << 10
 
 // summarise calls the summariser and applies the extractive policy to a failure, the compaction
 // deadline running out included. Cancellation and a full queue are never papered over.
-func (s *Server) summarise(ctx context.Context, d dialect, req summarizer.Request) (summarizer.Result, error) {
-	res, err := s.cfg.Summarizer.Summarize(ctx, req)
+func (e *Engine) summarise(ctx context.Context, dialect string, req summarizer.Request) (summarizer.Result, error) {
+	res, err := e.cfg.Summarizer.Summarize(ctx, req)
 	if err != nil {
 		if te := compactionTimedOut(ctx); te != nil {
 			err = te // the compaction's deadline, not the client, ended the call
@@ -98,11 +106,11 @@ func (s *Server) summarise(ctx context.Context, d dialect, req summarizer.Reques
 	if err == nil || clientGone || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, summarizer.ErrNothingToSummarize) {
 		return res, err
 	}
-	if s.failurePolicy(d) != PolicyExtractive {
+	if e.failurePolicy(dialect) != PolicyExtractive {
 		return res, err
 	}
-	s.log.Warn("summariser unavailable: using an extractive summary", "api", d.String(), "err", err)
-	s.metrics.fallback(d.String(), string(PolicyExtractive))
+	e.log.Warn("summariser unavailable: using an extractive summary", "api", dialect, "err", err)
+	e.obs.Fallback(dialect, string(PolicyExtractive))
 	entries := req.Entries
 	if req.Previous != "" {
 		entries = append([]string{"[previous summary] " + req.Previous}, entries...)
@@ -110,14 +118,13 @@ func (s *Server) summarise(ctx context.Context, d dialect, req summarizer.Reques
 	return summarizer.Result{Summary: summarizer.Extractive(entries, extractiveBytes), Model: "compactd-extractive", Usage: res.Usage, Calls: res.Calls}, nil
 }
 
-// passThroughOnFailure reports whether a failed threshold compaction should be forwarded
-// uncompacted, and marks the response so the client can tell.
-func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err error) bool {
-	if s.failurePolicy(d) != PolicyPassthrough || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, context.Canceled) {
+// PassThrough reports whether a failed threshold compaction of dialect should be forwarded
+// uncompacted (the passthrough policy; never for a full queue or a client gone), and counts it.
+func (e *Engine) PassThrough(dialect string, err error) bool {
+	if e.failurePolicy(dialect) != PolicyPassthrough || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	w.Header().Set("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
-	s.metrics.fallback(d.String(), string(PolicyPassthrough))
+	e.obs.Fallback(dialect, string(PolicyPassthrough))
 	return true
 }
 
@@ -130,51 +137,52 @@ func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err erro
 // timeout. Without it a hanging summariser held a turn for 3 attempts × 2 min + backoff.
 const DefaultCompactionTimeout = 5 * time.Minute
 
-// compactionTimeoutError is a compaction that ran out of its deadline (Config.CompactionTimeout).
-type compactionTimeoutError struct{ limit time.Duration }
+// TimeoutError is a compaction that ran out of its deadline (Config.CompactionTimeout).
+type TimeoutError struct{ Limit time.Duration }
 
-func (e *compactionTimeoutError) Error() string {
-	return fmt.Sprintf("compaction did not finish within its deadline of %s", e.limit)
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("compaction did not finish within its deadline of %s", e.Limit)
 }
 
 // compactionContext is the context a compaction summarises under: ctx bounded by the compaction
 // deadline, whose expiry is told apart from the client going away by compactionTimedOut.
-func (s *Server) compactionContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := s.cfg.CompactionTimeout
+func (e *Engine) compactionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := e.cfg.CompactionTimeout
 	if d == 0 {
 		d = DefaultCompactionTimeout
 	}
 	if d < 0 {
 		return context.WithCancel(ctx) // no deadline of compactd's own
 	}
-	return context.WithTimeoutCause(ctx, d, &compactionTimeoutError{limit: d})
+	return context.WithTimeoutCause(ctx, d, &TimeoutError{Limit: d})
 }
 
 // compactionTimedOut returns the deadline error when ctx ended because the compaction ran out of
 // time, nil otherwise.
-func compactionTimedOut(ctx context.Context) *compactionTimeoutError {
-	var te *compactionTimeoutError
+func compactionTimedOut(ctx context.Context) *TimeoutError {
+	var te *TimeoutError
 	if ctx.Err() != nil && errors.As(context.Cause(ctx), &te) {
 		return te
 	}
 	return nil
 }
 
-// timeoutMessage is what a client reads when the compaction ran out of time.
-func timeoutMessage(te *compactionTimeoutError) string {
+// Message is what a client reads when the compaction ran out of time.
+func (te *TimeoutError) Message() string {
 	return fmt.Sprintf("compactd could not compact the conversation within its compaction timeout of %s (--compaction-timeout): "+
-		"the summariser LLM is too slow or not answering. Nothing was changed; retry the request.", te.limit)
+		"the summariser LLM is too slow or not answering. Nothing was changed; retry the request.", te.Limit)
 }
 
 // pushback is what a failed summarisation says about coming back: whether the summariser was
 // rate limited (429) or overloaded (529, or an overloaded error code), and when to retry — its
 // Retry-After, or, while the circuit breaker is open, the rest of the cooldown.
-type pushback struct {
-	rateLimited, overloaded bool
-	after                   time.Duration
+type Pushback struct {
+	RateLimited, Overloaded bool
+	After                   time.Duration
 }
 
-func pushbackOf(err error) pushback {
+// PushbackOf reads what a summariser failure says about coming back.
+func PushbackOf(err error) Pushback {
 	var (
 		co     *summarizer.CircuitOpenError
 		e      *summarizer.Error
@@ -188,38 +196,27 @@ func pushbackOf(err error) pushback {
 	case errors.As(err, &e):
 		status, code, after = e.Status, e.Code, e.RetryAfter
 	default:
-		return pushback{}
+		return Pushback{}
 	}
 	overloaded := status == 529 || strings.Contains(code, "overloaded")
-	return pushback{rateLimited: status == http.StatusTooManyRequests && !overloaded, overloaded: overloaded, after: after}
+	return Pushback{RateLimited: status == http.StatusTooManyRequests && !overloaded, Overloaded: overloaded, After: after}
 }
 
-// retryWhen renders the hint for a message (streams cannot carry a Retry-After header).
-func (p pushback) retryWhen() string {
-	if p.after <= 0 {
+// RetryWhen renders the hint for a message (streams cannot carry a Retry-After header).
+func (p Pushback) RetryWhen() string {
+	if p.After <= 0 {
 		return "retry the request shortly"
 	}
-	return fmt.Sprintf("retry the request after %ds", int((p.after+time.Second-1)/time.Second))
+	return fmt.Sprintf("retry the request after %ds", int((p.After+time.Second-1)/time.Second))
 }
 
-// why says what the summariser answered, for a message.
-func (p pushback) why() string {
+// Why says what the summariser answered, for a message.
+func (p Pushback) Why() string {
 	switch {
-	case p.rateLimited:
+	case p.RateLimited:
 		return "the summariser LLM is rate limiting compactd (it answered 429)"
-	case p.overloaded:
+	case p.Overloaded:
 		return "the summariser LLM is overloaded"
 	}
 	return "the summariser LLM failed or timed out"
-}
-
-// busyOpenAI and busyAnthropic answer a full compaction queue.
-func busyOpenAI() *api.OpenAIError {
-	return &api.OpenAIError{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded", RetryAfter: 2 * time.Second,
-		Message: "compactd is running as many compactions as it allows and its queue is full; retry shortly."}
-}
-
-func busyAnthropic() *api.AnthropicError {
-	return &api.AnthropicError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: 2 * time.Second,
-		Message: "compactd is running as many compactions as it allows and its queue is full; retry shortly."}
 }

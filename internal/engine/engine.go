@@ -1,0 +1,334 @@
+// Package engine is compactd's compaction engine, the same for every API dialect.
+//
+// A dialect adapter (proxy: Responses, Messages) parses a request into neutral items
+// ([]api.Item: the raw JSON of each item or message with its type and role), asks the engine to
+// open the compaction it carries (Open), to compact (Compact) or to prepare a compaction in the
+// background (Speculate), and renders what comes back in its own wire format. The engine decides
+// the window (what is kept verbatim, what is summarised), calls the summariser under the
+// compaction deadline and the failure policy, writes the facts ledger and the gap check, archives
+// the raw items it replaced, and seals the payload. It never sees an *http.Request or a response
+// writer: what differs by dialect comes in as values in Request (the seal kind, the retain
+// budget, how units are counted, how the compacted context is rendered and counted).
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/crypto"
+)
+
+// Signer is what signed compactions (Messages on-demand blocks) need beyond sealing:
+// *crypto.Keyring provides it.
+type Signer interface {
+	Sign(msg []byte, b crypto.Binding) string
+	Verify(sig string, msg []byte, b crypto.Binding) error
+}
+
+// Observer is told what the engine did, for metrics. Every method must be cheap and safe for
+// concurrent use; a nil Observer in Config observes nothing.
+type Observer interface {
+	// Speculative counts a speculative compaction outcome: started, hit, miss, failed.
+	Speculative(outcome string)
+	// Fallback counts a summariser failure covered by a failure policy (extractive, passthrough).
+	Fallback(dialect, policy string)
+}
+
+// Config is what the engine works with. Sealer, Summarizer and Counter are required.
+type Config struct {
+	Sealer     crypto.Sealer
+	Summarizer summarizer.Summarizer
+	Counter    *compact.Counter
+	// Archive keeps the raw items every compaction replaced (nil: no archive).
+	Archive archive.Store
+	// LedgerBytes bounds the facts ledger (0: no ledger; the proxy passes its default).
+	LedgerBytes int
+	// GapCheck runs a second summariser pass over summary + ledger.
+	GapCheck bool
+	// CompactionTimeout bounds one compaction (0: DefaultCompactionTimeout; < 0: none).
+	CompactionTimeout time.Duration
+	// ItemMaxAge refuses compactions older than this when opened (0: no limit).
+	ItemMaxAge time.Duration
+	// FailurePolicy is the policy of a dialect (by name) when the summariser fails.
+	FailurePolicy func(dialect string) FailurePolicy
+	// Speculative configures speculative compaction (Fraction < 0: off).
+	Speculative SpeculativeConfig
+	Observer    Observer
+	Logger      *slog.Logger
+}
+
+// Engine compacts conversations. It is safe for concurrent use; Close stops its background work.
+type Engine struct {
+	cfg  Config
+	spec *speculator
+	log  *slog.Logger
+	obs  Observer
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Speculative(string)      {}
+func (nopObserver) Fallback(string, string) {}
+
+// New returns an engine for cfg.
+func New(cfg Config) *Engine {
+	e := &Engine{cfg: cfg, log: cfg.Logger, obs: cfg.Observer}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.obs == nil {
+		e.obs = nopObserver{}
+	}
+	if cfg.Speculative.Fraction >= 0 {
+		e.spec = newSpeculator(cfg.Speculative)
+	}
+	return e
+}
+
+// Close stops speculation for good: no job starts after it, running jobs are cancelled and
+// waited for until ctx is done.
+func (e *Engine) Close(ctx context.Context) error {
+	if e.spec == nil {
+		return nil
+	}
+	return e.spec.stop(ctx)
+}
+
+// Dialect is what the engine needs to know of the API a compaction is for.
+type Dialect struct {
+	// Name names the dialect in logs, metrics, speculation keys and the failure policy
+	// ("openai", "anthropic").
+	Name string
+	// SealKind is the crypto binding kind of the dialect's items or blocks.
+	SealKind string
+	// Handoff renders the dialect's handoff text: true to what the dialect keeps verbatim, and a
+	// pure function of summary and ledger, so it is byte-stable turn after turn.
+	Handoff func(summary, ledger string) string
+}
+
+// Request is one compaction, dialect-neutral.
+type Request struct {
+	Dialect      Dialect
+	ID           string // the new item's or block's id; generated when ""
+	Model        string
+	Instructions string // replaces the default summarisation prompt when set
+	Conversation string // archive conversation id
+	Tenant       string // bound into the seal and the archive segment
+	Auth         summarizer.Auth
+	// Items is the neutral view of the context to compact (after any earlier handoff).
+	Items []api.Item
+	// Units are what speculation keys on and what a kept tail is counted in: nil means Items
+	// themselves (Responses); on Messages one per message, Prefix(n) giving the neutral items of
+	// Units[:n].
+	Units        []api.Item
+	Prefix       func(n int) []api.Item
+	TokensBefore int
+	Prev         *Opened // the compaction this one supersedes, if any
+	Retain       int     // the budget of newest user messages kept verbatim (Messages: 0)
+	// Speculate lets the turn use a summary speculative compaction prepared for a prefix of its
+	// units (threshold turns only: their clients keep the whole history, tail included).
+	Speculate bool
+	// AllowEmpty issues a compaction with an empty summary when there is nothing to summarise
+	// (routes that must answer with exactly one item); otherwise that is ErrNothingToCompact.
+	AllowEmpty bool
+	// Sign signs the sealed content too (Messages on-demand blocks).
+	Sign bool
+	// Finish renders the dialect's compacted context from c (before sealing) and returns its
+	// size in tokens and how many units it replaced, which the payload records.
+	Finish func(c *Compaction) (tokensAfter, replaced int)
+}
+
+// Compaction is the outcome of one compaction.
+type Compaction struct {
+	ID               string
+	EncryptedContent string // the id, then the sealed payload
+	Signature        string // over EncryptedContent, when signed
+	Summary, Ledger  string
+	Handoff          string         // the handoff text ("" when there is neither summary nor ledger)
+	Kept             []api.Item     // of Compacted: the instructions and retained messages kept verbatim
+	Window           compact.Window // over Compacted
+	// Compacted are the neutral items summarised: Items, or on a speculative hit the prefix the
+	// ready summary covers; Tail units after it are kept verbatim behind the handoff.
+	Compacted []api.Item
+	Tail      int
+	Payload   *compact.Payload
+	Usage     summarizer.Usage
+}
+
+// ErrNothingToCompact means the input holds nothing but instructions.
+var ErrNothingToCompact = errors.New("nothing to compact")
+
+// NewID returns prefix + 32 random hex characters, the shape of OpenAI's ids.
+func NewID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Compact summarises the conversation (everything but instructions; retained user messages are
+// also kept verbatim), writes the facts ledger (and gap check), and archives and seals the
+// result.
+//
+// Summarising (the wait for a speculative summary, the summariser's attempts, the gap check) runs
+// under the compaction deadline; archiving and sealing, local and quick, under ctx, so a summary
+// that made it in time is not lost to the clock.
+func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
+	var sg Signer
+	if in.Sign {
+		var ok bool
+		if sg, ok = e.cfg.Sealer.(Signer); !ok {
+			return nil, errors.New("the configured sealer cannot sign compaction blocks")
+		}
+	}
+	sctx, cancel := e.compactionContext(ctx)
+	defer cancel()
+	units, prefix := in.Units, in.Prefix
+	if units == nil {
+		units, prefix = in.Items, func(n int) []api.Item { return in.Items[:n] }
+	}
+	items, tail := in.Items, 0
+	var res summarizer.Result
+	ledger, hit := "", false
+	if in.Speculate {
+		// A ready summary (and ledger) of a prefix: summarise nothing now, keep what followed it
+		// verbatim.
+		if n, spec := e.useSpeculation(sctx, specKey(in.Dialect.Name, in.Model), units); n > 0 {
+			items, tail, res, ledger, hit = prefix(n), len(units)-n, spec.res, spec.ledger, true
+		}
+	}
+	w := compact.Partition(items, in.Retain, e.countItem)
+	if len(w.Summarise) == 0 && !in.AllowEmpty {
+		return nil, ErrNothingToCompact
+	}
+	if len(w.Summarise) > 0 && !hit {
+		var err error
+		res, err = e.summarise(sctx, in.Dialect.Name, summarizer.Request{
+			Model:        in.Model,
+			Entries:      compact.RenderEntries(items, w.Summarise),
+			Instructions: in.Instructions,
+			Auth:         in.Auth,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if in.ID == "" {
+		in.ID = NewID("cmp_")
+	}
+	c := &Compaction{ID: in.ID, Summary: res.Summary, Usage: res.Usage, Window: w, Compacted: items, Tail: tail}
+	if !hit {
+		ledger = e.ledger(sctx, in.Auth, in.Model, items, w, res, &c.Usage)
+	}
+	c.Ledger = ledger
+	if res.Summary != "" || ledger != "" {
+		c.Handoff = in.Dialect.Handoff(res.Summary, ledger)
+	}
+	c.Kept = e.KeepWindow(make([]api.Item, 0, len(w.Instructions)+len(w.Retained)), items, w, in.Retain)
+	after, replaced := in.Finish(c)
+	ref, err := e.archiveReplaced(ctx, in, res.Model, items, w)
+	if err != nil {
+		return nil, err
+	}
+	c.Payload = &compact.Payload{
+		V:             compact.PayloadVersion,
+		Summary:       res.Summary,
+		Model:         res.Model,
+		CreatedAt:     time.Now().Unix(),
+		TokensBefore:  in.TokensBefore,
+		TokensAfter:   after,
+		ItemsReplaced: replaced,
+		Archive:       ref,
+		Ledger:        ledger,
+		Tail:          tail,
+	}
+	if in.Prev != nil {
+		c.Payload.Previous = in.Prev.ID
+	}
+	plain, err := c.Payload.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	b := crypto.Binding{Kind: in.Dialect.SealKind, ItemID: c.ID, Tenant: in.Tenant}
+	sealed, err := e.cfg.Sealer.Seal(plain, b)
+	if err != nil {
+		return nil, err
+	}
+	c.EncryptedContent = encryptedContent(c.ID, sealed)
+	if sg != nil {
+		c.Signature = sg.Sign([]byte(c.EncryptedContent), b)
+	}
+	return c, nil
+}
+
+// ledger is the facts ledger sealed with a summary: the hard facts of the replaced items the
+// summary lacks, and, with GapCheck, what a second summariser pass found still missing. A failed
+// gap check costs the turn nothing: the ledger goes out without it.
+func (e *Engine) ledger(ctx context.Context, auth summarizer.Auth, model string, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
+	if e.cfg.LedgerBytes <= 0 || len(w.Summarise) == 0 {
+		return ""
+	}
+	ledger := compact.Ledger(items, w.Summarise, res.Summary, e.cfg.LedgerBytes)
+	if !e.cfg.GapCheck {
+		return ledger
+	}
+	entries := append([]string{"[summary and ledger so far]\n" + res.Summary + "\n\n" + ledger}, compact.RenderEntries(items, w.Summarise)...)
+	gap, err := e.cfg.Summarizer.Summarize(ctx, summarizer.Request{
+		Model: model, Entries: entries, Instructions: compact.GapCheckPrompt(),
+		Auth: auth,
+	})
+	if err != nil {
+		e.log.Warn("gap check failed; sealing the ledger without it", "err", err)
+		return ledger
+	}
+	usage.InputTokens += gap.Usage.InputTokens
+	usage.OutputTokens += gap.Usage.OutputTokens
+	usage.TotalTokens += gap.Usage.TotalTokens
+	return compact.WithGapFindings(ledger, gap.Summary)
+}
+
+// KeepWindow appends, in their original order, the items a window keeps verbatim: instructions
+// and retained user messages (the one that had to be shortened, shortened).
+func (e *Engine) KeepWindow(out, items []api.Item, w compact.Window, retain int) []api.Item {
+	keep := make(map[int]bool, len(w.Instructions)+len(w.Retained))
+	for _, i := range w.Instructions {
+		keep[i] = true
+	}
+	for _, i := range w.Retained {
+		keep[i] = true
+	}
+	for i, it := range items {
+		if !keep[i] {
+			continue
+		}
+		if i == w.Truncated {
+			text := compact.TruncateMiddle(api.MessageText(it.Raw), retain, e.cfg.Counter)
+			it = api.Item{Raw: api.UserMessage(text), Type: "message", Role: "user"}
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+// Partition is the window compaction applies to items with the retain budget.
+func (e *Engine) Partition(items []api.Item, retain int) compact.Window {
+	return compact.Partition(items, retain, e.countItem)
+}
+
+func (e *Engine) countItem(it api.Item) int { return e.cfg.Counter.Item(it.Raw) }
+
+// CountItems is the token count of items.
+func (e *Engine) CountItems(items []api.Item) int {
+	n := 0
+	for _, it := range items {
+		n += e.countItem(it)
+	}
+	return n
+}

@@ -1,0 +1,298 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/handoff"
+)
+
+// The proxy's side of the compaction engine: the compactions the dialect handlers ask for go
+// through compactCore to internal/engine, and every compaction the handlers open goes through
+// openCompaction. What is here is the glue both dialects share; what is one dialect's lives in
+// its own files (responses*.go, messages*.go) and behind the dialect interface (dialect.go).
+
+// newID returns prefix + 32 random hex characters, the shape of OpenAI's ids.
+func newID(prefix string) string { return engine.NewID(prefix) }
+
+// openCompaction opens the encrypted_content of a compaction item or block sealed for d: param
+// locates it in the request, givenID is the id sent beside it (Responses; "" for none), sig its
+// signature (signed Messages blocks; "" for none). A failure is logged and counted by reason and
+// answered with a 400 in d's envelope that says what went wrong and what to do; the request
+// goes no further.
+func (s *Server) openCompaction(ctx context.Context, d dialect, param, ec, givenID, sig string) (*engine.Opened, *routeError) {
+	o, err := s.engine.Open(ec, givenID, d.engine().SealKind, s.tenantOf(ctx), sig)
+	if err == nil {
+		return o, nil
+	}
+	reason := engine.Reason(err)
+	s.log.Warn("compaction rejected", "api", d.String(), "reason", reason)
+	s.metrics.openFailure(d.String(), reason)
+	return nil, openError(d, param, reason, err)
+}
+
+// openError is the 400 for a compaction that did not open, by engine.Reason.
+func openError(d dialect, param, reason string, err error) *routeError {
+	n := d.noun()
+	e := &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_encrypted_content",
+		AnthropicCode: "-", Param: param}
+	var se *engine.SignatureError
+	switch {
+	case reason == "expired":
+		e.Code, e.AnthropicCode = "compaction_"+n+"_expired", ""
+		e.Message = strings.Replace(expiredMessage, "item", n, 1)
+		return e
+	case errors.As(err, &se):
+		e.AnthropicCode = "compaction_signature_invalid"
+		e.Message = "the compaction " + n + "'s signature does not verify; send the " + n + " back byte-exact, as compactd returned it."
+		return e
+	}
+	e.Message = map[string]string{
+		"unknown_key":  "The compaction " + n + " was sealed with a key this compactd does not have. If keys were rotated, add the old key to the keyring as a retired key; otherwise start a new conversation.",
+		"wrong_tenant": "The compaction " + n + " was issued to a different tenant and cannot be used here.",
+		"tampered":     "The compaction " + n + " failed its integrity check: its encrypted_content or id was modified. Send the " + n + " back exactly as it was returned.",
+	}[reason]
+	if e.Message == "" {
+		e.Message = "The compaction " + n + "'s encrypted_content is not a compaction " + n + " issued by compactd (it is truncated or not in compactd's format). Send the " + n + " back exactly as it was returned."
+	}
+	return e
+}
+
+// openItem opens the Responses compaction item at input[k].
+func (s *Server) openItem(ctx context.Context, items []api.Item, k int) (*engine.Opened, *routeError) {
+	param := fmt.Sprintf("input[%d].encrypted_content", k)
+	raw := items[k].Raw
+	ec := gjson.GetBytes(raw, "encrypted_content")
+	if ec.Type != gjson.String || ec.Str == "" {
+		return nil, &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_encrypted_content", Param: param,
+			Message: "The compaction item has no encrypted_content; send the item back exactly as compactd returned it."}
+	}
+	given := gjson.GetBytes(raw, "id")
+	id := given.Str
+	if given.Exists() && id == "" {
+		id = "\x00" // an id that is there but empty never matches the sealed one
+	}
+	return s.openCompaction(ctx, dialectOpenAI, param, ec.Str, id, "")
+}
+
+// expand applies the handoff for the latest compaction item at input[k]: system and developer
+// messages before it stay, the newest user messages before it stay (the same window compaction
+// kept), everything else before it is superseded and dropped, and the item itself becomes the
+// handoff message. Items after it are untouched. The result is what the upstream sees.
+func (s *Server) expand(items []api.Item, k int, o *engine.Opened) []api.Item {
+	s.metrics.handoffApplied(dialectOpenAI.String())
+	// A speculative compaction kept the last Tail items before the item verbatim after the summary.
+	tail := min(o.Payload.Tail, k)
+	before := items[:k-tail]
+	w := s.engine.Partition(before, s.cfg.RetainTokens)
+	out := make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1+tail+len(items)-k-1)
+	out = s.engine.KeepWindow(out, before, w, s.cfg.RetainTokens)
+	if o.Payload.Summary != "" || o.Payload.Ledger != "" {
+		out = append(out, handoffItem(handoff.Text(o.Payload.Summary, o.Payload.Ledger)))
+	}
+	out = append(out, items[k-tail:k]...)
+	return append(out, items[k+1:]...)
+}
+
+// handoffItem is the Responses handoff: a user message holding the handoff text.
+func handoffItem(text string) api.Item {
+	return api.Item{Raw: api.UserMessage(text), Type: "message", Role: "user", Handoff: true}
+}
+
+// compactIn is one compaction as a handler asks for it: the engine's request, the dialect, and
+// how the dialect renders the compacted context (finish: it returns the context's size in
+// tokens and how many units it replaced, which the payload records).
+type compactIn struct {
+	engine.Request
+	dialect dialect
+	finish  func(c *compaction) (tokensAfter, replaced int)
+}
+
+// compaction is the engine's outcome with the dialect's rendering of it.
+type compaction struct {
+	*engine.Compaction
+	item  []byte        // the Responses compaction item, or the Messages compaction block
+	items []api.Item    // Responses: the compacted input the upstream sees
+	msgs  []api.Message // Messages: the compacted messages the upstream sees
+}
+
+// errNothingToCompact means the input holds nothing but instructions.
+var errNothingToCompact = engine.ErrNothingToCompact
+
+// compactCore compacts through the engine (internal/engine) under the request's tenant and
+// renders the item or block in the dialect.
+func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, error) {
+	out := &compaction{}
+	req := in.Request
+	req.Dialect, req.Tenant = in.dialect.engine(), s.tenantOf(ctx)
+	req.Finish = func(c *engine.Compaction) (int, int) {
+		out.Compaction = c
+		return in.finish(out)
+	}
+	c, err := s.engine.Compact(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out.Compaction = c
+	out.item = in.dialect.compactionItem(c)
+	return out, nil
+}
+
+// compactRequest is a Responses compaction: what to compact and how.
+type compactRequest struct {
+	id           string // the new item's id; generated when ""
+	model        string
+	items        []api.Item // the context after any earlier handoff
+	tokensBefore int
+	prev         *engine.Opened
+	instructions string
+	conversation string
+	speculate    bool
+	allowEmpty   bool
+}
+
+// compactItems compacts a Responses input through the core.
+func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRequest) (*compaction, error) {
+	return s.compactCore(ctx, s.responsesCompactIn(r, cr))
+}
+
+// responsesCompactIn is the core's view of a Responses compaction. The compacted input is the
+// kept window, the handoff message, and a speculative compaction's verbatim tail.
+func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactIn {
+	return compactIn{
+		dialect: dialectOpenAI,
+		Request: engine.Request{
+			ID: cr.id, Model: cr.model, Instructions: cr.instructions,
+			Conversation: cr.conversation, Auth: s.summariserAuth(r), Items: cr.items,
+			TokensBefore: cr.tokensBefore, Prev: cr.prev, Retain: s.cfg.RetainTokens,
+			Speculate: cr.speculate, AllowEmpty: cr.allowEmpty,
+		},
+		finish: func(c *compaction) (int, int) {
+			c.items = append(make([]api.Item, 0, len(c.Kept)+1+c.Tail), c.Kept...)
+			if c.Handoff != "" {
+				c.items = append(c.items, handoffItem(c.Handoff))
+			}
+			c.items = append(c.items, cr.items[len(c.Compacted):]...)
+			return s.engine.CountItems(c.items), len(c.Compacted) - len(c.Window.Instructions) - len(c.Window.Retained)
+		},
+	}
+}
+
+// thresholdCompaction runs a turn's threshold (or policy) compaction in either dialect: a
+// streamed turn is held open with the dialect's keep-alive while the compaction runs, the
+// outcome is recorded, and a failure is answered in the dialect (or, under the passthrough
+// failure policy, the turn goes on uncompacted). answered reports that the client has been
+// answered; a nil compaction without answered means the turn goes on uncompacted.
+func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turn, trigger string, in compactIn) (c *compaction, answered bool) {
+	var ka *keepAlive
+	if t.stream {
+		ka = startKeepAlive(w, s.cfg.KeepAlive, in.dialect.keepAlive)
+	}
+	c, err := s.compactCore(r.Context(), in)
+	t.committed = ka != nil && ka.Stop()
+	switch {
+	case errors.Is(err, errNothingToCompact):
+		return nil, false
+	case err != nil:
+		s.compactionFailed(r, in.dialect, trigger, in.Model, err)
+		if !t.committed && s.passThroughOnFailure(w, in.dialect, err) {
+			return nil, false // forward the turn as it came
+		}
+		if e := compactionFailure(err); e != nil {
+			e.writeTo(w, in.dialect, t)
+		}
+		return nil, true
+	}
+	s.compacted(r, in.dialect, trigger, c)
+	return c, false
+}
+
+// passThroughOnFailure reports whether a failed threshold compaction should be forwarded
+// uncompacted (the passthrough failure policy), and marks the response so the client can tell.
+func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err error) bool {
+	if !s.engine.PassThrough(d.String(), err) {
+		return false
+	}
+	w.Header().Set("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
+	return true
+}
+
+func (s *Server) countItems(items []api.Item) int { return s.engine.CountItems(items) }
+
+// summariserAuth is the credential a compaction's summariser calls carry (used only when no
+// summariser key is configured): what the Responses upstream gets. Without tenants that is the
+// caller's own headers. With tenants it is the authenticated tenant's OpenAI key on every route:
+// the summariser speaks the OpenAI wire API, and a Messages turn's headers carry the tenant's
+// Anthropic key instead, which it cannot use (and which must not go to an OpenAI host).
+func (s *Server) summariserAuth(r *http.Request) summarizer.Auth {
+	h := callerCredentials(r.Header)
+	if s.cfg.Tenants == nil {
+		return summarizer.Auth{Header: h}
+	}
+	name, ok := r.Context().Value(tenantKey{}).(string)
+	if !ok {
+		return summarizer.Auth{Header: h}
+	}
+	for _, k := range []string{"Authorization", "Api-Key", "X-Api-Key"} {
+		h.Del(k)
+	}
+	if key := s.cfg.Tenants.openAIKey(name); key != "" {
+		h.Set("Authorization", "Bearer "+key)
+	}
+	return summarizer.Auth{Header: h}
+}
+
+// callerCredentials are the headers the summariser may reuse when it shares the caller's upstream.
+func callerCredentials(h http.Header) http.Header {
+	out := http.Header{}
+	for _, k := range []string{"Authorization", "Api-Key", "X-Api-Key", "OpenAI-Organization", "OpenAI-Project"} {
+		if v := h.Values(k); len(v) > 0 {
+			out[http.CanonicalHeaderKey(k)] = v
+		}
+	}
+	return out
+}
+
+// compactionFailure is the turn's answer when a compaction fails: nothing was changed, so the
+// client can retry the same request. A full compaction queue and a rate-limited summariser are
+// 429s and a known wait is passed on as Retry-After; a compaction out of time is a 504; any
+// other summariser failure is a 502 on OpenAI routes and Anthropic's transient 529
+// overloaded_error on Messages. nil when the client went away: there is nobody to answer.
+func compactionFailure(err error) *routeError {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if errors.Is(err, summarizer.ErrBusy) {
+		return compactionBusy()
+	}
+	var te *engine.TimeoutError
+	if errors.As(err, &te) {
+		return &routeError{Status: http.StatusGatewayTimeout, Type: "server_error", AnthropicType: "timeout_error",
+			Code: "compaction_timeout", Message: te.Message()}
+	}
+	p := engine.PushbackOf(err)
+	msg := "compactd could not summarise the conversation (" + p.Why() + "); nothing was changed, " + p.RetryWhen()
+	if p.RateLimited {
+		return &routeError{Status: http.StatusTooManyRequests, Type: "requests", AnthropicType: "rate_limit_error",
+			Code: "rate_limit_exceeded", AnthropicCode: "compaction_unavailable", RetryAfter: p.After, Message: msg, AnthropicMessage: msg + "."}
+	}
+	return &routeError{Status: http.StatusBadGateway, Type: "server_error", Code: "compaction_failed",
+		AnthropicStatus: 529, AnthropicType: "overloaded_error", AnthropicCode: "compaction_unavailable",
+		RetryAfter: p.After, Message: msg, AnthropicMessage: msg + "."}
+}
+
+// compactionBusy answers a full compaction queue.
+func compactionBusy() *routeError {
+	return &routeError{Status: http.StatusTooManyRequests, Type: "requests", AnthropicType: "rate_limit_error",
+		Code: "rate_limit_exceeded", AnthropicCode: "-", RetryAfter: 2 * time.Second,
+		Message: "compactd is running as many compactions as it allows and its queue is full; retry shortly."}
+}
