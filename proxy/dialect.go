@@ -62,7 +62,7 @@ func (responsesDialect) String() string      { return "openai" }
 func (responsesDialect) policyRoute() string { return compact.RouteResponses }
 func (responsesDialect) noun() string        { return "item" }
 func (responsesDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: "openai", SealKind: sealKind, Handoff: handoff.Text}
+	return engine.Dialect{Name: responsesDialect{}.String(), SealKind: sealKind, Handoff: handoff.Text}
 }
 func (responsesDialect) compactionItem(c *engine.Compaction) []byte {
 	return api.CompactionItem(c.ID, c.EncryptedContent)
@@ -88,7 +88,7 @@ func (messagesDialect) String() string      { return "anthropic" }
 func (messagesDialect) policyRoute() string { return compact.RouteMessages }
 func (messagesDialect) noun() string        { return "block" }
 func (messagesDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: "anthropic", SealKind: anthropicSealKind, Handoff: handoff.MessagesText}
+	return engine.Dialect{Name: messagesDialect{}.String(), SealKind: anthropicSealKind, Handoff: handoff.MessagesText}
 }
 func (messagesDialect) compactionItem(c *engine.Compaction) []byte {
 	return api.CompactionBlock(c.Summary, c.EncryptedContent, c.Signature)
