@@ -11,7 +11,7 @@ import (
 // LossySummaryPrefix starts every lossy summary.
 const LossySummaryPrefix = "FAKE-SUMMARY (lossy): "
 
-// gapCheckLead is how compactd's gap check pass opens its transcript (proxy/engine.go): the
+// gapCheckLead is how compactd's gap check pass opens its transcript (internal/engine/engine.go): the
 // summary and ledger so far, then the replaced entries.
 const gapCheckLead = "[summary and ledger so far]"
 
