@@ -176,54 +176,24 @@ func iterationsJSON(u summarizer.Usage, message []byte) []byte {
 // edits. Nothing is buffered beyond the event being rewritten; pings and unknown events pass
 // untouched.
 type msgSSERewriter struct {
-	src     eventSource
-	body    io.Closer
-	mt      *msgTurn
-	trusted bool // src checked every event's JSON (the stream guard of a rewritten turn)
+	mt *msgTurn
 
 	startUsage gjson.Result
 	model      string
-	broken     bool // an event was not JSON: the stream ended with an error instead
-	out        []byte
 	buf        []byte // the rendering of the current event, when it changed
 	scratch    []byte // the current event's new data
-	err        error
 }
 
-func newMsgSSERewriter(body io.ReadCloser, mt *msgTurn) *msgSSERewriter {
-	src, trusted := eventsOf(body)
-	return &msgSSERewriter{src: src, trusted: trusted, body: body, mt: mt}
-}
-
-func (r *msgSSERewriter) Close() error { return r.body.Close() }
-
-func (r *msgSSERewriter) Read(p []byte) (int, error) {
-	for len(r.out) == 0 {
-		if r.err != nil {
-			return 0, r.err
-		}
-		ev, err := r.src.nextEvent()
-		if len(ev.Raw) > 0 {
-			r.out = r.rewrite(&ev)
-		}
-		if r.err = err; r.broken {
-			r.err = io.EOF
-		}
-	}
-	n := copy(p, r.out)
-	r.out = r.out[n:]
-	return n, nil
+func newMsgSSERewriter(body io.ReadCloser, mt *msgTurn) *eventRewriter {
+	r := &msgSSERewriter{mt: mt}
+	return newEventRewriter(body, r.rewrite, func() []byte {
+		return dialectAnthropic.errorEvent(invalidUpstream(dialectAnthropic, mt.block != nil, "sent an event that is not valid JSON"), nil)
+	})
 }
 
 // rewrite rewrites one event: it returns ev.Raw when nothing changes, else the new rendering
 // (valid until the next event).
-func (r *msgSSERewriter) rewrite(ev *sse.Event) []byte {
-	data, ok := eventJSON(ev)
-	if !ok && !r.trusted {
-		// Only a rewriter on an unguarded body gets this far.
-		r.broken = true
-		return dialectAnthropic.errorEvent(invalidUpstream(dialectAnthropic, r.mt.block != nil, "sent an event that is not valid JSON"), nil)
-	}
+func (r *msgSSERewriter) rewrite(ev *sse.Event, data []byte) []byte {
 	if len(data) == 0 {
 		return ev.Raw
 	}

@@ -185,56 +185,24 @@ var dataPrefix = []byte("data:")
 // response object's output. Nothing is buffered beyond the event being rewritten; an event it
 // leaves alone goes on byte for byte.
 type sseRewriter struct {
-	src     eventSource
-	body    io.Closer
-	t       *turn
-	trusted bool // src checked every event's JSON (the stream guard of a rewritten turn)
+	t *turn
 
 	injected bool
-	broken   bool // an event was not JSON: the stream ended with an error instead
-	shift    int  // added to output_index once the item is in
-	seqDelta int  // added to sequence_number once the item is in
-	out      []byte
+	shift    int    // added to output_index once the item is in
+	seqDelta int    // added to sequence_number once the item is in
 	buf      []byte // the rendering of the current event, when it changed
-	err      error
 }
 
-func newSSERewriter(body io.ReadCloser, t *turn) *sseRewriter {
-	src, trusted := eventsOf(body)
-	return &sseRewriter{src: src, trusted: trusted, body: body, t: t}
-}
-
-func (r *sseRewriter) Close() error { return r.body.Close() }
-
-func (r *sseRewriter) Read(p []byte) (int, error) {
-	for len(r.out) == 0 {
-		if r.err != nil {
-			return 0, r.err
-		}
-		ev, err := r.src.nextEvent()
-		if len(ev.Raw) > 0 {
-			r.out = r.rewriteEvent(&ev)
-		}
-		if r.err = err; r.broken {
-			r.err = io.EOF
-		}
-	}
-	n := copy(p, r.out)
-	r.out = r.out[n:]
-	return n, nil
+func newSSERewriter(body io.ReadCloser, t *turn) *eventRewriter {
+	r := &sseRewriter{t: t}
+	return newEventRewriter(body, r.rewriteEvent, func() []byte {
+		return dialectOpenAI.errorEvent(invalidUpstream(dialectOpenAI, t.item != nil, "sent an event that is not valid JSON"), t)
+	})
 }
 
 // rewriteEvent rewrites one event: it returns ev.Raw when nothing changes, else the new
 // rendering (valid until the next event).
-func (r *sseRewriter) rewriteEvent(ev *sse.Event) []byte {
-	data, ok := eventJSON(ev)
-	if !ok && !r.trusted {
-		// sjson would splice into it blindly (`data: ,"sequence_number":3}`): end the stream
-		// with the error the guard gives a broken stream. Only a rewriter on an unguarded body
-		// gets this far.
-		r.broken = true
-		return dialectOpenAI.errorEvent(invalidUpstream(dialectOpenAI, r.t.item != nil, "sent an event that is not valid JSON"), r.t)
-	}
+func (r *sseRewriter) rewriteEvent(ev *sse.Event, data []byte) []byte {
 	if len(data) == 0 || data[0] != '{' {
 		return ev.Raw // a comment, keep-alive or [DONE]: pass through
 	}
