@@ -110,3 +110,56 @@ func Bound(s string, maxTokens int) string {
 	}
 	return TruncateMiddle(s, maxTokens, nil)
 }
+
+// CutMiddle is middle truncation for any counter (an estimate, bytes, a tokenizer): it shortens
+// s to at most budget units of count by keeping its head and tail and putting marker(n) in place
+// of the n runes it cut. s is returned unchanged if it fits; if not even the marker fits, the
+// marker alone is returned. Cuts fall on rune boundaries. TruncateMiddle is the o200k_base
+// special case, which cuts on token boundaries in one pass.
+func CutMiddle(s string, budget int, count func(string) int, marker func(runes int) string) string {
+	total := count(s)
+	if total <= budget {
+		return s
+	}
+	// Start from the byte length the budget should hold at s's own bytes-per-token ratio, then
+	// shrink in proportion to the overshoot: this needs one or two counts where a binary search
+	// would need twenty, which matters when count is an exact BPE tokenizer.
+	perToken := float64(len(s)) / float64(max(total, 1))
+	keep := int(float64(budget-count(marker(len(s)))) * perToken)
+	for range 8 {
+		if keep <= 0 {
+			break
+		}
+		t := cutMiddle(s, keep, marker)
+		n := count(t)
+		if n <= budget {
+			return t
+		}
+		keep = int(float64(keep) * float64(budget) / float64(n) * 0.97)
+	}
+	return cutMiddle(s, 0, marker)
+}
+
+// cutMiddle keeps about keep bytes of s, half from the start and half from the end, with the
+// elision marker between them.
+func cutMiddle(s string, keep int, marker func(runes int) string) string {
+	if keep < 0 {
+		keep = 0
+	}
+	if keep > len(s) {
+		keep = len(s)
+	}
+	headEnd := keep / 2
+	for headEnd > 0 && !utf8.RuneStart(s[headEnd]) {
+		headEnd--
+	}
+	tailStart := len(s) - (keep - keep/2)
+	for tailStart < len(s) && !utf8.RuneStart(s[tailStart]) {
+		tailStart++
+	}
+	if tailStart < headEnd {
+		tailStart = headEnd
+	}
+	elided := utf8.RuneCountInString(s[headEnd:tailStart])
+	return s[:headEnd] + marker(elided) + s[tailStart:]
+}

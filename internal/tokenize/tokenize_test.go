@@ -82,3 +82,41 @@ func TestBound(t *testing.T) {
 		t.Error("Bound changed a text that fits")
 	}
 }
+
+func TestCutMiddle(t *testing.T) {
+	bytesLen := func(s string) int { return len(s) }
+	marker := func(n int) string { return "[" + strings.Repeat("x", n%7) + "]" }
+	long := "HEAD " + strings.Repeat("Grüße 世界 ", 500) + " TAIL"
+	for _, tc := range []struct {
+		name   string
+		s      string
+		budget int
+	}{
+		{"fits", "short", 10},
+		{"cut", long, 200},
+		{"tiny budget", long, 12},
+		{"below the marker", long, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := CutMiddle(tc.s, tc.budget, bytesLen, marker)
+			if len(tc.s) <= tc.budget {
+				if out != tc.s {
+					t.Fatalf("changed a text that fits: %q", out)
+				}
+				return
+			}
+			if !utf8.ValidString(out) {
+				t.Fatal("invalid UTF-8")
+			}
+			if !strings.Contains(out, "[") {
+				t.Fatalf("no marker in %q", out)
+			}
+			if len(out) > tc.budget && len(out) > len(marker(len(tc.s))) {
+				t.Errorf("%d bytes, budget %d", len(out), tc.budget)
+			}
+			if tc.budget >= 200 && (!strings.HasPrefix(out, "HEAD") || !strings.HasSuffix(out, "TAIL")) {
+				t.Errorf("head or tail lost: %q", out)
+			}
+		})
+	}
+}

@@ -2,7 +2,8 @@ package summarizer
 
 import (
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/compactd/compactd/internal/tokenize"
 )
 
 // EstimateTokens is the default token counter: one token per four bytes, rounded up. It is the
@@ -61,60 +62,16 @@ func chunkCounted(entries []string, counts []int, budget int, count func(string)
 	return append(chunks, cur)
 }
 
-// TruncateMiddle shortens s to at most budget tokens by cutting out its middle and putting a
-// marker that says how much was elided in its place. The head and the tail are kept because
-// both carry the information that matters in agent transcripts: the command or file name at the
-// start of a tool output, the error or result at its end. s is returned unchanged if it fits;
-// if not even the marker fits, the marker alone is returned. Cuts fall on rune boundaries.
+// TruncateMiddle shortens s to at most budget tokens (as count counts them; nil: EstimateTokens)
+// by cutting out its middle and putting a marker that says how much was elided in its place:
+// tokenize.CutMiddle. The head and the tail are kept because both carry the information that
+// matters in agent transcripts: the command or file name at the start of a tool output, the
+// error or result at its end.
 func TruncateMiddle(s string, budget int, count func(string) int) string {
 	if count == nil {
 		count = EstimateTokens
 	}
-	total := count(s)
-	if total <= budget {
-		return s
-	}
-	// Start from the byte length the budget should hold at s's own bytes-per-token ratio, then
-	// shrink in proportion to the overshoot: this needs one or two counts where a binary search
-	// would need twenty, which matters when count is an exact BPE tokenizer.
-	perToken := float64(len(s)) / float64(max(total, 1))
-	keep := int(float64(budget-count(elisionMarker(len(s)))) * perToken)
-	for range 8 {
-		if keep <= 0 {
-			break
-		}
-		t := cutMiddle(s, keep)
-		n := count(t)
-		if n <= budget {
-			return t
-		}
-		keep = int(float64(keep) * float64(budget) / float64(n) * 0.97)
-	}
-	return cutMiddle(s, 0)
-}
-
-// cutMiddle keeps about keep bytes of s, half from the start and half from the end, with the
-// elision marker between them.
-func cutMiddle(s string, keep int) string {
-	if keep < 0 {
-		keep = 0
-	}
-	if keep > len(s) {
-		keep = len(s)
-	}
-	headEnd := keep / 2
-	for headEnd > 0 && !utf8.RuneStart(s[headEnd]) {
-		headEnd--
-	}
-	tailStart := len(s) - (keep - keep/2)
-	for tailStart < len(s) && !utf8.RuneStart(s[tailStart]) {
-		tailStart++
-	}
-	if tailStart < headEnd {
-		tailStart = headEnd
-	}
-	elided := utf8.RuneCountInString(s[headEnd:tailStart])
-	return s[:headEnd] + elisionMarker(elided) + s[tailStart:]
+	return tokenize.CutMiddle(s, budget, count, elisionMarker)
 }
 
 // elisionMarker tells the summariser (and, through it, the agent) that content is missing, so
