@@ -50,10 +50,10 @@ type node struct {
 
 // tree is reused across items by one Chain, so hashing a long input allocates little.
 type tree struct {
-	n     []node
-	stack []int32
-	kids  []int32 // scratch for one object's children while sorting
-	out   []byte
+	n      []node
+	stack  []int32
+	kids   []int32 // scratch for one object's children while sorting
+	out    []byte
 	frames []frame
 }
 
