@@ -249,33 +249,30 @@ func items(t *testing.T, body []byte, path string) []json.RawMessage {
 	return out
 }
 
-// TestClaudeCodeCapturesSharePrefixes: in the real Claude Code session, every request's
-// messages are a prefix of the next request's messages once canonicalised, although Claude Code
-// rewrote them between requests (the system-role turn as a one-block list, then a string; the
-// cache_control breakpoint moving to the newest message). Without the canonicalisation the
-// byte-exact chain diverges, which the test also checks so it cannot pass vacuously.
-func TestClaudeCodeCapturesSharePrefixes(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(claudeCaptureDir, "*_messages.json"))
+// sessionPrefixes checks a captured session: once canonicalised, every request's items are a
+// prefix of the next request's. It returns how many consecutive pairs differ byte-wise in the
+// items they share, i.e. how often the client re-serialised an earlier turn.
+func sessionPrefixes(t *testing.T, dir, path string, d Dialect) (rewrites int) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil || len(files) < 4 {
-		t.Fatalf("want at least 4 captured requests, have %d (%v)", len(files), err)
+		t.Fatalf("want at least 4 captured requests in %s, have %d (%v)", dir, len(files), err)
 	}
-	var prev []Hash
-	var prevRaw []Hash
-	rewrites := 0
+	var prev, prevRaw []Hash
 	for i, f := range files {
 		body, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs := items(t, body, "messages")
-		ps, err := Prefixes(Messages, msgs)
+		its := items(t, body, path)
+		ps, err := Prefixes(d, its)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		raw := rawPrefixes(msgs)
+		raw := rawPrefixes(its)
 		if i > 0 {
 			if len(ps) <= len(prev) {
-				t.Fatalf("%s has %d messages, not more than the %d before", f, len(ps), len(prev))
+				t.Fatalf("%s has %d items, not more than the %d before", f, len(ps), len(prev))
 			}
 			for k := range prev {
 				if ps[k] != prev[k] {
@@ -289,9 +286,25 @@ func TestClaudeCodeCapturesSharePrefixes(t *testing.T) {
 		}
 		prev, prevRaw = ps, raw
 	}
-	if rewrites == 0 {
+	return rewrites
+}
+
+// TestClaudeCodeCapturesSharePrefixes: in the real Claude Code session every request's
+// messages are a prefix of the next request's once canonicalised, although Claude Code
+// rewrote them between requests (the system-role turn as a one-block list, then a string; the
+// cache_control breakpoint moving to the newest message). Without the canonicalisation the
+// byte-exact chain diverges, which the test also checks so it cannot pass vacuously.
+func TestClaudeCodeCapturesSharePrefixes(t *testing.T) {
+	if n := sessionPrefixes(t, claudeCaptureDir, "messages", Messages); n == 0 {
 		t.Error("no request rewrote an earlier message byte-wise: the capture does not exercise canonicalisation")
 	}
+}
+
+// TestCodexSessionSharesPrefixes: the real Codex CLI session (four turns, a tool call). Codex
+// 0.169 resends its history byte for byte, ids and statuses included, so canonicalisation must
+// simply not get in the way.
+func TestCodexSessionSharesPrefixes(t *testing.T) {
+	sessionPrefixes(t, codexCaptureDir, "input", Responses)
 }
 
 // TestCodexCapturesSharePrefixes: consecutive requests of one Codex session (the normal turn,
