@@ -137,13 +137,29 @@ func (t *tree) add(nd node) int32 {
 }
 
 // canonString returns the canonical encoding of the JSON string literal s (quotes included):
-// the decoded text with only '"', '\\' and control characters escaped, so "\u00e9", "\/" and
-// their literal forms all hash the same. A literal without a backslash is already canonical
-// (valid JSON cannot hold a raw quote or control character), so the common case does not copy.
+// the decoded text with only '"', '\\' and control characters escaped (the two-character forms
+// where JSON has them, else \u00xx), so "\u00e9", "\/" and their literal forms all hash the
+// same. A literal whose escapes are all two-character ones other than "\/" is already canonical
+// (valid JSON cannot hold a raw quote or control character), so the common case — agent text
+// full of \n and \" — neither decodes nor copies.
 func canonString(s []byte) []byte {
-	if bytes.IndexByte(s, '\\') < 0 {
-		return s
+	for i := bytes.IndexByte(s, '\\'); i >= 0; {
+		switch s[i+1] { // valid JSON: a backslash in a literal is followed by its escape
+		case '"', '\\', 'n', 'r', 't', 'b', 'f':
+		default: // \/ or \uXXXX
+			return recodeString(s)
+		}
+		j := bytes.IndexByte(s[i+2:], '\\')
+		if j < 0 {
+			break
+		}
+		i += 2 + j
 	}
+	return s
+}
+
+// recodeString decodes and re-encodes a literal canonically (see canonString).
+func recodeString(s []byte) []byte {
 	text := jsonx.AppendUnquoted(make([]byte, 0, len(s)), s[1:len(s)-1])
 	out := make([]byte, 0, len(text)+2)
 	out = append(out, '"')
