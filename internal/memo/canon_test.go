@@ -29,6 +29,9 @@ func TestCanonicalEqual(t *testing.T) {
 		{"string escapes", Responses,
 			`{"type":"message","role":"user","content":"caf\u00e9 a\/b \u0041"}`,
 			`{"type":"message","role":"user","content":"café a/b A"}`},
+		{"escaped backslash then slash escape", Responses,
+			`{"type":"message","role":"user","content":"x\\ \/ \n"}`,
+			`{"type":"message","role":"user","content":"x\\ / \n"}`},
 		{"escapes that stay escaped", Responses,
 			`{"type":"message","role":"user","content":"tab\u0009nl\u000aq\u0022"}`,
 			`{"type":"message","role":"user","content":"tab\tnl\nq\""}`},
@@ -148,6 +151,8 @@ func TestCanonicalDistinct(t *testing.T) {
 		{"image block is not text", Messages,
 			`{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}}]}`,
 			`{"role":"user","content":"AA"}`},
+		{"escaped backslash before u is text", Messages,
+			`{"role":"user","content":"a\\u0041"}`, `{"role":"user","content":"aA"}`},
 		{"escaped quote is not a key end", Messages,
 			`{"role":"user","content":"a\":\"b"}`, `{"role":"user","content":"a","b":""}`},
 	} {
