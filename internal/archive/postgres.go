@@ -37,7 +37,9 @@ var postgresDialect = &dialect{
 		`CREATE INDEX archive_segments_conversation ON archive_segments (tenant, conversation, created_at)`,
 		`CREATE INDEX archive_segments_created ON archive_segments (created_at)`,
 		`CREATE INDEX archive_segments_tsv ON archive_segments USING GIN (tsv)`,
-	}},
+	},
+		memoSchemaPostgres, // 2: the conversation memo (memo.go)
+	},
 	search: func(filters string) (string, bool) {
 		// Normalisation 1 divides the rank by 1+log(length), like bm25's preference for short
 		// documents; every word occurs once per document, so frequency carries no signal.

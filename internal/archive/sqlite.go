@@ -40,7 +40,9 @@ var sqliteDialect = &dialect{
 		`CREATE TRIGGER archive_segments_delete AFTER DELETE ON archive_segments BEGIN
 			DELETE FROM archive_fts WHERE rowid = old.seq;
 		END`,
-	}},
+	},
+		memoSchemaSQLite, // 2: the conversation memo (memo.go)
+	},
 	// The inner query ranks and limits carrying only (seq, rank); documents and columns are read
 	// for the winners only. Without conversation/kind filters the inner query does not join at
 	// all: hash words are keyed per tenant, so a MATCH only finds the query tenant's documents

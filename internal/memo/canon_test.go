@@ -1,0 +1,393 @@
+package memo
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/fixtures"
+	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/stackcheck"
+)
+
+func TestCanonicalEqual(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    Dialect
+		a, b string
+	}{
+		{"key order and whitespace", Responses,
+			`{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}`,
+			"{ \"content\" : [ {\"text\":\"hi\",\n\"type\":\"input_text\"} ], \"role\":\"user\", \"type\":\"message\" }"},
+		{"string escapes", Responses,
+			`{"type":"message","role":"user","content":"caf\u00e9 a\/b \u0041"}`,
+			`{"type":"message","role":"user","content":"café a/b A"}`},
+		{"escaped backslash then slash escape", Responses,
+			`{"type":"message","role":"user","content":"x\\ \/ \n"}`,
+			`{"type":"message","role":"user","content":"x\\ / \n"}`},
+		{"escapes that stay escaped", Responses,
+			`{"type":"message","role":"user","content":"tab\u0009nl\u000aq\u0022"}`,
+			`{"type":"message","role":"user","content":"tab\tnl\nq\""}`},
+		{"escaped key", Responses,
+			`{"\u0074ype":"message","role":"user","content":"x"}`,
+			`{"type":"message","role":"user","content":"x"}`},
+		{"id and status dropped", Responses,
+			`{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"ok"}]}`,
+			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}`},
+		{"null id", Responses,
+			`{"type":"message","id":null,"status":null,"role":"user","content":"x"}`,
+			`{"type":"message","role":"user","content":"x"}`},
+		{"user string vs one input_text part", Responses,
+			`{"type":"message","role":"user","content":"hello"}`,
+			`{"type":"message","role":"user","content":[{"type":"input_text","text":"hello"}]}`},
+		{"assistant string vs one output_text part with empty annotations", Responses,
+			`{"type":"message","role":"assistant","content":"hello"}`,
+			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hello","annotations":[],"logprobs":[]}]}`},
+		{"easy input message has type message", Responses,
+			`{"role":"user","content":"hello"}`,
+			`{"type":"message","role":"user","content":[{"type":"input_text","text":"hello"}]}`},
+		{"codex metadata passthrough", Responses,
+			`{"type":"message","role":"user","content":"x","internal_chat_message_metadata_passthrough":{"turn_id":"a","create_time":1.5}}`,
+			`{"type":"message","role":"user","content":"x"}`},
+		{"function_call id and status", Responses,
+			`{"type":"function_call","id":"fc_1","status":"completed","call_id":"c1","name":"shell","arguments":"{}"}`,
+			`{"call_id":"c1","name":"shell","arguments":"{}","type":"function_call"}`},
+		{"function_call_output string vs one input_text part", Responses,
+			`{"type":"function_call_output","call_id":"c1","output":"done"}`,
+			`{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"done"}]}`},
+		{"reasoning id", Responses,
+			`{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA"}`,
+			`{"type":"reasoning","summary":[],"encrypted_content":"gAAA"}`},
+
+		{"user string vs one text block", Messages,
+			`{"role":"user","content":"hello"}`,
+			`{"role":"user","content":[{"type":"text","text":"hello"}]}`},
+		{"cache_control on the only block", Messages,
+			`{"role":"user","content":[{"type":"text","text":"hello","cache_control":{"type":"ephemeral"}}]}`,
+			`{"role":"user","content":"hello"}`},
+		{"cache_control on a tool_result", Messages,
+			`{"role":"user","content":[{"tool_use_id":"t1","type":"tool_result","content":"out","cache_control":{"type":"ephemeral","ttl":"1h"}}]}`,
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"out"}]}`},
+		{"tool_result content string vs one text block with cache_control", Messages,
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"out","cache_control":{"type":"ephemeral"}}]}]}`,
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"out"}]}`},
+		{"cache_control on one of several blocks", Messages,
+			`{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b","cache_control":{"type":"ephemeral"}}]}`,
+			`{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}`},
+		{"cache_control deeper in a block", Messages,
+			`{"role":"user","content":[{"type":"search_result","source":"s","title":"t","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]},{"type":"text","text":"q"}]}`,
+			`{"role":"user","content":[{"type":"search_result","source":"s","title":"t","content":[{"type":"text","text":"x"}]},{"type":"text","text":"q"}]}`},
+		{"null citations", Messages,
+			`{"role":"assistant","content":[{"type":"text","text":"ok","citations":null}]}`,
+			`{"role":"assistant","content":"ok"}`},
+
+		{"chat string vs one text part", Chat,
+			`{"role":"user","content":"hi"}`,
+			`{"role":"user","content":[{"type":"text","text":"hi"}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ca, err := Canonical(tc.d, []byte(tc.a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cb, err := Canonical(tc.d, []byte(tc.b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(ca, cb) {
+				t.Errorf("canonical forms differ:\n a %s\n b %s", ca, cb)
+			}
+			if !json.Valid(ca) {
+				t.Errorf("canonical form is not JSON: %s", ca)
+			}
+		})
+	}
+}
+
+// TestCanonicalDistinct: what the model can tell apart must stay apart. A false match would
+// apply one conversation's summary to another, so these matter more than the equalities.
+func TestCanonicalDistinct(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    Dialect
+		a, b string
+	}{
+		{"text", Responses, `{"type":"message","role":"user","content":"a"}`, `{"type":"message","role":"user","content":"b"}`},
+		{"role", Responses, `{"type":"message","role":"user","content":"a"}`, `{"type":"message","role":"developer","content":"a"}`},
+		{"two parts vs one string", Responses,
+			`{"type":"message","role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"}]}`,
+			`{"type":"message","role":"user","content":"ab"}`},
+		{"part with more than text", Responses,
+			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a","annotations":[{"type":"url_citation","url":"u"}]}]}`,
+			`{"type":"message","role":"assistant","content":"a"}`},
+		{"assistant input_text is not collapsed", Responses,
+			`{"type":"message","role":"assistant","content":[{"type":"input_text","text":"a"}]}`,
+			`{"type":"message","role":"assistant","content":"a"}`},
+		{"item_reference keeps its id", Responses, `{"type":"item_reference","id":"msg_1"}`, `{"type":"item_reference","id":"msg_2"}`},
+		{"call_id", Responses,
+			`{"type":"function_call_output","call_id":"c1","output":"x"}`,
+			`{"type":"function_call_output","call_id":"c2","output":"x"}`},
+		{"id inside content is data", Responses,
+			`{"type":"function_call","call_id":"c","name":"f","arguments":"{\"id\":1}"}`,
+			`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}`},
+		{"number spelling is kept", Responses,
+			`{"type":"message","role":"user","content":"a","x":1}`, `{"type":"message","role":"user","content":"a","x":1.0}`},
+		{"array order", Messages,
+			`{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}`,
+			`{"role":"user","content":[{"type":"text","text":"b"},{"type":"text","text":"a"}]}`},
+		{"cache_control inside a tool input is data", Messages,
+			`{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"cache_control":1}}]}`,
+			`{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}`},
+		{"tool_use id is kept", Messages,
+			`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]}`,
+			`{"role":"assistant","content":[{"type":"tool_use","id":"t2","name":"f","input":{}}]}`},
+		{"image block is not text", Messages,
+			`{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}}]}`,
+			`{"role":"user","content":"AA"}`},
+		{"escaped backslash before u is text", Messages,
+			`{"role":"user","content":"a\\u0041"}`, `{"role":"user","content":"aA"}`},
+		{"escaped quote is not a key end", Messages,
+			`{"role":"user","content":"a\":\"b"}`, `{"role":"user","content":"a","b":""}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ca, err := Canonical(tc.d, []byte(tc.a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cb, err := Canonical(tc.d, []byte(tc.b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Equal(ca, cb) {
+				t.Errorf("distinct items canonicalise the same: %s", ca)
+			}
+		})
+	}
+	// The same bytes under two dialects seed different chains.
+	a, _ := Prefixes(Responses, []json.RawMessage{json.RawMessage(`{"role":"user","content":"x"}`)})
+	b, _ := Prefixes(Chat, []json.RawMessage{json.RawMessage(`{"role":"user","content":"x"}`)})
+	if a[0] == b[0] {
+		t.Error("one item hashes the same under two dialects")
+	}
+}
+
+func TestCanonicalErrors(t *testing.T) {
+	deep := strings.Repeat("[", jsonx.MaxDepth+1) + strings.Repeat("]", jsonx.MaxDepth+1)
+	for _, tc := range []struct {
+		name string
+		d    Dialect
+		item string
+		want error
+	}{
+		{"invalid", Responses, `{"type":`, jsonx.ErrInvalid},
+		{"too deep", Messages, `{"role":"user","content":` + deep + `}`, jsonx.ErrTooDeep},
+		{"dialect", Dialect("soap"), `{}`, ErrDialect},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Canonical(tc.d, []byte(tc.item)); !errors.Is(err, tc.want) {
+				t.Errorf("err = %v, want %v", err, tc.want)
+			}
+			c := NewChain(tc.d)
+			if _, err := c.Add([]byte(tc.item)); !errors.Is(err, tc.want) {
+				t.Errorf("Chain.Add err = %v, want %v", err, tc.want)
+			}
+			if _, err := c.Add([]byte(`{}`)); err == nil {
+				t.Error("a chain continued past a bad item")
+			}
+		})
+	}
+}
+
+// TestChainIsIncremental: H_n = sha256(H_{n-1} || canon(item_n)), and Prefixes agrees with Add.
+func TestChainIsIncremental(t *testing.T) {
+	items := []json.RawMessage{
+		json.RawMessage(`{"role":"user","content":"a"}`),
+		json.RawMessage(`{"role":"assistant","content":[{"type":"text","text":"b"}]}`),
+		json.RawMessage(`{"role":"user","content":"c"}`),
+	}
+	ps, err := Prefixes(Messages, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := Seed(Messages)
+	for i, it := range items {
+		canon, _ := Canonical(Messages, it)
+		want := Hash(sha256.Sum256(append(prev[:len(prev):len(prev)], canon...)))
+		if ps[i] != want {
+			t.Fatalf("H_%d = %s, want %s", i+1, ps[i], want)
+		}
+		prev = want
+	}
+	if ps[0] == ps[1] || ps[1] == ps[2] {
+		t.Error("consecutive prefixes share a hash")
+	}
+}
+
+// rawPrefixes hashes items byte-exact, without canonicalisation: the baseline that shows the
+// captures really do rewrite earlier turns.
+func rawPrefixes(items []json.RawMessage) []Hash {
+	var out []Hash
+	cur := Hash{}
+	for _, it := range items {
+		cur = sha256.Sum256(append(cur[:len(cur):len(cur)], it...))
+		out = append(out, cur)
+	}
+	return out
+}
+
+func items(t *testing.T, body []byte, path string) []json.RawMessage {
+	t.Helper()
+	var out []json.RawMessage
+	for _, r := range gjson.GetBytes(body, path).Array() {
+		out = append(out, json.RawMessage(r.Raw))
+	}
+	if len(out) == 0 {
+		t.Fatalf("no items at %s", path)
+	}
+	return out
+}
+
+// sessionPrefixes checks a captured session: once canonicalised, every request's items are a
+// prefix of the next request's. It returns how many consecutive pairs differ byte-wise in the
+// items they share, i.e. how often the client re-serialised an earlier turn.
+func sessionPrefixes(t *testing.T, dir, path string, d Dialect) (rewrites int) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(files) < 4 {
+		t.Fatalf("want at least 4 captured requests in %s, have %d (%v)", dir, len(files), err)
+	}
+	var prev, prevRaw []Hash
+	for i, f := range files {
+		body, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		its := items(t, body, path)
+		ps, err := Prefixes(d, its)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		raw := rawPrefixes(its)
+		if i > 0 {
+			if len(ps) <= len(prev) {
+				t.Fatalf("%s has %d items, not more than the %d before", f, len(ps), len(prev))
+			}
+			for k := range prev {
+				if ps[k] != prev[k] {
+					t.Errorf("%s: H_%d differs from the previous request's", filepath.Base(f), k+1)
+					break
+				}
+			}
+			if raw[len(prevRaw)-1] != prevRaw[len(prevRaw)-1] {
+				rewrites++
+			}
+		}
+		prev, prevRaw = ps, raw
+	}
+	return rewrites
+}
+
+// TestClaudeCodeCapturesSharePrefixes: in the real Claude Code session every request's
+// messages are a prefix of the next request's once canonicalised, although Claude Code
+// rewrote them between requests (the system-role turn as a one-block list, then a string; the
+// cache_control breakpoint moving to the newest message). Without the canonicalisation the
+// byte-exact chain diverges, which the test also checks so it cannot pass vacuously.
+func TestClaudeCodeCapturesSharePrefixes(t *testing.T) {
+	if n := sessionPrefixes(t, claudeCaptureDir, "messages", Messages); n == 0 {
+		t.Error("no request rewrote an earlier message byte-wise: the capture does not exercise canonicalisation")
+	}
+}
+
+// TestCodexSessionSharesPrefixes: the real Codex CLI session (four turns, a tool call). Codex
+// 0.169 resends its history byte for byte, ids and statuses included, so canonicalisation must
+// simply not get in the way.
+func TestCodexSessionSharesPrefixes(t *testing.T) {
+	sessionPrefixes(t, codexCaptureDir, "input", Responses)
+}
+
+// TestCodexCapturesSharePrefixes: consecutive requests of one Codex session (the normal turn,
+// then the compaction request that follows it) share the hashes of the items they share.
+func TestCodexCapturesSharePrefixes(t *testing.T) {
+	first := items(t, fixtures.Codex("normal_turn_request.json"), "body.input")
+	next := items(t, fixtures.Codex("remote_v2_compaction_request.json"), "body.input")
+	a, err := Prefixes(Responses, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Prefixes(Responses, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range a {
+		if a[k] != b[k] {
+			t.Fatalf("H_%d differs between consecutive Codex requests", k+1)
+		}
+	}
+	// The post-compaction request of the same session keeps the base instructions (item 0),
+	// rewrites the turn context and replaces the history with a compaction item.
+	post, err := Prefixes(Responses, items(t, fixtures.Codex("remote_v2_post_compaction_turn_request.json"), "body.input"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if post[0] != a[0] {
+		t.Error("the base instructions hash differently after the compaction")
+	}
+	if len(post) < 5 || post[4] == b[4] {
+		t.Error("a history with a compaction item hashes like the one it replaced")
+	}
+	// Every Codex capture canonicalises.
+	names, bodies := fixtures.CodexAll()
+	for i, body := range bodies {
+		if _, err := Prefixes(Responses, items(t, body, "body.input")); err != nil {
+			t.Errorf("%s: %v", names[i], err)
+		}
+	}
+}
+
+// TestCanonicalLinearInNesting: a maximally nested item is canonicalised by the iterative walk
+// (stacks capped, so one frame per level would kill the test) with allocation proportional to
+// its size, like a flat item of the same size.
+func TestCanonicalLinearInNesting(t *testing.T) {
+	depth := jsonx.MaxDepth - 3
+	deep := `{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":` +
+		strings.Repeat(`{"a":[`, depth/2-2) + `1` + strings.Repeat(`]}`, depth/2-2) + `}]}`
+	flat := `{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[` +
+		strings.TrimSuffix(strings.Repeat(`{"a":1},`, depth/2), ",") + `]}]}`
+	if err := jsonx.Valid([]byte(deep)); err != nil {
+		t.Fatal(err)
+	}
+	var errDeep, errFlat error
+	deepAlloc := stackcheck.Run(func() {
+		c := NewChain(Messages)
+		for range 20 {
+			c.Add([]byte(deep))
+		}
+		errDeep = c.err
+	})
+	flatAlloc := stackcheck.Run(func() {
+		c := NewChain(Messages)
+		for range 20 {
+			c.Add([]byte(flat))
+		}
+		errFlat = c.err
+	})
+	if errDeep != nil || errFlat != nil {
+		t.Fatal(errDeep, errFlat)
+	}
+	if deepAlloc > 4*flatAlloc+1<<20 {
+		t.Errorf("deep item allocated %d bytes, flat item of similar size %d", deepAlloc, flatAlloc)
+	}
+	// Far past the bound: refused by the iterative validator, never walked.
+	huge := strings.Repeat("[", 200_000)
+	stackcheck.Run(func() { _, errDeep = Canonical(Messages, []byte(huge)) })
+	if !errors.Is(errDeep, jsonx.ErrTooDeep) {
+		t.Errorf("200k-deep item: err = %v", errDeep)
+	}
+}
