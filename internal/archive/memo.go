@@ -2,6 +2,8 @@ package archive
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -15,9 +17,12 @@ import (
 // (tenant, kind, dialect, model, prefix hash) to an opaque blob the engine produced (a recorded
 // compaction, or a speculative summary), sealed at rest with the archive's Sealer.
 //
-// What is in the clear: tenant, kind, dialect, model, the prefix hash (a SHA-256 chain value
-// over canonical items: it names a conversation prefix but reveals nothing of it without the
-// items), the item count, times and the sealed size. The blob is sealed bound to the row's
+// What is in the clear: tenant, kind, dialect, model, the item count, times, the sealed size,
+// and a keyed form of the prefix hash, HMAC-SHA256(k, tenant || prefix) with k derived from the
+// Sealer's index key. The prefix hash itself is an unkeyed function of the conversation, so
+// stored as is it would let whoever holds the database confirm a guessed conversation (a
+// standard first message, say); keyed per tenant it confirms nothing and cannot be correlated
+// across tenants, as with the archive's blind index. The blob is sealed bound to the row's
 // identity and tenant, and the sealed plaintext repeats the identity columns and the item
 // count, so a row whose clear-text columns were altered, or a blob moved to another row or
 // tenant, fails to open and is treated as a miss.
@@ -74,8 +79,9 @@ var ErrMemoNoStore = errors.New("archive: the memo needs the SQLite or PostgreSQ
 // MemoStore is the memo over an open archive Store. It is safe for concurrent use; several
 // MemoStores (replicas) may share one PostgreSQL database.
 type MemoStore struct {
-	s *sqlStore
-	o MemoOptions
+	s    *sqlStore
+	o    MemoOptions
+	pkey []byte // keys the prefix column (see col)
 }
 
 // NewMemoStore returns the memo kept in st's database (the schema is created by Open).
@@ -96,7 +102,18 @@ func NewMemoStore(st Store, o MemoOptions) (*MemoStore, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &MemoStore{s: s, o: o}, nil
+	mac := hmac.New(sha256.New, s.sealer.IndexKey())
+	mac.Write([]byte("compactd/v1 memo prefix key"))
+	return &MemoStore{s: s, o: o, pkey: mac.Sum(nil)}, nil
+}
+
+// col is the stored form of a prefix hash for a tenant (see the comment at the top).
+func (m *MemoStore) col(tenant string, prefix [32]byte) string {
+	mac := hmac.New(sha256.New, m.pkey)
+	mac.Write([]byte(tenant))
+	mac.Write([]byte{0})
+	mac.Write(prefix[:])
+	return hex.EncodeToString(mac.Sum(nil))
 }
 
 func (m *MemoStore) ttl(kind string) time.Duration {
@@ -177,7 +194,7 @@ func (m *MemoStore) put(ctx context.Context, r MemoRecord) error {
 		return fmt.Errorf("archive: memo put: %w", err)
 	}
 	defer tx.Rollback()
-	prefix := hex.EncodeToString(r.Prefix[:])
+	prefix := m.col(r.Tenant, r.Prefix)
 	if _, err := tx.ExecContext(ctx, m.s.q(`INSERT INTO memo_records
 		(tenant, kind, dialect, model, prefix, items, created_at, expires_at, bytes, sealed)
 		VALUES (?,?,?,?,?,?,?,?,?,?)
@@ -247,15 +264,21 @@ func (m *MemoStore) open(row memoRow) (MemoRecord, error) {
 	return r, nil
 }
 
-// query reads the live rows of one (tenant, kind, dialect, model) among prefixes.
-func (m *MemoStore) query(ctx context.Context, tenant, kind, dialect, model string, prefixes []string, now int64) ([]memoRow, error) {
+// candidate32 is one prefix a query asks for, under its stored column value.
+type candidate32 struct {
+	prefix [32]byte
+	index  int
+}
+
+// query reads the live rows of one (tenant, kind, dialect, model) among cands (keyed by col).
+func (m *MemoStore) query(ctx context.Context, tenant, kind, dialect, model string, cands map[string]candidate32, now int64) ([]memoRow, error) {
 	args := []any{tenant, kind, dialect, model, now}
-	for _, p := range prefixes {
-		args = append(args, p)
+	for c := range cands {
+		args = append(args, c)
 	}
 	rows, err := m.s.db.QueryContext(ctx, m.s.q(`SELECT prefix, items, created_at, expires_at, sealed
 		FROM memo_records WHERE tenant = ? AND kind = ? AND dialect = ? AND model = ? AND expires_at > ?
-		AND prefix IN (`+strings.TrimSuffix(strings.Repeat("?,", len(prefixes)), ",")+`)`), args...)
+		AND prefix IN (`+strings.TrimSuffix(strings.Repeat("?,", len(cands)), ",")+`)`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("archive: memo lookup: %w", err)
 	}
@@ -264,17 +287,17 @@ func (m *MemoStore) query(ctx context.Context, tenant, kind, dialect, model stri
 	for rows.Next() {
 		var (
 			row              = memoRow{r: MemoRecord{Tenant: tenant, Kind: kind, Dialect: dialect, Model: model}}
-			prefix           string
+			col              string
 			created, expires int64
 		)
-		if err := rows.Scan(&prefix, &row.r.Items, &created, &expires, &row.sealed); err != nil {
+		if err := rows.Scan(&col, &row.r.Items, &created, &expires, &row.sealed); err != nil {
 			return nil, fmt.Errorf("archive: memo lookup: %w", err)
 		}
-		if b, err := hex.DecodeString(prefix); err != nil || len(b) != 32 {
-			continue // not a row this code wrote; it cannot match a candidate anyway
-		} else {
-			copy(row.r.Prefix[:], b)
+		c, ok := cands[col]
+		if !ok {
+			continue // cannot happen: the IN list holds exactly the keys of cands
 		}
+		row.r.Prefix, row.index = c.prefix, c.index
 		row.r.CreatedAt, row.r.ExpiresAt = time.UnixMicro(created).UTC(), time.UnixMicro(expires).UTC()
 		out = append(out, row)
 	}
@@ -295,20 +318,16 @@ func (m *MemoStore) LookupLongest(ctx context.Context, tenant, dialect string, c
 	var firstErr error
 	for start := 0; start < len(candidates); start += memoLookupBatch {
 		batch := candidates[start:min(len(candidates), start+memoLookupBatch)]
-		hexes := make([]string, len(batch))
-		index := make(map[string]int, len(batch))
+		cands := make(map[string]candidate32, len(batch))
 		for i, c := range batch {
-			hexes[i] = hex.EncodeToString(c[:])
-			if _, dup := index[hexes[i]]; !dup {
-				index[hexes[i]] = start + i
+			k := m.col(tenant, c)
+			if _, dup := cands[k]; !dup {
+				cands[k] = candidate32{prefix: c, index: start + i}
 			}
 		}
-		rows, err := m.query(ctx, tenant, MemoCompaction, dialect, "", hexes, now.UnixMicro())
+		rows, err := m.query(ctx, tenant, MemoCompaction, dialect, "", cands, now.UnixMicro())
 		if err != nil {
 			return MemoRecord{}, false, err
-		}
-		for i := range rows {
-			rows[i].index = index[hex.EncodeToString(rows[i].r.Prefix[:])]
 		}
 		// Best first: the candidate the caller listed first, i.e. the longest prefix.
 		for len(rows) > 0 {
@@ -341,14 +360,15 @@ func (m *MemoStore) touch(ctx context.Context, r MemoRecord, now time.Time) {
 	}
 	m.s.db.ExecContext(ctx, m.s.q(`UPDATE memo_records SET expires_at = ?
 		WHERE tenant = ? AND kind = ? AND dialect = ? AND model = ? AND prefix = ?`),
-		now.Add(ttl).UnixMicro(), r.Tenant, r.Kind, r.Dialect, r.Model, hex.EncodeToString(r.Prefix[:]))
+		now.Add(ttl).UnixMicro(), r.Tenant, r.Kind, r.Dialect, r.Model, m.col(r.Tenant, r.Prefix))
 }
 
 // GetSpeculative returns the speculative summary for exactly (tenant, dialect, model, prefix).
 // A miss is (zero, false, nil); a row that fails to open is (zero, false, ErrIntegrity…).
 func (m *MemoStore) GetSpeculative(ctx context.Context, tenant, dialect, model string, prefix [32]byte) (MemoRecord, bool, error) {
 	tenant = tenantOr(tenant)
-	rows, err := m.query(ctx, tenant, MemoSpeculative, dialect, model, []string{hex.EncodeToString(prefix[:])}, m.o.Now().UnixMicro())
+	cands := map[string]candidate32{m.col(tenant, prefix): {prefix: prefix}}
+	rows, err := m.query(ctx, tenant, MemoSpeculative, dialect, model, cands, m.o.Now().UnixMicro())
 	if err != nil || len(rows) == 0 {
 		return MemoRecord{}, false, err
 	}
@@ -407,7 +427,7 @@ var (
 			kind       TEXT    NOT NULL,
 			dialect    TEXT    NOT NULL,
 			model      TEXT    NOT NULL DEFAULT '',
-			prefix     TEXT    NOT NULL, -- hex prefix hash of the first items items
+			prefix     TEXT    NOT NULL, -- hex HMAC of (tenant, prefix hash of the first items items)
 			items      INTEGER NOT NULL,
 			created_at INTEGER NOT NULL, -- unix microseconds
 			expires_at INTEGER NOT NULL, -- unix microseconds
@@ -425,7 +445,7 @@ var (
 			kind       TEXT   NOT NULL,
 			dialect    TEXT   NOT NULL,
 			model      TEXT   NOT NULL DEFAULT '',
-			prefix     TEXT   NOT NULL, -- hex prefix hash of the first items items
+			prefix     TEXT   NOT NULL, -- hex HMAC of (tenant, prefix hash of the first items items)
 			items      BIGINT NOT NULL,
 			created_at BIGINT NOT NULL, -- unix microseconds
 			expires_at BIGINT NOT NULL, -- unix microseconds

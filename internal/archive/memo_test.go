@@ -139,18 +139,57 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 				t.Errorf("tenant %q: GetSpeculative ok=%v err=%v %+v", tenant, ok, err, r)
 			}
 		}
-		// A row moved to another tenant in the database does not open there: the blob is
-		// sealed to its tenant. The lookup reports the integrity failure but not as a hit.
+		// A row moved to another tenant in the database is not found there: its prefix column
+		// is keyed per tenant. Moved with the column recomputed (by someone holding the index
+		// key), it still does not open: the blob is sealed to its tenant. Either way no hit.
 		db := st.(*sqlStore)
 		if _, err := db.db.Exec(db.q(`UPDATE memo_records SET tenant = ? WHERE tenant = ?`), "globex", "acme"); err != nil {
 			t.Fatal(err)
 		}
+		if r, ok, err := m.LookupLongest(ctx, "globex", "messages", newestFirst(c)); ok || err != nil {
+			t.Errorf("moved row: ok=%v err=%v %+v", ok, err, r)
+		}
+		if _, err := db.db.Exec(db.q(`UPDATE memo_records SET prefix = ? WHERE tenant = ?`), m.col("globex", c[3]), "globex"); err != nil {
+			t.Fatal(err)
+		}
 		r, ok, err := m.LookupLongest(ctx, "globex", "messages", newestFirst(c))
 		if ok || !errors.Is(err, ErrIntegrity) {
-			t.Errorf("moved row: ok=%v err=%v %+v", ok, err, r)
+			t.Errorf("moved row with its column recomputed: ok=%v err=%v %+v", ok, err, r)
 		}
 		if _, ok, err := m.GetSpeculative(ctx, "globex", "messages", "m", c[3]); ok || !errors.Is(err, ErrIntegrity) {
 			t.Errorf("moved speculative row: ok=%v err=%v", ok, err)
+		}
+	})
+
+	t.Run("SwappedBlobs", func(t *testing.T) {
+		// Each blob is sealed to its row: exchanging two rows' blobs makes both fail to open.
+		st := open(t)
+		m := memoT(t, st, MemoOptions{})
+		c := chain("swap", 6)
+		for _, n := range []int{3, 6} {
+			if err := m.PutCompaction(ctx, MemoRecord{Dialect: "messages", Prefix: c[n-1], Items: n, Blob: blob(fmt.Sprint(n))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db := st.(*sqlStore)
+		var a, b string
+		if err := db.db.QueryRow(`SELECT sealed FROM memo_records WHERE items = 3`).Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.db.QueryRow(`SELECT sealed FROM memo_records WHERE items = 6`).Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range []struct {
+			sealed string
+			items  int
+		}{{b, 3}, {a, 6}} {
+			if _, err := db.db.Exec(db.q(`UPDATE memo_records SET sealed = ? WHERE items = ?`), u.sealed, u.items); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, ok, err := m.LookupLongest(ctx, "", "messages", newestFirst(c))
+		if ok || !errors.Is(err, ErrIntegrity) {
+			t.Errorf("swapped blobs: ok=%v err=%v %+v", ok, err, r)
 		}
 	})
 
@@ -201,6 +240,10 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 				if strings.Contains(c, "SUMMARY-PLAINTEXT") || strings.Contains(c, "secret plan") {
 					t.Errorf("plaintext in a memo column: %.80s", c)
 				}
+			}
+			// The prefix hash is stored keyed, not as the guessable hash of the conversation.
+			if p := chain("s", 1)[0]; strings.Contains(cols[4], fmt.Sprintf("%x", p[:])) {
+				t.Error("the prefix hash is stored as is")
 			}
 		}
 		if n != 2 {

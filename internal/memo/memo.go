@@ -51,7 +51,9 @@
 // Records live in the archive database (archive.MemoStore: SQLite embedded, PostgreSQL
 // shared), so every replica applies what any replica compacted, and speculative summaries are
 // shared the same way, keyed by tenant, dialect, summariser model and prefix hash. Rows are
-// sealed at rest with the archive's Sealer, bound to their identity and tenant; bounded per
+// sealed at rest with the archive's Sealer, bound to their identity and tenant, and the prefix
+// hash is stored only keyed per tenant (an unkeyed hash of a conversation would let the
+// database confirm a guessed conversation); bounded per
 // tenant (the least recently used go first); expiring (a use extends the expiry; the retention
 // loop deletes expired rows). A miss is never an error.
 //
