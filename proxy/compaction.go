@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -89,18 +90,25 @@ func (s *Server) openItem(ctx context.Context, items []api.Item, k int) (*engine
 // kept), everything else before it is superseded and dropped, and the item itself becomes the
 // handoff message. Items after it are untouched. The result is what the upstream sees.
 func (s *Server) expand(items []api.Item, k int, o *engine.Opened) []api.Item {
+	return s.handoffAt(items[:k], items[k+1:], o)
+}
+
+// handoffAt is the Responses context after the compaction o of the items before: the window
+// compaction kept of them, the handoff message, the verbatim tail a speculative compaction kept
+// (the last Payload.Tail of before), then after. A compaction item in the input (expand) and a
+// compaction the memo remembers for a prefix (the transparent policy) render the same bytes.
+func (s *Server) handoffAt(before, after []api.Item, o *engine.Opened) []api.Item {
 	s.metrics.handoffApplied(dialectOpenAI.String())
-	// A speculative compaction kept the last Tail items before the item verbatim after the summary.
-	tail := min(o.Payload.Tail, k)
-	before := items[:k-tail]
-	w := s.engine.Partition(before, s.cfg.RetainTokens)
-	out := make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1+tail+len(items)-k-1)
-	out = s.engine.KeepWindow(out, before, w, s.cfg.RetainTokens)
+	tail := min(o.Payload.Tail, len(before))
+	head := before[:len(before)-tail]
+	w := s.engine.Partition(head, s.cfg.RetainTokens)
+	out := make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1+tail+len(after))
+	out = s.engine.KeepWindow(out, head, w, s.cfg.RetainTokens)
 	if o.Payload.Summary != "" || o.Payload.Ledger != "" {
 		out = append(out, handoffItem(handoff.Text(o.Payload.Summary, o.Payload.Ledger)))
 	}
-	out = append(out, items[k-tail:k]...)
-	return append(out, items[k+1:]...)
+	out = append(out, before[len(before)-tail:]...)
+	return append(out, after...)
 }
 
 // handoffItem is the Responses handoff: a user message holding the handoff text.
@@ -149,7 +157,9 @@ func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, er
 
 // compactRequest is a Responses compaction: what to compact and how.
 type compactRequest struct {
-	id           string // the new item's id; generated when ""
+	memory       *engine.Memory // the turn's memo lookup; the compaction is recorded against it
+	covers       int            // client items the compaction covers (the memo record)
+	id           string         // the new item's id; generated when ""
 	model        string
 	items        []api.Item // the context after any earlier handoff
 	tokensBefore int
@@ -175,6 +185,7 @@ func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactI
 			Conversation: cr.conversation, Auth: s.summariserAuth(r), Items: cr.items,
 			TokensBefore: cr.tokensBefore, Prev: cr.prev, Retain: s.cfg.RetainTokens,
 			Speculate: cr.speculate, AllowEmpty: cr.allowEmpty,
+			Memory: cr.memory, Covers: cr.covers,
 		},
 		finish: func(c *compaction) (int, int) {
 			c.items = append(make([]api.Item, 0, len(c.Kept)+1+c.Tail), c.Kept...)
@@ -295,4 +306,34 @@ func compactionBusy() *routeError {
 	return &routeError{Status: http.StatusTooManyRequests, Type: "requests", AnthropicType: "rate_limit_error",
 		Code: "rate_limit_exceeded", AnthropicCode: "-", RetryAfter: 2 * time.Second,
 		Message: "compactd is running as many compactions as it allows and its queue is full; retry shortly."}
+}
+
+// The transparent policy. A client that speaks no compaction protocol (no context_management,
+// no compaction item or block of compactd's, no compaction request) and a route with a
+// --compact-threshold policy: compactd compacts what the upstream sees and leaves the client's
+// response as the upstream wrote it (the usage in it is what the upstream processed). Such a
+// client resends its whole history every turn, so the memo remembers each compaction against
+// the prefix it covered and the next turns get the same handoff back, without a summary. What
+// happened is said in the X-Compactd-Compaction response header.
+
+// compactionHeader says what compactd did to a transparent turn's context: "compacted" (this
+// turn was summarised; tokens before and after) or "applied" (an earlier compaction the memo
+// remembered was applied; how many of the client's items it covers).
+const compactionHeader = "X-Compactd-Compaction"
+
+func markCompacted(w http.ResponseWriter, c *compaction) {
+	w.Header().Set(compactionHeader, fmt.Sprintf("compacted; id=%s; tokens_before=%d; tokens_after=%d", c.ID, c.Payload.TokensBefore, c.Payload.TokensAfter))
+}
+
+func markApplied(w http.ResponseWriter, m *engine.Memory) {
+	w.Header().Set(compactionHeader, fmt.Sprintf("applied; id=%s; items=%d", m.Opened.ID, m.Items))
+}
+
+// rawOf is the raw JSON of items, for the memo's hashes.
+func rawOf(items []api.Item) []json.RawMessage {
+	out := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		out[i] = it.Raw
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/handoff"
+	"github.com/compactd/compactd/internal/memo"
 )
 
 // The dialect seam. The compaction engine (internal/engine) is the same for every API; what
@@ -62,7 +63,7 @@ func (responsesDialect) String() string      { return "openai" }
 func (responsesDialect) policyRoute() string { return compact.RouteResponses }
 func (responsesDialect) noun() string        { return "item" }
 func (responsesDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: responsesDialect{}.String(), SealKind: sealKind, Handoff: handoff.Text}
+	return engine.Dialect{Name: responsesDialect{}.String(), SealKind: sealKind, Handoff: handoff.Text, Memo: memo.Responses}
 }
 func (responsesDialect) compactionItem(c *engine.Compaction) []byte {
 	return api.CompactionItem(c.ID, c.EncryptedContent)
@@ -88,7 +89,7 @@ func (messagesDialect) String() string      { return "anthropic" }
 func (messagesDialect) policyRoute() string { return compact.RouteMessages }
 func (messagesDialect) noun() string        { return "block" }
 func (messagesDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: messagesDialect{}.String(), SealKind: anthropicSealKind, Handoff: handoff.MessagesText}
+	return engine.Dialect{Name: messagesDialect{}.String(), SealKind: anthropicSealKind, Handoff: handoff.MessagesText, Memo: memo.Messages}
 }
 func (messagesDialect) compactionItem(c *engine.Compaction) []byte {
 	return api.CompactionBlock(c.Summary, c.EncryptedContent, c.Signature)

@@ -123,19 +123,32 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		th = compact.Threshold{Set: true, Tokens: cm.Compact.Trigger}
 		instructions, pause = cm.Compact.Instructions, cm.Compact.Pause
 	}
-	compacted := false
+	compacted, applied := false, false
 	if limit, trigger := policy.Effective(th); limit > 0 {
+		// transparent: the operator's policy for a client that asked for nothing (Claude Code;
+		// see compaction.go): no compaction block goes back, the memo remembers instead.
+		transparent := trigger == "policy" && (cm == nil || cm.Compact == nil) && len(req.Blocks) == 0
+		var mem *engine.Memory
+		if transparent {
+			if mem = s.engine.Remembered(r.Context(), dialectAnthropic.engine(), s.tenantOf(r.Context()), rawOf(api.CountItems(msgs))); mem != nil && mem.Opened != nil {
+				view.prev, applied, changed = mem.Opened, true, true
+				msgs = memoHandoffMessages(msgs, mem.Items, mem.Opened)
+				markApplied(w, mem)
+			}
+		}
+		covers := len(req.Messages)
 		total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, limit)
 		if total < limit && s.engine.Speculating(total, limit) {
 			// The background job outlives the turn: it gets its own copy of the message list.
 			kept := slices.Clone(msgs)
-			s.engine.Speculate(engine.SpecRequest{Dialect: dialectAnthropic.String(), Model: req.Model, Auth: s.summariserAuth(r),
-				Units: api.CountItems(kept), Prefix: func(n int) []api.Item { return api.MessageItems(kept[:n]) },
+			s.engine.Speculate(engine.SpecRequest{Dialect: dialectAnthropic.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
+				Auth: s.summariserAuth(r), Units: api.CountItems(kept), Prefix: func(n int) []api.Item { return api.MessageItems(kept[:n]) },
 				Total: total, Limit: limit})
 		}
 		if total >= limit {
 			in := s.messagesCompactIn(r, req, msgs, view.prev)
 			in.Instructions, in.TokensBefore, in.Speculate = instructions, total, true
+			in.Memory, in.Covers = mem, covers
 			c, answered := s.thresholdCompaction(w, r, mt.t, trigger, in)
 			if answered {
 				return
@@ -146,12 +159,16 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 				msgs, changed, compacted = c.msgs, true, true
-				mt.block, mt.summary, mt.ecStr, mt.compUsage = c.item, c.Summary, c.EncryptedContent, c.Usage
+				if transparent {
+					markCompacted(w, c)
+				} else {
+					mt.block, mt.summary, mt.ecStr, mt.compUsage = c.item, c.Summary, c.EncryptedContent, c.Usage
+				}
 			}
 		}
 	}
 	needed := s.messagesNeedCompactd(req)
-	if !compacted && !needed {
+	if !compacted && !applied && !needed {
 		// Read only to be counted against the policy, and under it: forwarded as it came.
 		s.forwardMessages(w, r, nil, req.Body)
 		return

@@ -137,6 +137,17 @@ func handoffMessages(msgs []api.Message, ref api.BlockRef, o *engine.Opened) []a
 	return append(out, stripCompaction(msgs, ref.Message+1)...)
 }
 
+// memoHandoffMessages is the conversation after the compaction o of msgs[:n], as the memo
+// remembers it for a client that carries no compaction block (the transparent policy): the
+// handoff message, the messages a speculative compaction kept verbatim behind the summary, then
+// msgs[n:] — what the compacting turn sent upstream followed by what came after, byte for byte.
+func memoHandoffMessages(msgs []api.Message, n int, o *engine.Opened) []api.Message {
+	tail := min(o.Payload.Tail, n)
+	hm := api.NewMessage("user", []api.Block{{Raw: api.TextBlock(handoff.MessagesText(o.Summary, o.Payload.Ledger)), Type: api.BlockText}})
+	hm.Handoff = true
+	return append([]api.Message{hm}, msgs[n-tail:]...)
+}
+
 func withoutCompaction(blocks []api.Block) []api.Block {
 	out := make([]api.Block, 0, len(blocks))
 	for _, b := range blocks {

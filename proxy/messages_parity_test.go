@@ -3,12 +3,14 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	antoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
@@ -150,30 +152,77 @@ func TestMessagesHandoffIsByteStable(t *testing.T) {
 	}
 }
 
-// The operator's --compact-threshold applies to Messages requests without context_management:
-// the response carries the compaction block and the next turn's upstream sees the handoff. A
-// threshold for one route leaves the other alone.
-func TestMessagesPolicyCompaction(t *testing.T) {
+// The operator's --compact-threshold applies to Messages requests without context_management,
+// transparently: the client (which asked for nothing) gets the upstream's answer unchanged, no
+// compaction block, and an X-Compactd-Compaction header; the memo remembers the compaction, so
+// the turns after it get the same handoff back without a new summary — one summariser call per
+// compaction over a 20-turn conversation, and every upstream request between two compactions
+// extends the one before it, byte for byte. A threshold for one route leaves the other alone.
+func TestMessagesTransparentPolicy(t *testing.T) {
 	h := newMsgHarness(t, func(c *proxy.Config) {
-		c.Policy = compact.Policy{Threshold: 0, Routes: map[string]int{compact.RouteMessages: 50_000}}
+		c.Policy = compact.Policy{Threshold: 0, Routes: map[string]int{compact.RouteMessages: 30_000}}
+		c.Speculative.Fraction = -1 // one summary per compaction, counted exactly
 	})
-	hist := append(longHistory(16), userText("go on"))
-	r1 := h.send(t, hist, noEdits)
-	cb := checkCompaction(t, r1, 2)
-	hist = append(append(hist, r1.ToParam()), userText("and then?"))
-	h.send(t, hist, noEdits)
-	checkUpstreamHandoff(t, h, cb.Content, 3)
-	if n := len(h.upstream(fakeupstream.KindSummary)); n != 1 {
-		t.Fatalf("%d summariser calls, want 1", n)
+	hist := longHistory(8)
+	var prev []gjson.Result
+	summaries, compactions, lastState := 0, 0, ""
+	for turn := 0; turn < 20; turn++ {
+		hist = append(hist, userText(fmt.Sprintf("turn %d: %s", turn, strings.Repeat("go on with the parser ", 400))))
+		var hr *http.Response
+		msg, err := h.ant.Beta.Messages.New(context.Background(), params(hist, noEdits), antoption.WithResponseInto(&hr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr := hr.Header
+		for _, b := range msg.Content {
+			if b.Type == "compaction" {
+				t.Fatalf("turn %d: a compaction block reached a client that asked for none", turn)
+			}
+		}
+		up := h.lastMessages(t).Get("messages").Array()
+		state := hdr.Get("X-Compactd-Compaction")
+		n := len(h.upstream(fakeupstream.KindSummary))
+		switch {
+		case strings.HasPrefix(state, "compacted;"):
+			compactions++
+			if strings.HasPrefix(lastState, "compacted;") {
+				t.Fatalf("turn %d compacted again right after a compaction: the compacted context was not remembered", turn)
+			}
+			if n != summaries+1 {
+				t.Fatalf("turn %d compacted with %d summariser calls, want 1", turn, n-summaries)
+			}
+			if !strings.HasPrefix(up[0].Get("content.0.text").Str, handoff.MessagesPrefix) {
+				t.Fatalf("turn %d: upstream messages[0] is not the handoff: %.200s", turn, up[0].Raw)
+			}
+		case strings.HasPrefix(state, "applied;"):
+			if n != summaries {
+				t.Fatalf("turn %d re-summarised (%d calls) instead of applying the remembered compaction", turn, n-summaries)
+			}
+			if prev != nil {
+				samePrefix(t, fmt.Sprintf("turn %d", turn), prev, up)
+			}
+		default:
+			if compactions > 0 {
+				t.Fatalf("turn %d after a compaction carries no X-Compactd-Compaction header", turn)
+			}
+		}
+		summaries, prev, lastState = n, up, state
+		hist = append(hist, msg.ToParam())
+	}
+	if compactions < 2 {
+		t.Fatalf("%d compactions in 20 turns, want at least 2 (chained)", compactions)
+	}
+	if summaries != compactions {
+		t.Fatalf("%d summariser calls for %d compactions", summaries, compactions)
 	}
 
 	// The Responses route has no policy here: a long input goes through uncompacted.
-	resp, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
+	r, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
 		option.WithJSONSet("input", toAny(history(30, 400))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Output[0].Type == "compaction" {
+	if r.Output[0].Type == "compaction" {
 		t.Fatal("the Messages policy compacted a Responses turn")
 	}
 }

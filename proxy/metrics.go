@@ -74,6 +74,7 @@ type metrics struct {
 	recallHits     prometheus.Counter
 
 	speculativeOutcomes *prometheus.CounterVec // outcome (started, hit, miss, failed)
+	memoOutcomes        *prometheus.CounterVec // outcome (hit, miss, stale, error, recorded, record_error, spec_shared, spec_hit)
 	authFailures        prometheus.Counter
 	fallbacks           *prometheus.CounterVec // api, policy (passthrough, extractive)
 	clientCompactions   *prometheus.CounterVec // api, phase, reason (from the client's own headers)
@@ -127,6 +128,7 @@ func newMetrics(cfg Config) *metrics {
 		recallHits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_recall_hits_total", Help: "Archive entries returned by recall searches."}),
 
 		speculativeOutcomes: counter("compactd_speculative_compactions_total", "Speculative compaction: background summaries started, and crossing turns that found one ready (hit), found none (miss), or found a failed one (failed).", "outcome"),
+		memoOutcomes:        counter("compactd_memo_total", "Conversation memo: turns whose prefix had a recorded compaction (hit), had none (miss), had one that no longer opens (stale), or could not be looked up (error); compactions recorded (recorded, record_error); speculative summaries shared between replicas (spec_shared) and used from another replica (spec_hit).", "outcome"),
 		authFailures:        prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_auth_failures_total", Help: "Requests refused for a missing or unknown compactd client key (tenants configured)."}),
 		fallbacks:           counter("compactd_summariser_fallbacks_total", "Summariser failures handled by a failure policy instead of failing the turn, by API and policy (passthrough, extractive).", "api", "policy"),
 		clientCompactions:   counter("compactd_client_compactions_total", "Compactions whose client said why (Codex x-codex-turn-metadata), by API, the client's phase (pre_turn, post_turn, …) and reason (context_limit, …).", "api", "phase", "reason"),
@@ -136,6 +138,9 @@ func newMetrics(cfg Config) *metrics {
 	f(m.authFailures)
 	for _, o := range []string{"started", "hit", "miss", "failed"} {
 		m.speculativeOutcomes.WithLabelValues(o)
+	}
+	for _, o := range []string{"hit", "miss", "stale", "error", "recorded", "record_error", "spec_shared", "spec_hit"} {
+		m.memoOutcomes.WithLabelValues(o)
 	}
 	for _, api := range metricAPIs {
 		m.fallbacks.WithLabelValues(api, "passthrough")
@@ -411,6 +416,14 @@ func (m *metrics) authFailure() {
 		return
 	}
 	m.authFailures.Inc()
+}
+
+// memo counts conversation-memo outcomes (engine.Observer.Memo).
+func (m *metrics) memo(outcome string) {
+	if m == nil {
+		return
+	}
+	m.memoOutcomes.WithLabelValues(label(outcome)).Inc()
 }
 
 // speculative counts speculative-compaction outcomes: started, hit, miss, failed.

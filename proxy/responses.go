@@ -100,20 +100,38 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	changed := prev != nil
 	var c *compaction
 	if limit, trigger := s.cfg.Policy.ForRoute(dialectOpenAI.policyRoute()).Effective(th); limit > 0 && req.PreviousResponseID == "" {
+		// transparent: the operator's policy for a client that asked for nothing (see
+		// compaction.go); its compactions go to the memo, and come back from it.
+		transparent := trigger == "policy" && req.ContextManagement == nil && req.Compaction < 0
+		var mem *engine.Memory
+		if transparent {
+			if mem = s.engine.Remembered(r.Context(), dialectOpenAI.engine(), s.tenantOf(r.Context()), rawOf(items)); mem != nil && mem.Opened != nil {
+				prev, changed = mem.Opened, true
+				items = s.handoffAt(items[:mem.Items], items[mem.Items:], prev)
+				markApplied(w, mem)
+			}
+		}
+		covers := len(req.Items)
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
 		if total <= limit {
-			s.engine.Speculate(engine.SpecRequest{Dialect: dialectOpenAI.String(), Model: req.Model, Auth: s.summariserAuth(r),
-				Units: items, Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
+			s.engine.Speculate(engine.SpecRequest{Dialect: dialectOpenAI.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
+				Auth: s.summariserAuth(r), Units: items, Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		}
 		if total > limit {
 			var answered bool
 			c, answered = s.thresholdCompaction(w, r, t, trigger,
-				s.responsesCompactIn(r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), speculate: true}))
+				s.responsesCompactIn(r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev,
+					conversation: conversationID(r, req.PromptCacheKey, prev), speculate: true, memory: mem, covers: covers}))
 			if answered {
 				return
 			}
 			if c != nil {
-				items, t.item, t.itemID, changed = c.items, c.item, c.ID, true
+				items, changed = c.items, true
+				if transparent {
+					markCompacted(w, c)
+				} else {
+					t.item, t.itemID = c.item, c.ID
+				}
 			}
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/memo"
 )
 
 // Config is what a Server needs. Zero values take the documented defaults.
@@ -66,6 +67,14 @@ type Config struct {
 	// whose originals cannot be archived fails rather than lose them. The Server takes it over:
 	// Close closes it (see Server.Close).
 	Archive archive.Store
+	// Memo remembers, per tenant, which compaction replaced which prefix of a conversation, so a
+	// client that never carries compaction items back (the transparent policy) gets the same
+	// compaction applied on its next turn instead of a new summary, and shares speculative
+	// summaries between replicas. nil: kept in Archive's database when Archive is a SQL store
+	// (every replica sharing it applies what any compacted), else in this process's memory
+	// (memo.NewLocal). NoMemo turns it off.
+	Memo   memo.Memo
+	NoMemo bool
 	// ArchiveRetention, when either limit is set, prunes Archive at start and then every
 	// ArchiveRetentionInterval (default archive.DefaultRetentionInterval) until Close. It needs
 	// an Archive.
@@ -173,6 +182,7 @@ type engineObserver struct{ m *metrics }
 
 func (o engineObserver) Speculative(outcome string)      { o.m.speculative(outcome) }
 func (o engineObserver) Fallback(dialect, policy string) { o.m.fallback(dialect, policy) }
+func (o engineObserver) Memo(outcome string)             { o.m.memo(outcome) }
 
 // Server is the compactd HTTP handler.
 type Server struct {
@@ -239,6 +249,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Counter == nil {
 		cfg.Counter = compact.NewCounter(compact.CounterOptions{})
 	}
+	switch {
+	case cfg.NoMemo:
+		cfg.Memo = nil
+	case cfg.Memo == nil && cfg.Archive != nil:
+		if m, err := memo.NewStore(cfg.Archive, archive.MemoOptions{}); err == nil {
+			cfg.Memo = m
+			break
+		}
+		cfg.Memo = memo.NewLocal(0, 0) // an archive without a SQL database (tests' in-memory stores)
+	case cfg.Memo == nil:
+		cfg.Memo = memo.NewLocal(0, 0)
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own}
 	s.setupObservability()
 	// After setupObservability, which wraps the summariser in its metrics.
@@ -250,7 +272,7 @@ func New(cfg Config) (*Server, error) {
 		Sealer: s.cfg.Sealer, Summarizer: s.cfg.Summarizer, Counter: s.cfg.Counter, Archive: s.cfg.Archive,
 		LedgerBytes: ledger, GapCheck: s.cfg.GapCheck, CompactionTimeout: s.cfg.CompactionTimeout,
 		ItemMaxAge: s.cfg.ItemMaxAge, FailurePolicy: s.cfg.FailurePolicies.For, Speculative: s.cfg.Speculative,
-		Observer: engineObserver{s.metrics}, Logger: s.log,
+		Memo: s.cfg.Memo, Observer: engineObserver{s.metrics}, Logger: s.log,
 	})
 	s.startRetention()
 	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)

@@ -24,6 +24,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/memo"
 )
 
 // Signer is what signed compactions (Messages on-demand blocks) need beyond sealing:
@@ -40,6 +41,9 @@ type Observer interface {
 	Speculative(outcome string)
 	// Fallback counts a summariser failure covered by a failure policy (extractive, passthrough).
 	Fallback(dialect, policy string)
+	// Memo counts a conversation-memo outcome: hit, miss, stale, error, recorded, record_error,
+	// and for speculative summaries shared through it spec_shared, spec_hit.
+	Memo(outcome string)
 }
 
 // Config is what the engine works with. Sealer, Summarizer and Counter are required.
@@ -61,8 +65,11 @@ type Config struct {
 	FailurePolicy func(dialect string) FailurePolicy
 	// Speculative configures speculative compaction (Fraction < 0: off).
 	Speculative SpeculativeConfig
-	Observer    Observer
-	Logger      *slog.Logger
+	// Memo remembers compactions for clients that do not carry compaction items back, and shares
+	// speculative summaries between replicas (nil: no memo).
+	Memo     memo.Memo
+	Observer Observer
+	Logger   *slog.Logger
 }
 
 // Engine compacts conversations. It is safe for concurrent use; Close stops its background work.
@@ -77,6 +84,7 @@ type nopObserver struct{}
 
 func (nopObserver) Speculative(string)      {}
 func (nopObserver) Fallback(string, string) {}
+func (nopObserver) Memo(string)             {}
 
 // New returns an engine for cfg.
 func New(cfg Config) *Engine {
@@ -112,6 +120,8 @@ type Dialect struct {
 	// Handoff renders the dialect's handoff text: true to what the dialect keeps verbatim, and a
 	// pure function of summary and ledger, so it is byte-stable turn after turn.
 	Handoff func(summary, ledger string) string
+	// Memo is the dialect's canonicalisation in the conversation memo ("": no memo).
+	Memo memo.Dialect
 }
 
 // Request is one compaction, dialect-neutral.
@@ -144,6 +154,10 @@ type Request struct {
 	// Finish renders the dialect's compacted context from c (before sealing) and returns its
 	// size in tokens and how many units it replaced, which the payload records.
 	Finish func(c *Compaction) (tokensAfter, replaced int)
+	// Memory is the turn's memo lookup (Remembered); with Covers > 0 the compaction is recorded
+	// in the memo as covering the first Covers of the client's items.
+	Memory *Memory
+	Covers int
 }
 
 // Compaction is the outcome of one compaction.
@@ -200,7 +214,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 	if in.Speculate {
 		// A ready summary (and ledger) of a prefix: summarise nothing now, keep what followed it
 		// verbatim.
-		if n, spec := e.useSpeculation(sctx, specKey(in.Dialect.Name, in.Model), units); n > 0 {
+		if n, spec := e.useSpeculation(sctx, in, units); n > 0 {
 			items, tail, res, ledger, hit = prefix(n), len(units)-n, spec.res, spec.ledger, true
 		}
 	}
@@ -265,6 +279,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 	if sg != nil {
 		c.Signature = sg.Sign([]byte(c.EncryptedContent), b)
 	}
+	e.remember(ctx, in.Memory, in.Covers, c)
 	return c, nil
 }
 

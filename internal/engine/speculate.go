@@ -264,7 +264,8 @@ func specKey(dialect, model string) string { return dialect + "\x00" + model }
 
 // SpecRequest is a below-threshold turn that may start a background summary.
 type SpecRequest struct {
-	Dialect string
+	Dialect Dialect
+	Tenant  string
 	Model   string
 	Auth    summarizer.Auth
 	// Units and Prefix are as in Request (nil Prefix: units are the neutral items themselves).
@@ -283,7 +284,7 @@ func (e *Engine) Speculate(r SpecRequest) {
 	if !e.Speculating(r.Total, r.Limit) {
 		return
 	}
-	started := e.spec.start(specKey(r.Dialect, r.Model), r.Units, func(ctx context.Context, p []api.Item) (specResult, error) {
+	started := e.spec.start(specKey(r.Dialect.Name, r.Model), r.Units, func(ctx context.Context, p []api.Item) (specResult, error) {
 		items := p
 		if r.Prefix != nil {
 			items = r.Prefix(len(p))
@@ -296,21 +297,28 @@ func (e *Engine) Speculate(r SpecRequest) {
 		if err != nil {
 			return specResult{}, err
 		}
-		return specResult{res: res, ledger: e.ledger(ctx, r.Auth, r.Model, items, w, res, &res.Usage)}, nil
+		out := specResult{res: res, ledger: e.ledger(ctx, r.Auth, r.Model, items, w, res, &res.Usage)}
+		e.shareSpeculation(ctx, r.Dialect, r.Tenant, r.Model, p, out)
+		return out, nil
 	})
 	if started {
 		e.obs.Speculative("started")
 	}
 }
 
-// useSpeculation returns a ready (or running, then awaited) summary of a prefix of items, with
-// the prefix length; n == 0 means the turn must compact the normal way. key is specKey's.
-func (e *Engine) useSpeculation(ctx context.Context, key string, items []api.Item) (int, specResult) {
+// useSpeculation returns a ready (or running, then awaited) summary of a prefix of the turn's
+// units, with the prefix length: this replica's own, or one another replica prepared and
+// shared through the memo. n == 0 means the turn must compact the normal way.
+func (e *Engine) useSpeculation(ctx context.Context, in Request, items []api.Item) (int, specResult) {
 	if e.spec == nil {
 		return 0, specResult{}
 	}
-	n, en := e.spec.lookup(key, items)
+	n, en := e.spec.lookup(specKey(in.Dialect.Name, in.Model), items)
 	if en == nil {
+		if n, out := e.sharedSpeculation(ctx, in.Dialect, in.Tenant, in.Model, items); n > 0 {
+			e.obs.Speculative("hit")
+			return n, out
+		}
 		e.obs.Speculative("miss")
 		return 0, specResult{}
 	}

@@ -127,10 +127,10 @@ func TestSpeculatorBoundsConcurrency(t *testing.T) {
 func TestUseSpeculationFailedJobFallsBack(t *testing.T) {
 	s := &Engine{spec: newSpeculator(SpeculativeConfig{}), obs: nopObserver{}}
 	items := specItems("u1", "a1", "u2")
-	s.spec.start("m", items, func(context.Context, []api.Item) (specResult, error) {
+	s.spec.start(specKey("", "m"), items, func(context.Context, []api.Item) (specResult, error) {
 		return specResult{}, errors.New("summariser down")
 	})
-	if n, _ := s.useSpeculation(context.Background(), "m", append(items, specItems("a2", "u3")...)); n != 0 {
+	if n, _ := s.useSpeculation(context.Background(), Request{Model: "m"}, append(items, specItems("a2", "u3")...)); n != 0 {
 		t.Error("a failed speculation was used")
 	}
 }

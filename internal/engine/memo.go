@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/compactd/compactd/internal/memo"
+)
+
+// The conversation memo (internal/memo) is how a client that never carries compactd's
+// compaction item back — Claude Code, Chat Completions agents, any client under the transparent
+// policy — still gets one summary per compaction instead of one per turn. Every compaction a
+// turn makes is recorded against the canonical prefix hash of the client's own items it covered;
+// a later turn whose items start with that prefix gets the recorded compaction back (Remembered),
+// and its dialect renders the same handoff as before, byte for byte, so the upstream's prompt
+// cache keeps hitting. The memo lives in the archive store, so every replica applies what any
+// replica compacted. A miss, and any memo error, is a normal compaction.
+
+// Memory is what the memo knows of one turn's client items.
+type Memory struct {
+	dialect  memo.Dialect
+	tenant   string
+	prefixes []memo.Hash // prefixes[i] names the client's items[0..i]
+	// Opened is the compaction recorded for the longest known prefix, opened and checked; nil
+	// on a miss. Items is how many of the client's items it covers.
+	Opened *Opened
+	Items  int
+}
+
+// Remembered hashes a turn's client items (raw, as the client sent them: the memo hashes what
+// the client sends, never the compacted view) and returns the compaction recorded for the
+// longest prefix of them, if any. It never fails: a memo that errs, a record that no longer
+// opens (a rotated key, an expired item), or no memo at all is a miss.
+func (e *Engine) Remembered(ctx context.Context, d Dialect, tenant string, items []json.RawMessage) *Memory {
+	if e.cfg.Memo == nil || d.Memo == "" {
+		return nil
+	}
+	m := &Memory{dialect: d.Memo, tenant: tenant}
+	l, err := memo.Find(ctx, e.cfg.Memo, memo.Key{Tenant: tenant, Dialect: d.Memo}, items)
+	m.prefixes = l.Prefixes
+	if err != nil {
+		e.log.Warn("memo lookup failed; compacting as usual", "api", d.Name, "err", err)
+		e.obs.Memo("error")
+	}
+	if !l.Hit {
+		e.obs.Memo("miss")
+		return m
+	}
+	o, err := e.Open(string(l.Entry.Compaction), "", d.SealKind, tenant, "")
+	if err != nil {
+		e.log.Warn("memo record does not open; compacting as usual", "api", d.Name, "reason", Reason(err))
+		e.obs.Memo("stale")
+		return m
+	}
+	m.Opened, m.Items = o, l.Entry.Items
+	e.obs.Memo("hit")
+	return m
+}
+
+// remember records c as covering the first covers client items of the turn m describes. A
+// failed record costs the turn nothing; the next turn just compacts again.
+func (e *Engine) remember(ctx context.Context, m *Memory, covers int, c *Compaction) {
+	if m == nil || covers <= 0 || covers > len(m.prefixes) {
+		return
+	}
+	err := e.cfg.Memo.Record(ctx, memo.Key{Tenant: m.tenant, Dialect: m.dialect}, m.prefixes[covers-1], covers, []byte(c.EncryptedContent))
+	if err != nil {
+		e.log.Warn("memo record failed", "err", err)
+		e.obs.Memo("record_error")
+		return
+	}
+	e.obs.Memo("recorded")
+}

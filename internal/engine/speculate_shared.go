@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/memo"
+)
+
+// Speculation across replicas. A speculative summary is prepared on whichever replica served the
+// turn that passed the speculative fraction; the crossing turn may land on another. So a finished
+// job also stores its summary and ledger in the memo, keyed by tenant, dialect, summariser model
+// and the canonical hash of the exact prefix it covers, and a crossing turn that finds nothing in
+// its own replica's speculator asks the memo for the prefixes a speculation could have covered.
+
+// sharedSpecCandidates bounds the prefixes a crossing turn asks the memo about: a speculation
+// covers everything before the newest user message of the turn that started it, so the crossing
+// turn tries the positions of its last few user messages, newest (longest prefix) first.
+const sharedSpecCandidates = 4
+
+// sharedSpec is the memo's blob of a speculative summary.
+type sharedSpec struct {
+	Summary string           `json:"summary"`
+	Model   string           `json:"model"`
+	Ledger  string           `json:"ledger,omitempty"`
+	Usage   summarizer.Usage `json:"usage"`
+}
+
+// shareSpeculation stores a finished speculative summary of prefix in the memo.
+func (e *Engine) shareSpeculation(ctx context.Context, d Dialect, tenant, model string, prefix []api.Item, out specResult) {
+	if e.cfg.Memo == nil || d.Memo == "" || out.res.Summary == "" {
+		return
+	}
+	hashes, err := memo.Prefixes(d.Memo, rawItems(prefix))
+	if err != nil || len(hashes) != len(prefix) || len(hashes) == 0 {
+		return
+	}
+	blob, _ := json.Marshal(sharedSpec{Summary: out.res.Summary, Model: out.res.Model, Ledger: out.ledger, Usage: out.res.Usage})
+	k := memo.Key{Tenant: tenant, Dialect: d.Memo}
+	if err := e.cfg.Memo.PutSpeculative(ctx, k, model, hashes[len(hashes)-1], len(prefix), blob); err != nil {
+		e.log.Warn("speculative summary not shared", "err", err)
+		return
+	}
+	e.obs.Memo("spec_shared")
+}
+
+// sharedSpeculation looks in the memo for a summary another replica prepared for a prefix of
+// units; n == 0 is a miss.
+func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, tenant, model string, units []api.Item) (int, specResult) {
+	if e.cfg.Memo == nil || d.Memo == "" {
+		return 0, specResult{}
+	}
+	var cands []int
+	for i := len(units) - 1; i > 0 && len(cands) < sharedSpecCandidates; i-- {
+		if units[i].IsUserMessage() {
+			cands = append(cands, i)
+		}
+	}
+	if len(cands) == 0 {
+		return 0, specResult{}
+	}
+	hashes, _ := memo.Prefixes(d.Memo, rawItems(units[:cands[0]]))
+	k := memo.Key{Tenant: tenant, Dialect: d.Memo}
+	for _, n := range cands {
+		if n > len(hashes) {
+			continue
+		}
+		blob, ok, err := e.cfg.Memo.Speculative(ctx, k, model, hashes[n-1])
+		if err != nil || !ok {
+			continue
+		}
+		var s sharedSpec
+		if json.Unmarshal(blob, &s) != nil || s.Summary == "" {
+			continue
+		}
+		e.obs.Memo("spec_hit")
+		return n, specResult{res: summarizer.Result{Summary: s.Summary, Model: s.Model, Usage: s.Usage}, ledger: s.Ledger}
+	}
+	return 0, specResult{}
+}
+
+func rawItems(items []api.Item) []json.RawMessage {
+	out := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		out[i] = it.Raw
+	}
+	return out
+}
