@@ -196,6 +196,9 @@ func (c *serveConfig) check() error {
 			return usageErrorf("serve", "--%s must not be negative (0 turns it off)", p.name)
 		}
 	}
+	if _, err := proxy.ParseForeignItems(c.foreignItems); err != nil {
+		return usageErrorf("serve", "--foreign-items: %v", err)
+	}
 	// Negative values were the packages' off before 0 was; they still mean off.
 	c.speculative.Fraction = offAsNegative(c.speculative.Fraction)
 	c.resilience.BreakerFailures = offAsNegative(c.resilience.BreakerFailures)
