@@ -52,7 +52,9 @@ func hostileCases() []hostileCase {
 	// A value nested just past the limit inside an otherwise ordinary body.
 	deepItem := []byte(`{"model":"m","input":[{"type":"message","role":"user","content":"hi","x":` + string(nested(1001, "[", "]")) + `}]}`)
 	deepMsg := []byte(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi","x":` + string(nested(1001, "[", "]")) + `}]}`)
-	forged := `{"type":"compaction","id":"cmp_1","encrypted_content":"` + strings.Repeat("A", 200) + `"}`
+	// Forged items claim compactd's format (cmp_…): without the prefix an item is foreign and
+	// dropped unopened under the default --foreign-items (foreign_test.go).
+	forged := `{"type":"compaction","id":"cmp_1","encrypted_content":"cmp_1.` + strings.Repeat("A", 200) + `"}`
 
 	var cs []hostileCase
 	for _, p := range []string{"/v1/responses", "/v1/responses/compact"} {
@@ -74,7 +76,7 @@ func hostileCases() []hostileCase {
 			hostileCase{name: p + " input neither string nor array", path: p, body: []byte(`{"model":"m","input":{"type":"message"}}`), status: 400, dialect: "openai"},
 		)
 	}
-	forgedBlock := `{"type":"compaction","content":"s","encrypted_content":"` + strings.Repeat("A", 200) + `","signature":"x"}`
+	forgedBlock := `{"type":"compaction","content":"s","encrypted_content":"cmp_1.` + strings.Repeat("A", 200) + `","signature":"x"}`
 	for _, p := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
 		cs = append(cs,
 			hostileCase{name: p + " 30MB nested arrays", path: p, body: deepArrays, status: 400, dialect: "anthropic"},

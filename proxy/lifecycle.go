@@ -137,6 +137,9 @@ func (c *Config) validate() error {
 	if c.ArchiveRetentionInterval != 0 && c.ArchiveRetention.MaxAge == 0 && c.ArchiveRetention.MaxBytes == 0 {
 		bad("ArchiveRetentionInterval", "is set without an ArchiveRetention limit: there is nothing to prune that often")
 	}
+	if _, err := ParseForeignItems(string(c.ForeignItems)); err != nil {
+		bad("ForeignItems", "%v", err)
+	}
 	if (c.MetricsUser == "") != (c.MetricsPassword == "") {
 		bad("MetricsUser", "and MetricsPassword go together: basic auth needs both")
 	}

@@ -98,7 +98,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	view, e := s.resolveBlocks(r.Context(), req)
+	view, e := s.resolveBlocksForeign(r.Context(), w, req)
 	if e != nil {
 		s.writeAnthropicError(w, nil, e)
 		return
@@ -313,7 +313,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	view, e := s.resolveBlocks(r.Context(), req)
+	view, e := s.resolveBlocksForeign(r.Context(), w, req)
 	if e != nil {
 		s.writeAnthropicError(w, nil, e)
 		return

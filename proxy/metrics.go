@@ -78,6 +78,7 @@ type metrics struct {
 	authFailures        prometheus.Counter
 	fallbacks           *prometheus.CounterVec // api, policy (passthrough, extractive)
 	clientCompactions   *prometheus.CounterVec // api, phase, reason (from the client's own headers)
+	foreign             *prometheus.CounterVec // api, action (dropped, rejected): foreign.go
 
 	models *modelLabels
 }
@@ -133,6 +134,8 @@ func newMetrics(cfg Config) *metrics {
 		fallbacks:           counter("compactd_summariser_fallbacks_total", "Summariser failures handled by a failure policy instead of failing the turn, by API and policy (passthrough, extractive).", "api", "policy"),
 		clientCompactions:   counter("compactd_client_compactions_total", "Compactions whose client said why (Codex x-codex-turn-metadata), by API, the client's phase (pre_turn, post_turn, …) and reason (context_limit, …).", "api", "phase", "reason"),
 
+		foreign: counter("compactd_foreign_items_total", "Compaction items or blocks compactd did not issue (e.g. OpenAI's or Anthropic's own), by API and action (dropped, rejected; --foreign-items).", "api", "action"),
+
 		models: newModelLabels(cfg.MetricModels, maxModelLabels),
 	}
 	f(m.authFailures)
@@ -145,6 +148,8 @@ func newMetrics(cfg Config) *metrics {
 	for _, api := range metricAPIs {
 		m.fallbacks.WithLabelValues(api, "passthrough")
 		m.fallbacks.WithLabelValues(api, "extractive")
+		m.foreign.WithLabelValues(api, "dropped")
+		m.foreign.WithLabelValues(api, "rejected")
 	}
 	f(m.recallHits)
 	m.recallSearches.WithLabelValues("ok")
@@ -207,6 +212,14 @@ func (m *metrics) openFailure(api, reason string) {
 		return
 	}
 	m.openFailures.WithLabelValues(apiLabel(api), label(reason)).Inc()
+}
+
+// foreignItems counts n foreign compaction items dropped or rejected (foreign.go).
+func (m *metrics) foreignItems(api, action string, n int) {
+	if m == nil {
+		return
+	}
+	m.foreign.WithLabelValues(apiLabel(api), label(action)).Add(float64(n))
 }
 
 // handoffApplied counts a request whose compaction item was opened and expanded.

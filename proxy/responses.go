@@ -48,6 +48,12 @@ func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.Re
 		openAIBodyError(err).Write(w)
 		return nil, nil, nil, false
 	}
+	// Foreign compaction items (OpenAI's own, say) are dropped or refused before anything else
+	// reads the input: see foreign.go.
+	req, ok := s.foreignResponses(w, req)
+	if !ok {
+		return nil, nil, nil, false
+	}
 	items := req.Items
 	if req.Trigger >= 0 {
 		if req.Trigger != len(items)-1 {

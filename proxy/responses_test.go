@@ -244,7 +244,9 @@ func TestRejectedItemsNeverReachUpstream(t *testing.T) {
 	}{
 		{"tampered", h, item.ID, string(flip), "integrity"},
 		{"truncated", h, item.ID, good[:len(good)/2], ""},
-		{"garbage", h, item.ID, "gAAAAABnot-ours", "not a compaction item"},
+		// Garbage in compactd's own format; without the cmp_ prefix it would be foreign
+		// (dropped or refused by --foreign-items: foreign_test.go).
+		{"garbage", h, item.ID, "cmp_not-ours", "not a compaction item"},
 		{"moved to another id", h, "cmp_0000", good, "integrity"},
 		{"foreign key", h, fresp.Output[0].AsCompaction().ID, fresp.Output[0].AsCompaction().EncryptedContent, "key"},
 		{"wrong tenant", otherTenant, item.ID, good, "tenant"},

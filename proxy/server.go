@@ -46,6 +46,10 @@ type Config struct {
 	// changed by the client, using the edited text as the summary; otherwise such a block is a
 	// 400 compaction_content_mismatch.
 	AllowEditedSummaries bool
+	// ForeignItems is what to do with compaction items and blocks compactd did not issue
+	// (OpenAI's or Anthropic's own, replayed after a provider switch): ForeignDrop ("", the
+	// default) or ForeignReject. See foreign.go.
+	ForeignItems ForeignItems
 	// Transport reaches the upstream; nil means a tuned clone of http.DefaultTransport.
 	Transport http.RoundTripper
 

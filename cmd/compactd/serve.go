@@ -35,6 +35,7 @@ type serveConfig struct {
 
 	anthropicUpstream                         string
 	anthropicApplyEdits, allowEditedSummaries bool
+	foreignItems                              string
 
 	summarizerURL, summarizerModel, summarizerKey, summarizerAPI string
 	summarizerContextTokens, summarizerMaxOutput                 int
@@ -84,6 +85,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.anthropicUpstream, "anthropic-upstream", defaultAnthropicUpstream, "Messages API upstream base URL (without /v1); /v1/messages* goes there")
 	fs.BoolVar(&c.anthropicApplyEdits, "anthropic-apply-edits", false, "apply clear_thinking/clear_tool_uses context edits in compactd (for Messages upstreams without context editing) instead of forwarding them")
 	fs.BoolVar(&c.allowEditedSummaries, "allow-edited-summaries", false, "accept Anthropic compaction blocks whose readable summary the client edited (otherwise 400 compaction_content_mismatch)")
+	fs.StringVar(&c.foreignItems, "foreign-items", string(proxy.ForeignDrop), "compaction items or blocks compactd did not issue (OpenAI's or Anthropic's own, after a provider switch): drop (forward without them, with an X-Compactd-Warning) or reject (400)")
 	fs.StringVar(&c.summarizerURL, "summarizer-url", "", "summariser base URL including /v1 (default: the upstream's /v1)")
 	fs.StringVar(&c.summarizerModel, "summarizer-model", "", "summariser model (default: the request's own model)")
 	fs.StringVar(&c.summarizerKey, "summarizer-key", "", "summariser API key (default: forward the caller's credentials; prefer the env variable)")
@@ -194,6 +196,9 @@ func (c *serveConfig) check() error {
 			return usageErrorf("serve", "--%s must not be negative (0 turns it off)", p.name)
 		}
 	}
+	if _, err := proxy.ParseForeignItems(c.foreignItems); err != nil {
+		return usageErrorf("serve", "--foreign-items: %v", err)
+	}
 	// Negative values were the packages' off before 0 was; they still mean off.
 	c.speculative.Fraction = offAsNegative(c.speculative.Fraction)
 	c.resilience.BreakerFailures = offAsNegative(c.resilience.BreakerFailures)
@@ -285,6 +290,10 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--summarizer-failure-policy: %w", err)
 	}
+	foreign, err := proxy.ParseForeignItems(c.foreignItems)
+	if err != nil {
+		return nil, fmt.Errorf("--foreign-items: %w", err)
+	}
 	var tenants *proxy.Tenants
 	if c.tenantsFile != "" {
 		if tenants, err = proxy.LoadTenants(c.tenantsFile); err != nil {
@@ -311,6 +320,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		AnthropicUpstream:    antUp,
 		AnthropicApplyEdits:  c.anthropicApplyEdits,
 		AllowEditedSummaries: c.allowEditedSummaries,
+		ForeignItems:         foreign,
 		Transport:            transport,
 		Sealer:               ring,
 		Summarizer:           summarizer.NewResilient(sum, c.resilience),

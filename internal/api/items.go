@@ -22,6 +22,10 @@ type Item struct {
 	// Handoff marks the user message compactd rendered from a compaction summary. It is history
 	// to be summarised again at the next compaction, never a user message to retain verbatim.
 	Handoff bool
+	// InMessage marks an item MessageItems rendered from a block of a Messages message: it is
+	// conversation whatever its type (compact.IsContext), since in that API everything outside
+	// system and tools is.
+	InMessage bool
 }
 
 // IsInstruction reports whether the item is a system or developer message: client instructions

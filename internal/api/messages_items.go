@@ -67,7 +67,7 @@ func appendMessageItems(out []Item, m Message) []Item {
 		case "redacted_thinking", BlockCompaction:
 		default:
 			flush()
-			out = append(out, Item{Raw: blk.Raw, Type: blk.Type})
+			out = append(out, Item{Raw: blk.Raw, Type: blk.Type, InMessage: true})
 		}
 	}
 	flush()

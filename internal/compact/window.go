@@ -11,8 +11,10 @@ const DefaultRetainBudget = 64_000
 
 // Window says what a compaction does with each item of the input.
 type Window struct {
-	// Instructions are the indexes of system/developer messages: re-sent by the client every
-	// turn, kept verbatim and never summarised.
+	// Instructions are the indexes of the items that are context rather than conversation
+	// (IsContext): system/developer messages, tool definitions carried as items
+	// (additional_tools), and every item type compactd does not know to be conversation. The
+	// client re-sends them every turn; they are kept verbatim, in order, and never summarised.
 	Instructions []int
 	// Retained are the indexes of the newest user messages kept verbatim, in original order.
 	Retained []int
@@ -32,7 +34,7 @@ type Window struct {
 func Partition(items []api.Item, retainBudget int, count func(api.Item) int) Window {
 	w := Window{Truncated: -1}
 	for i, it := range items {
-		if it.IsInstruction() {
+		if IsContext(it) {
 			w.Instructions = append(w.Instructions, i)
 		} else {
 			w.Summarise = append(w.Summarise, i)
@@ -69,4 +71,44 @@ func Partition(items []api.Item, retainBudget int, count func(api.Item) int) Win
 // with c's cache. s is returned unchanged when it already fits.
 func TruncateMiddle(s string, maxTokens int, c *Counter) string {
 	return tokenize.TruncateMiddle(s, maxTokens, c.Text)
+}
+
+// conversationTypes are the Responses input item types that are conversation: what the user, the
+// model and its tools said and did, which a compaction summarises and replaces. The list is the
+// openai-go v3 input item union (ResponseInputItemUnion and its beta) minus the items that are
+// not conversation. A compaction item is listed because an earlier one is superseded by the
+// later one a window is computed for (and foreign ones never get here: proxy drops or refuses
+// them before).
+var conversationTypes = map[string]bool{
+	"message": true, "reasoning": true, "agent_message": true,
+	"function_call": true, "function_call_output": true,
+	"custom_tool_call": true, "custom_tool_call_output": true,
+	"local_shell_call": true, "local_shell_call_output": true,
+	"shell_call": true, "shell_call_output": true,
+	"apply_patch_call": true, "apply_patch_call_output": true,
+	"computer_call": true, "computer_call_output": true,
+	"file_search_call": true, "web_search_call": true,
+	"image_generation_call": true, "code_interpreter_call": true,
+	"mcp_call": true, "mcp_approval_request": true, "mcp_approval_response": true,
+	"tool_search_call": true, "tool_search_output": true,
+	"multi_agent_call": true, "multi_agent_call_output": true,
+	"program": true, "program_output": true,
+	api.TypeCompaction: true, api.TypeCompactionSummary: true,
+}
+
+// IsContext reports whether a compaction keeps it verbatim like instructions instead of
+// summarising it: a system or developer message, or a Responses item whose type is not known
+// conversation (conversationTypes). That takes in additional_tools (Codex's "Responses Lite"
+// moves the tool definitions there: summarised away, the model would lose its tools),
+// configuration_update, mcp_list_tools (the tool listing of an MCP server), item_reference
+// (a pointer whose content compactd cannot see, so cannot summarise) and every type the API
+// adds later: keeping an unknown item costs tokens, summarising it away could cost the model
+// something it needs, and the upstream, which knows the type, reads it as sent. An item of a
+// Messages conversation (api.Item.InMessage) is conversation whatever its block type: the
+// Messages API has no context items, and its compacted context keeps nothing but the handoff.
+func IsContext(it api.Item) bool {
+	if it.Type == "message" {
+		return it.IsInstruction()
+	}
+	return !it.InMessage && !conversationTypes[it.Type]
 }

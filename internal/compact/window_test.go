@@ -113,3 +113,75 @@ func TestTruncateMiddle(t *testing.T) {
 		t.Errorf("tiny budget: %q", out)
 	}
 }
+
+// TestIsContext pins what a compaction keeps verbatim like instructions (context) and what it
+// summarises (conversation), item type by item type.
+func TestIsContext(t *testing.T) {
+	cases := []struct {
+		name string
+		it   api.Item
+		want bool
+	}{
+		{"developer message", api.Item{Type: "message", Role: "developer"}, true},
+		{"system message", api.Item{Type: "message", Role: "system"}, true},
+		{"user message", api.Item{Type: "message", Role: "user"}, false},
+		{"assistant message", api.Item{Type: "message", Role: "assistant"}, false},
+		{"handoff message", api.Item{Type: "message", Role: "user", Handoff: true}, false},
+		{"additional_tools", api.Item{Type: "additional_tools"}, true},
+		{"configuration_update", api.Item{Type: "configuration_update"}, true},
+		{"mcp_list_tools", api.Item{Type: "mcp_list_tools"}, true},
+		{"item_reference", api.Item{Type: "item_reference"}, true},
+		{"unknown future type", api.Item{Type: "hologram_call_v9"}, true},
+		{"no type at all", api.Item{}, true},
+		{"function_call", api.Item{Type: "function_call"}, false},
+		{"function_call_output", api.Item{Type: "function_call_output"}, false},
+		{"custom_tool_call_output", api.Item{Type: "custom_tool_call_output"}, false},
+		{"local_shell_call", api.Item{Type: "local_shell_call"}, false},
+		{"web_search_call", api.Item{Type: "web_search_call"}, false},
+		{"mcp_call", api.Item{Type: "mcp_call"}, false},
+		{"tool_search_output", api.Item{Type: "tool_search_output"}, false},
+		{"reasoning", api.Item{Type: "reasoning"}, false},
+		{"earlier compaction, superseded", api.Item{Type: "compaction"}, false},
+		{"earlier compaction_summary, superseded", api.Item{Type: "compaction_summary"}, false},
+		{"Messages server tool result", api.Item{Type: "web_search_tool_result", InMessage: true}, false},
+		{"Messages unknown block", api.Item{Type: "hologram_block", InMessage: true}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsContext(tc.it); got != tc.want {
+				t.Errorf("IsContext(%+v) = %v, want %v", tc.it, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPartitionKeepsContextItems: an additional_tools item (and any item that is not
+// conversation) is kept in place like instructions and never summarised, wherever it sits.
+func TestPartitionKeepsContextItems(t *testing.T) {
+	count := func(it api.Item) int { return len(it.Raw) }
+	dev := api.Item{Type: "message", Role: "developer"}
+	tools := api.Item{Type: "additional_tools", Raw: []byte(`{"type":"additional_tools","role":"developer","tools":[]}`)}
+	other := api.Item{Type: "configuration_update"}
+	user := api.Item{Type: "message", Role: "user", Raw: []byte("0123456789")}
+	asst := api.Item{Type: "message", Role: "assistant"}
+	call := api.Item{Type: "function_call"}
+	cases := []struct {
+		name  string
+		items []api.Item
+		want  Window
+	}{
+		{"after the developer message", []api.Item{dev, tools, user, asst, call},
+			Window{Instructions: []int{0, 1}, Retained: []int{2}, Summarise: []int{2, 3, 4}, Truncated: -1}},
+		{"mid-conversation, in order", []api.Item{dev, user, asst, tools, user, other, call},
+			Window{Instructions: []int{0, 3, 5}, Retained: []int{1, 4}, Summarise: []int{1, 2, 4, 6}, Truncated: -1}},
+		{"alone", []api.Item{tools},
+			Window{Instructions: []int{0}, Truncated: -1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Partition(tc.items, 100, count); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Partition = %+v\nwant        %+v", got, tc.want)
+			}
+		})
+	}
+}
