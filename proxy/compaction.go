@@ -233,7 +233,7 @@ func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err erro
 	if !s.engine.PassThrough(d.String(), err) {
 		return false
 	}
-	w.Header().Set("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
+	w.Header().Add("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
 	return true
 }
 

@@ -118,7 +118,7 @@ func speculationPrefix(items []api.Item) int {
 	for i := len(items) - 1; i >= 0; i-- {
 		if items[i].IsUserMessage() {
 			for _, it := range items[:i] {
-				if !it.IsInstruction() {
+				if !compact.IsContext(it) { // something to summarise, not only instructions and tool lists
 					return i
 				}
 			}
