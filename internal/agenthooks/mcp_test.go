@@ -36,7 +36,7 @@ func TestMCPRegistration(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		scope      Scope
+		scope     Scope
 		env, want string
 	}{
 		{ScopeUser, "", "/home/u/.claude.json"},
