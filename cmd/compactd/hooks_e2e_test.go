@@ -332,3 +332,60 @@ func TestHooksInstallRegistersMCPEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// gapCheckModel is a loopback Responses API summariser for the PreCompact gap check: it answers
+// each category's excerpt with one finding quoting the fact when the excerpt holds it, else
+// "- none", so a finding that reaches Claude Code proves the gap check read the transcript.
+func gapCheckModel(t *testing.T) (url string, calls *atomic.Int32) {
+	t.Helper()
+	calls = new(atomic.Int32)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !strings.HasSuffix(r.URL.Path, "/responses") {
+			http.NotFound(w, r)
+			return
+		}
+		calls.Add(1)
+		finding := "- none"
+		if strings.Contains(gjson.GetBytes(body, "input").Str, agentFact) {
+			finding = "- GAPCHECK-FINDING: the port " + agentFact + " was read from notes.txt"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"resp_gap","object":"response","created_at":0,"status":"completed","model":"gap-model","output":[{"type":"message","id":"msg_gap","role":"assistant","status":"completed","content":[{"type":"output_text","text":%q,"annotations":[]}]}],"usage":{"input_tokens":10,"output_tokens":10,"total_tokens":20}}`, finding)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1", calls
+}
+
+// TestClaudeCodeHooksGapCheckEndToEnd is done-when (b) with the gap check on: with a summariser
+// configured for the hooks (COMPACTD_SUMMARIZER_URL/_MODEL), the PreCompact hook's gap-check
+// findings, quoting the fact that lives only in a file the agent read, are in real Claude Code's
+// compaction instructions, ahead of the ledger.
+func TestClaudeCodeHooksGapCheckEndToEnd(t *testing.T) {
+	claude, exe, fake, e := claudeE2E(t)
+	gapURL, calls := gapCheckModel(t)
+	e.env = append(e.env, "COMPACTD_SUMMARIZER_URL="+gapURL, "COMPACTD_SUMMARIZER_MODEL=gap-model", "COMPACTD_SUMMARIZER_KEY=sk-gap-not-a-real-key")
+	e.run(t, exe, "hooks", "install", "claude")
+	id := e.claudeTurn(t, claude, e.readPrompt())
+	e.claudeTurn(t, claude, "--resume", id, "/compact")
+	var instr string
+	for _, b := range messagesBodies(fake) {
+		if strings.Contains(b, "create a detailed summary of the conversation so far") {
+			msgs := gjson.Get(b, "messages").Array()
+			instr = msgs[len(msgs)-1].Get("content").Raw
+		}
+	}
+	pre := section(instr, "compactd (PreCompact hook)", 10000)
+	if pre == "" {
+		t.Fatalf("no compaction request with the PreCompact output (%d gap-check calls)", calls.Load())
+	}
+	findings := strings.Index(pre, "Gap check findings")
+	finding := strings.Index(pre, "GAPCHECK-FINDING: the port "+agentFact)
+	ledger := strings.Index(pre, "Facts ledger")
+	if findings < 0 || finding < 0 || ledger < 0 || finding > ledger {
+		t.Fatalf("the compaction instructions lack the gap check's finding ahead of the ledger (%d calls):\n%s", calls.Load(), pre)
+	}
+	if log := e.hooksLog(t); !strings.Contains(log, "gap findings") {
+		t.Errorf("hooks.log does not report the gap check:\n%s", log)
+	}
+}
