@@ -30,18 +30,16 @@ func runMCP(args []string) error {
 	af.register(fs)
 	var dirs multiFlag
 	fs.Var(&dirs, "sessions", "`DIR` of session logs to search (repeatable; default: this project's Claude Code and Codex logs)")
-	conv := fs.String("conversation", "", "compaction archive conversation the recall tool searches by default (default: all)")
-	project := fs.String("project", "", "project directory (default: the working directory)")
+	conv := fs.String("conversation", "", "compaction archive conversation the recall tool searches by default (default: the agent's current session, $CLAUDE_CODE_SESSION_ID)")
+	project := fs.String("project", "", "project directory (default: $CLAUDE_PROJECT_DIR, else the working directory)")
 	if err := parseFlags(fs, args, withEnv(archiveEnv...)); err != nil {
 		return err
 	}
-	if *project == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return err
-		}
-		*project = wd
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
 	}
+	*project, *conv = mcpDefaults(*project, *conv, wd, os.Getenv)
 	if len(dirs) == 0 {
 		dirs = defaultSessionDirs(*project)
 	}
@@ -57,6 +55,42 @@ func runMCP(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return srv.Run(ctx, &mcp.StdioTransport{})
+}
+
+// mcpDefaults fills in the project and the recall conversation from what the agent tells the
+// server it starts: Claude Code 2.1.332 gives MCP servers CLAUDE_PROJECT_DIR and
+// CLAUDE_CODE_SESSION_ID (observed), and compactd's proxy archives Claude Code's compactions
+// under that session id, so recall defaults to the current session.
+func mcpDefaults(project, conv, wd string, getenv func(string) string) (string, string) {
+	switch {
+	case project != "":
+		if !filepath.IsAbs(project) {
+			project = filepath.Join(wd, project)
+		}
+	case filepath.IsAbs(getenv("CLAUDE_PROJECT_DIR")):
+		project = getenv("CLAUDE_PROJECT_DIR")
+	default:
+		project = wd
+	}
+	project = filepath.Clean(project)
+	if conv == "" {
+		conv = cleanConversation(getenv("CLAUDE_CODE_SESSION_ID"))
+	}
+	return project, conv
+}
+
+// cleanConversation keeps an id that could be an archive conversation (as the proxy's cleanID:
+// short, printable ASCII, no spaces), else "".
+func cleanConversation(s string) string {
+	if len(s) > 128 {
+		return ""
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return ""
+		}
+	}
+	return s
 }
 
 // claudeProjectName is Claude Code's directory name for a project under ~/.claude/projects: the

@@ -35,7 +35,9 @@ type Options struct {
 	// in memory only when empty.
 	StatePath string
 	// Conversation is the compaction archive conversation recall searches when the caller
-	// names none; all compaction segments of the tenant when empty.
+	// names none: the current session (compactd's proxy archives an agent's compactions under
+	// the agent's session id). When it has nothing matching, recall says so and answers from
+	// the whole archive. All compaction segments of the tenant when empty.
 	Conversation string
 	Version      string
 }
@@ -65,7 +67,7 @@ type SearchArgs struct {
 // RecallArgs are recall's arguments.
 type RecallArgs struct {
 	Query        string `json:"query" jsonschema:"words to look for in what this session's compactions replaced"`
-	Conversation string `json:"conversation,omitempty" jsonschema:"compaction archive conversation id (default: the server's)"`
+	Conversation string `json:"conversation,omitempty" jsonschema:"compaction archive conversation id (default: the current session)"`
 	Limit        int    `json:"limit,omitempty" jsonschema:"number of excerpts (default 5, at most 20)"`
 }
 
@@ -107,18 +109,30 @@ func New(o Options) *mcp.Server {
 			if strings.TrimSpace(a.Query) == "" {
 				return errResult("query is empty"), nil, nil
 			}
-			conv := a.Conversation
-			if conv == "" {
-				conv = o.Conversation
+			conv, defaulted := a.Conversation, false
+			if conv == "" && o.Conversation != "" {
+				conv, defaulted = o.Conversation, true
 			}
-			hits, err := o.Store.Search(ctx, archive.Query{Text: a.Query, Tenant: o.Tenant, Conversation: conv, Kind: archive.KindCompaction, Limit: limit(a.Limit), ExcerptBytes: recallExcerptsB})
+			q := archive.Query{Text: a.Query, Tenant: o.Tenant, Conversation: conv, Kind: archive.KindCompaction, Limit: limit(a.Limit), ExcerptBytes: recallExcerptsB}
+			hits, err := o.Store.Search(ctx, q)
 			if err != nil {
 				return searchErr(err), nil, nil
+			}
+			var b strings.Builder
+			if len(hits) == 0 && defaulted {
+				// The current session has nothing archived that matches (it may never have
+				// been compacted by compactd): the rest of the archive may.
+				q.Conversation = ""
+				if hits, err = o.Store.Search(ctx, q); err != nil {
+					return searchErr(err), nil, nil
+				}
+				if len(hits) > 0 {
+					fmt.Fprintf(&b, "Nothing archived for this session (%s) matches %q; from other conversations:\n\n", conv, a.Query)
+				}
 			}
 			if len(hits) == 0 {
 				return text(fmt.Sprintf("Nothing archived matches %q.", a.Query)), nil, nil
 			}
-			var b strings.Builder
 			for _, h := range hits {
 				fmt.Fprintf(&b, "[%s, segment %s, item %d]\n%s\n\n", h.Conversation, h.SegmentID, h.ItemIndex, h.Excerpt)
 			}
