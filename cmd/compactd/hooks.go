@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -161,8 +162,15 @@ func registerMCP(agent agenthooks.Agent, scope agenthooks.Scope, home, project, 
 			reg = agenthooks.CodexMCPRegistration(out)
 		}
 		add = []string{"codex", "mcp", "add", agenthooks.MCPName, "--", exe, "mcp"}
+		// Codex starts MCP servers with HOME and PATH only: a CODEX_HOME of the user's must be
+		// passed on for the server to find this project's rollouts.
+		if h := os.Getenv("CODEX_HOME"); h != "" {
+			if abs, err := filepath.Abs(h); err == nil {
+				add = append(add, "--codex-home", abs)
+			}
+		}
 	}
-	if reg.Is(exe) {
+	if reg.Is(exe, add[slices.Index(add, exe)+1:]...) {
 		fmt.Printf("compactd mcp is already registered with %s in %s\n", agent, where)
 		return nil
 	}

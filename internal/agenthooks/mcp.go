@@ -19,9 +19,12 @@ type MCPRegistration struct {
 	Args    []string
 }
 
-// Is reports whether the registration runs `exe mcp`.
-func (r MCPRegistration) Is(exe string) bool {
-	return r.Found && r.Command == exe && slices.Equal(r.Args, []string{"mcp"})
+// Is reports whether the registration runs exe with args (`mcp` when none are given).
+func (r MCPRegistration) Is(exe string, args ...string) bool {
+	if len(args) == 0 {
+		args = []string{"mcp"}
+	}
+	return r.Found && r.Command == exe && slices.Equal(r.Args, args)
 }
 
 // ClaudeMCPConfig is the file `claude mcp add --scope user|project` writes (observed with

@@ -1,7 +1,9 @@
 package mcpserver
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,6 +37,10 @@ type Indexer struct {
 	Tenant    string
 	Dirs      []string
 	StatePath string
+	// SharedDirs hold many projects' logs (Codex keeps every project's rollouts in one tree):
+	// a log there is indexed only when the working directory it records is Project or inside it.
+	SharedDirs []string
+	Project    string
 
 	mu     sync.Mutex
 	loaded bool
@@ -93,7 +99,9 @@ func (ix *Indexer) RefreshStats(ctx context.Context) (Stats, error) {
 		ix.loaded = true
 	}
 	var stats Stats
-	for _, d := range ix.Dirs {
+	dirs := append(append([]string{}, ix.Dirs...), ix.SharedDirs...)
+	for i, d := range dirs {
+		shared := i >= len(ix.Dirs)
 		err := filepath.WalkDir(d, func(p string, de os.DirEntry, err error) error {
 			if err != nil {
 				return nil // a missing or unreadable directory is simply empty
@@ -110,6 +118,11 @@ func (ix *Indexer) RefreshStats(ctx context.Context) (Stats, error) {
 			}
 			old, seen := ix.state[p]
 			if seen && old.Size == info.Size() && old.ModTime.Equal(info.ModTime().UTC()) {
+				return nil
+			}
+			if shared && !InProject(p, ix.Project) {
+				// Remembered, so that an unchanged log of another project is not opened again.
+				ix.state[p] = fileState{Size: info.Size(), ModTime: info.ModTime().UTC()}
 				return nil
 			}
 			st, appended, read, err := ix.index(ctx, p, info, old, seen)
@@ -249,4 +262,43 @@ func (ix *Indexer) index(ctx context.Context, path string, info os.FileInfo, old
 	}
 	st.Last, st.Segments = ref.ID, 1
 	return st, false, read, nil
+}
+
+// InProject reports whether the session log at path records a working directory that is project
+// or inside it. It reads the first records only (Codex's session_meta carries payload.cwd, Claude
+// Code's records a top-level cwd), at most 1 MiB, so checking another project's log is cheap.
+func InProject(path, project string) bool {
+	if project == "" {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(io.LimitReader(f, 1<<20), 64<<10)
+	for range 8 {
+		line, err := br.ReadBytes('\n')
+		if t := bytes.TrimSpace(line); len(t) > 0 && jsonx.CheckDepth(t, jsonx.MaxDepth) == nil {
+			var rec struct {
+				CWD     string `json:"cwd"`
+				Payload struct {
+					CWD string `json:"cwd"`
+				} `json:"payload"`
+			}
+			if json.Unmarshal(t, &rec) == nil {
+				if cwd := cmp.Or(rec.Payload.CWD, rec.CWD); cwd != "" {
+					return within(filepath.Clean(cwd), filepath.Clean(project))
+				}
+			}
+		}
+		if err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+func within(dir, project string) bool {
+	return dir == project || strings.HasPrefix(dir, strings.TrimSuffix(project, string(filepath.Separator))+string(filepath.Separator))
 }

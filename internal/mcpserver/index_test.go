@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/compactd/compactd/internal/archive"
@@ -171,5 +172,60 @@ func TestIndexerAppendRewriteRestart(t *testing.T) {
 	st = refresh("past the cap")
 	if puts, deletes := rec.take(); st.Appended != 0 || deletes != 1 || len(puts) != 1 || len(puts[0]) != 4+maxSegments {
 		t.Errorf("past %d segments: %+v, %d deletes, %d segments; want one whole re-index", maxSegments, st, deletes, len(puts))
+	}
+}
+
+// codexRollout writes a Codex rollout recorded in cwd whose only copy of fact is a command output.
+func codexRollout(t *testing.T, dir, id, cwd, fact string) string {
+	t.Helper()
+	lines := []string{
+		fmt.Sprintf(`{"type":"session_meta","payload":{"id":%q,"cwd":%q,"timestamp":"2026-12-01T09:00:00Z"}}`, id, cwd),
+		`{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{\"cmd\":\"cat notes.txt\"}","call_id":"c1"}}`,
+		fmt.Sprintf(`{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":%q}}`, fact),
+	}
+	p := filepath.Join(dir, "2026", "12", "01", "rollout-"+id+".jsonl")
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSharedDirsKeepThisProject: Codex keeps every project's rollouts in one tree; search and
+// resume_prompt see only those recorded in this project (or below it), not a sibling whose path
+// merely starts the same.
+func TestSharedDirsKeepThisProject(t *testing.T) {
+	codex := t.TempDir()
+	codexRollout(t, codex, "r-here", "/work/proj", "HERE_FACT=1")
+	codexRollout(t, codex, "r-sub", "/work/proj/sub", "SUB_FACT=2")
+	other := codexRollout(t, codex, "r-other", "/work/proj-other", "OTHER_FACT=3")
+	later := time.Now().Add(time.Hour)
+	os.Chtimes(other, later, later) // the newest log is another project's
+	cs := connect(t, Options{Store: openStore(t), SharedSessionDirs: []string{codex}, Project: "/work/proj"})
+	for _, tc := range []struct {
+		query string
+		found bool
+	}{
+		{"HERE_FACT", true}, {"SUB_FACT", true}, {"OTHER_FACT", false},
+	} {
+		out, _ := call(t, cs, ToolSearch, map[string]any{"query": tc.query})
+		if got := strings.Contains(out, tc.query+"="); got != tc.found {
+			t.Errorf("search %s: found %v, want %v:\n%s", tc.query, got, tc.found, out)
+		}
+	}
+	if out, _ := call(t, cs, ToolResume, map[string]any{}); strings.Contains(out, "OTHER_FACT") || !strings.Contains(out, "_FACT") {
+		t.Errorf("resume_prompt picked another project's session:\n%s", out)
+	}
+	for _, tc := range []struct {
+		dir, project string
+		want         bool
+	}{
+		{"/a/b", "/a/b", true}, {"/a/b/c", "/a/b", true}, {"/a/bc", "/a/b", false}, {"/a", "/a/b", false}, {"/a/b", "/a/b/", true},
+	} {
+		if got := within(tc.dir, filepath.Clean(tc.project)); got != tc.want {
+			t.Errorf("within(%s, %s) = %v", tc.dir, tc.project, got)
+		}
 	}
 }
