@@ -109,6 +109,7 @@ func runHooks(args []string) error {
 			return nil
 		}
 		fmt.Printf("removed compactd hooks from %s: %s\n", path, strings.Join(ch.Events, ", "))
+		fmt.Println(mcpRemoveHint(agent, scope))
 		return nil
 	case "status":
 		st, err := agenthooks.Status(path)
@@ -197,6 +198,18 @@ func registerMCP(agent agenthooks.Agent, scope agenthooks.Scope, home, project, 
 		fmt.Println("(registered for every project: `codex mcp add` has no project scope)")
 	}
 	return nil
+}
+
+// mcpRemoveHint: uninstall removes hooks only; the MCP registration belongs to the agent's CLI.
+func mcpRemoveHint(agent agenthooks.Agent, scope agenthooks.Scope) string {
+	if agent == agenthooks.Codex {
+		return "a registration of compactd mcp stays; remove it with: codex mcp remove compactd"
+	}
+	s := "user"
+	if scope == agenthooks.ScopeProject {
+		s = "project"
+	}
+	return "a registration of compactd mcp stays; remove it with: claude mcp remove --scope " + s + " compactd"
 }
 
 func runAgentCLI(argv []string) error {

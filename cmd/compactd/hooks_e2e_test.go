@@ -203,7 +203,7 @@ func codexE2E(t *testing.T) (codex, exe string, fake *fakeupstream.Server, e age
 		t.Skip("runs the real Codex CLI")
 	}
 	codex = npmAgent(t, "codex", "@openai/codex", codexE2EVersion, "codex", "COMPACTD_CODEX_BIN")
-	exe = buildCompactd(t)
+	exe = builtBinary(t)
 	fake = fakeupstream.New(fakeupstream.Options{})
 	baseURL, stop, err := fake.Start()
 	if err != nil {
@@ -282,7 +282,7 @@ func TestHooksInstallRegistersMCPEndToEnd(t *testing.T) {
 	}
 	claude := npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")
 	codex := npmAgent(t, "codex", "@openai/codex", codexE2EVersion, "codex", "COMPACTD_CODEX_BIN")
-	exe := buildCompactd(t)
+	exe := builtBinary(t)
 	other := filepath.Join(t.TempDir(), "compactd")
 	if err := os.Link(exe, other); err != nil {
 		t.Fatal(err)

@@ -92,6 +92,9 @@ func TestHooksInstallSays(t *testing.T) {
 			}
 		}
 	}
+	if out := captureStdout(t, func() error { return runHooks([]string{"uninstall", "claude", "--project"}) }); !strings.Contains(out, "claude mcp remove --scope project compactd") {
+		t.Errorf("uninstall does not say how to remove the MCP registration:\n%s", out)
+	}
 	if err := runHooks([]string{"install", "codex", "--guard", "--exe", exe}); err == nil || !strings.Contains(err.Error(), "Claude Code only") {
 		t.Errorf("install codex --guard: %v, want a refusal", err)
 	}

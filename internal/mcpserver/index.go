@@ -99,6 +99,7 @@ func (ix *Indexer) RefreshStats(ctx context.Context) (Stats, error) {
 		ix.loaded = true
 	}
 	var stats Stats
+	dirty := false
 	dirs := append(append([]string{}, ix.Dirs...), ix.SharedDirs...)
 	for i, d := range dirs {
 		shared := i >= len(ix.Dirs)
@@ -123,6 +124,7 @@ func (ix *Indexer) RefreshStats(ctx context.Context) (Stats, error) {
 			if shared && !InProject(p, ix.Project) {
 				// Remembered, so that an unchanged log of another project is not opened again.
 				ix.state[p] = fileState{Size: info.Size(), ModTime: info.ModTime().UTC()}
+				dirty = true
 				return nil
 			}
 			st, appended, read, err := ix.index(ctx, p, info, old, seen)
@@ -141,7 +143,7 @@ func (ix *Indexer) RefreshStats(ctx context.Context) (Stats, error) {
 			return stats, err
 		}
 	}
-	if stats.Logs > 0 && ix.StatePath != "" {
+	if (stats.Logs > 0 || dirty) && ix.StatePath != "" {
 		if err := ix.save(); err != nil {
 			return stats, err
 		}
