@@ -218,6 +218,17 @@ func TestSharedDirsKeepThisProject(t *testing.T) {
 	if out, _ := call(t, cs, ToolResume, map[string]any{}); strings.Contains(out, "OTHER_FACT") || !strings.Contains(out, "_FACT") {
 		t.Errorf("resume_prompt picked another project's session:\n%s", out)
 	}
+	// Another project's rollouts are remembered as seen, also when nothing of this project
+	// changed, so that a restart does not open them again.
+	state := filepath.Join(t.TempDir(), "state.json")
+	ix := &Indexer{Store: openStore(t), Tenant: archive.DefaultTenant, SharedDirs: []string{codex}, Project: "/work/none"}
+	ix.StatePath = state
+	if st, err := ix.RefreshStats(context.Background()); err != nil || st.Logs != 0 {
+		t.Fatalf("no log is this project's: %+v, %v", st, err)
+	}
+	if b, err := os.ReadFile(state); err != nil || !strings.Contains(string(b), "r-other") {
+		t.Errorf("the state does not remember the other projects' rollouts: %s, %v", b, err)
+	}
 	for _, tc := range []struct {
 		dir, project string
 		want         bool
