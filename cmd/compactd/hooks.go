@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -142,7 +141,8 @@ func runHooks(args []string) error {
 func registerMCP(agent agenthooks.Agent, scope agenthooks.Scope, home, project, exe string, run bool) error {
 	var (
 		reg    agenthooks.MCPRegistration
-		add    []string
+		add    []string // the agent's command, up to the server's command line
+		args   = []string{"mcp"}
 		remove []string // run before add when an older registration is in the way
 		where  string
 	)
@@ -154,7 +154,7 @@ func registerMCP(agent agenthooks.Agent, scope agenthooks.Scope, home, project, 
 		}
 		where = agenthooks.ClaudeMCPConfig(scope, home, project, os.Getenv)
 		reg = agenthooks.ClaudeMCPRegistration(where)
-		add = []string{"claude", "mcp", "add", "--scope", s, agenthooks.MCPName, "--", exe, "mcp"}
+		add = []string{"claude", "mcp", "add", "--scope", s, agenthooks.MCPName, "--", exe}
 		remove = []string{"claude", "mcp", "remove", "--scope", s, agenthooks.MCPName}
 	case agenthooks.Codex:
 		// `codex mcp add` has no scope: it writes $CODEX_HOME/config.toml, for every project.
@@ -162,16 +162,17 @@ func registerMCP(agent agenthooks.Agent, scope agenthooks.Scope, home, project, 
 		if out, err := exec.Command("codex", "mcp", "get", agenthooks.MCPName, "--json").Output(); err == nil {
 			reg = agenthooks.CodexMCPRegistration(out)
 		}
-		add = []string{"codex", "mcp", "add", agenthooks.MCPName, "--", exe, "mcp"}
+		add = []string{"codex", "mcp", "add", agenthooks.MCPName, "--", exe}
 		// Codex starts MCP servers with HOME and PATH only: a CODEX_HOME of the user's must be
 		// passed on for the server to find this project's rollouts.
 		if h := os.Getenv("CODEX_HOME"); h != "" {
 			if abs, err := filepath.Abs(h); err == nil {
-				add = append(add, "--codex-home", abs)
+				args = append(args, "--codex-home", abs)
 			}
 		}
 	}
-	if reg.Is(exe, add[slices.Index(add, exe)+1:]...) {
+	add = append(add, args...)
+	if reg.Is(exe, args...) {
 		fmt.Printf("compactd mcp is already registered with %s in %s\n", agent, where)
 		return nil
 	}
