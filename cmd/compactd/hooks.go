@@ -18,11 +18,15 @@ import (
 // hooksHelp is the long help of `compactd help hooks`.
 const hooksHelp = `install writes compactd's hook entries into the agent's settings (Claude Code:
 $CLAUDE_CONFIG_DIR or ~/.claude/settings.json, .claude/settings.json with --project; Codex:
-$CODEX_HOME or ~/.codex/hooks.json, .codex/hooks.json with --project),
-keeping every other setting; a second install changes nothing; uninstall removes only compactd's
-entries; status says what is installed. The hooks call 'compactd hooks run AGENT EVENT', which is
-bounded in time and answers nothing (exit 0) on any failure of its own. 'hooks run' reads
-COMPACTD_SUMMARIZER_URL, COMPACTD_SUMMARIZER_MODEL and COMPACTD_SUMMARIZER_KEY for the gap check.`
+$CODEX_HOME or ~/.codex/hooks.json, .codex/hooks.json with --project, which Codex reads only in a
+trusted project), keeping every other setting; a second install changes nothing; uninstall removes
+only compactd's entries; status says what is installed. install also offers the agent's own
+command that registers 'compactd mcp' (--mcp runs it; an existing registration is kept or, from
+another binary path, replaced). The hooks call 'compactd hooks run AGENT EVENT', which gives up
+after --timeout (20s), answers nothing (exit 0) on any failure of its own, and logs one line per
+run to $XDG_STATE_HOME/compactd/hooks/hooks.log (~/.local/state/...) and to stderr. 'hooks run'
+reads COMPACTD_SUMMARIZER_URL, COMPACTD_SUMMARIZER_MODEL and COMPACTD_SUMMARIZER_KEY for the gap
+check.`
 
 const hooksUsage = `usage: compactd hooks install|uninstall|status claude|codex [--user|--project] [--guard] [--mcp]
        compactd hooks run claude|codex PreCompact|SessionStart|PreToolUse   (called by the agent)`
@@ -35,7 +39,7 @@ func runHooks(args []string) error {
 	user := fs.Bool("user", false, "install for the user, every project (default)")
 	project := fs.Bool("project", false, "install into the current project's settings")
 	guard := fs.Bool("guard", false, "Claude Code: also deny file edits while a handover is being prepared (PreToolUse)")
-	mcp := fs.Bool("mcp", false, "also register `compactd mcp` with the agent (runs `claude mcp add` / `codex mcp add`)")
+	mcp := fs.Bool("mcp", false, "also register compactd mcp with the agent through its CLI (claude mcp add, codex mcp add)")
 	exe := fs.String("exe", "", "compactd binary the hooks call (default: this binary)")
 	if err := parseFlags(fs, args, withArgs(2, 2)); err != nil {
 		return err
@@ -47,6 +51,9 @@ func runHooks(args []string) error {
 	agent, err := agenthooks.ParseAgent(pos[1])
 	if err != nil {
 		return err
+	}
+	if *guard && agent != agenthooks.Claude {
+		return errors.New("--guard is for Claude Code only: compactd installs no PreToolUse hook for Codex")
 	}
 	scope := agenthooks.ScopeUser
 	if *project {
@@ -85,9 +92,12 @@ func runHooks(args []string) error {
 		fmt.Printf("compactd hooks %s in %s: %s\n", verb, path, strings.Join(ch.Events, ", "))
 		fmt.Printf("each run is logged to %s\n", filepath.Join(agenthooks.DefaultStateDir(), "hooks.log"))
 		if agent == agenthooks.Codex {
+			if scope == agenthooks.ScopeProject {
+				fmt.Println("Codex reads a project's .codex/hooks.json only once the project is trusted (trust it when Codex asks, or run `codex exec --trust` once).")
+			}
 			fmt.Println("Codex asks you to review new hooks before it runs them (or pass --dangerously-bypass-hook-trust).")
 		}
-		return registerMCP(agent, scope, *exe, *mcp)
+		return registerMCP(agent, scope, home, cwd, *exe, *mcp)
 	case "uninstall":
 		ch, err := agenthooks.Uninstall(path)
 		if err != nil {
@@ -98,6 +108,7 @@ func runHooks(args []string) error {
 			return nil
 		}
 		fmt.Printf("removed compactd hooks from %s: %s\n", path, strings.Join(ch.Events, ", "))
+		fmt.Println(mcpRemoveHint(agent, scope))
 		return nil
 	case "status":
 		st, err := agenthooks.Status(path)
@@ -123,23 +134,86 @@ func runHooks(args []string) error {
 }
 
 // registerMCP offers (prints) or, with --mcp, runs the agent's own command that registers
-// `compactd mcp`: the agent's CLI owns its MCP configuration format.
-func registerMCP(agent agenthooks.Agent, scope agenthooks.Scope, exe string, run bool) error {
-	var argv []string
+// `compactd mcp`: the agent's CLI owns its MCP configuration format. It first reads what is
+// registered under "compactd", so that installing again changes nothing (`claude mcp add` fails
+// on a name it already has; `codex mcp add` would rewrite config.toml) and an entry left by an
+// older binary path is replaced.
+func registerMCP(agent agenthooks.Agent, scope agenthooks.Scope, home, project, exe string, run bool) error {
+	var (
+		reg    agenthooks.MCPRegistration
+		add    []string // the agent's command, up to the server's command line
+		args   = []string{"mcp"}
+		remove []string // run before add when an older registration is in the way
+		where  string
+	)
 	switch agent {
 	case agenthooks.Claude:
 		s := "user"
 		if scope == agenthooks.ScopeProject {
 			s = "project"
 		}
-		argv = []string{"claude", "mcp", "add", "--scope", s, "compactd", "--", exe, "mcp"}
+		where = agenthooks.ClaudeMCPConfig(scope, home, project, os.Getenv)
+		reg = agenthooks.ClaudeMCPRegistration(where)
+		add = []string{"claude", "mcp", "add", "--scope", s, agenthooks.MCPName, "--", exe}
+		remove = []string{"claude", "mcp", "remove", "--scope", s, agenthooks.MCPName}
 	case agenthooks.Codex:
-		argv = []string{"codex", "mcp", "add", "compactd", "--", exe, "mcp"}
+		// `codex mcp add` has no scope: it writes $CODEX_HOME/config.toml, for every project.
+		where = "Codex's config.toml (every project)"
+		if out, err := exec.Command("codex", "mcp", "get", agenthooks.MCPName, "--json").Output(); err == nil {
+			reg = agenthooks.CodexMCPRegistration(out)
+		}
+		add = []string{"codex", "mcp", "add", agenthooks.MCPName, "--", exe}
+		// Codex starts MCP servers with HOME and PATH only: a CODEX_HOME of the user's must be
+		// passed on for the server to find this project's rollouts.
+		if h := os.Getenv("CODEX_HOME"); h != "" {
+			if abs, err := filepath.Abs(h); err == nil {
+				args = append(args, "--codex-home", abs)
+			}
+		}
 	}
-	if !run {
-		fmt.Printf("recall over MCP (search past sessions, resume prompt): run\n  %s\nor install again with --mcp\n", strings.Join(argv, " "))
+	add = append(add, args...)
+	if reg.Is(exe, args...) {
+		fmt.Printf("compactd mcp is already registered with %s in %s\n", agent, where)
 		return nil
 	}
+	quoted := make([]string, len(add))
+	for i, a := range add {
+		quoted[i] = agenthooks.ShellQuote(a)
+	}
+	if !run {
+		fmt.Printf("recall over MCP (search past sessions, resume prompt): run\n  %s\nor install again with --mcp\n", strings.Join(quoted, " "))
+		if agent == agenthooks.Codex && scope == agenthooks.ScopeProject {
+			fmt.Println("(`codex mcp add` registers it for every project: Codex has no project scope for it)")
+		}
+		return nil
+	}
+	if reg.Found && remove != nil {
+		if err := runAgentCLI(remove); err != nil {
+			return err
+		}
+	}
+	if err := runAgentCLI(add); err != nil {
+		return err
+	}
+	if agent == agenthooks.Codex && scope == agenthooks.ScopeProject {
+		fmt.Println("(registered for every project: `codex mcp add` has no project scope)")
+	}
+	return nil
+}
+
+// mcpRemoveHint: uninstall removes hooks only; the MCP registration belongs to the agent's CLI.
+func mcpRemoveHint(agent agenthooks.Agent, scope agenthooks.Scope) string {
+	if agent == agenthooks.Codex {
+		return "a registration of compactd mcp stays; remove it with: codex mcp remove compactd"
+	}
+	s := "user"
+	if scope == agenthooks.ScopeProject {
+		s = "project"
+	}
+	return "a registration of compactd mcp stays; remove it with: claude mcp remove --scope " + s + " compactd"
+}
+
+func runAgentCLI(argv []string) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -64,3 +64,38 @@ func TestHooksCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestHooksInstallSays checks what install tells the user beyond the file it wrote: for Codex's
+// project scope, that Codex reads it only in a trusted project; the command that registers
+// `compactd mcp` (shell-quoted, scope included), and that --guard is Claude Code's only.
+func TestHooksInstallSays(t *testing.T) {
+	root := t.TempDir()
+	t.Setenv("HOME", root)
+	t.Setenv("CLAUDE_CONFIG_DIR", filepath.Join(root, "cfg"))
+	t.Setenv("CODEX_HOME", filepath.Join(root, "codexhome"))
+	t.Setenv("PATH", t.TempDir()) // no agent CLI: nothing is registered, only offered
+	t.Chdir(root)
+	exe := "/opt/my tools/compactd"
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"install", "codex", "--project"}, []string{"only once the project is trusted", "codex mcp add compactd -- '/opt/my tools/compactd' mcp", "no project scope"}},
+		{[]string{"install", "codex"}, []string{"codex mcp add compactd -- '/opt/my tools/compactd' mcp"}},
+		{[]string{"install", "claude", "--project"}, []string{"claude mcp add --scope project compactd -- '/opt/my tools/compactd' mcp"}},
+		{[]string{"install", "claude"}, []string{"claude mcp add --scope user compactd", "hooks.log"}},
+	} {
+		out := captureStdout(t, func() error { return runHooks(append(tc.args, "--exe", exe)) })
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("hooks %v: output lacks %q:\n%s", tc.args, w, out)
+			}
+		}
+	}
+	if out := captureStdout(t, func() error { return runHooks([]string{"uninstall", "claude", "--project"}) }); !strings.Contains(out, "claude mcp remove --scope project compactd") {
+		t.Errorf("uninstall does not say how to remove the MCP registration:\n%s", out)
+	}
+	if err := runHooks([]string{"install", "codex", "--guard", "--exe", exe}); err == nil || !strings.Contains(err.Error(), "Claude Code only") {
+		t.Errorf("install codex --guard: %v, want a refusal", err)
+	}
+}

@@ -31,11 +31,17 @@ type Options struct {
 	Tenant string // archive.DefaultTenant when empty
 	// SessionDirs hold this project's session logs (*.jsonl, searched recursively).
 	SessionDirs []string
+	// SharedSessionDirs hold many projects' logs (Codex's sessions tree); only those whose
+	// recorded working directory is Project or inside it are this project's.
+	SharedSessionDirs []string
+	Project           string
 	// StatePath keeps the incremental index state (which logs are indexed at which size);
 	// in memory only when empty.
 	StatePath string
 	// Conversation is the compaction archive conversation recall searches when the caller
-	// names none; all compaction segments of the tenant when empty.
+	// names none: the current session (compactd's proxy archives an agent's compactions under
+	// the agent's session id). When it has nothing matching, recall says so and answers from
+	// the whole archive. All compaction segments of the tenant when empty.
 	Conversation string
 	Version      string
 }
@@ -65,7 +71,7 @@ type SearchArgs struct {
 // RecallArgs are recall's arguments.
 type RecallArgs struct {
 	Query        string `json:"query" jsonschema:"words to look for in what this session's compactions replaced"`
-	Conversation string `json:"conversation,omitempty" jsonschema:"compaction archive conversation id (default: the server's)"`
+	Conversation string `json:"conversation,omitempty" jsonschema:"compaction archive conversation id (default: the current session)"`
 	Limit        int    `json:"limit,omitempty" jsonschema:"number of excerpts (default 5, at most 20)"`
 }
 
@@ -80,7 +86,7 @@ func New(o Options) *mcp.Server {
 		o.Tenant = archive.DefaultTenant
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "compactd", Version: o.Version}, nil)
-	ix := &Indexer{Store: o.Store, Tenant: o.Tenant, Dirs: o.SessionDirs, StatePath: o.StatePath}
+	ix := &Indexer{Store: o.Store, Tenant: o.Tenant, Dirs: o.SessionDirs, StatePath: o.StatePath, SharedDirs: o.SharedSessionDirs, Project: o.Project}
 	mcp.AddTool(s, &mcp.Tool{Name: ToolSearch, Description: "Search this project's earlier agent sessions (user messages, tool calls and their outputs, verbatim). Use it for facts an earlier session or a compaction may have lost."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, a SearchArgs) (*mcp.CallToolResult, any, error) {
 			if strings.TrimSpace(a.Query) == "" {
@@ -107,18 +113,30 @@ func New(o Options) *mcp.Server {
 			if strings.TrimSpace(a.Query) == "" {
 				return errResult("query is empty"), nil, nil
 			}
-			conv := a.Conversation
-			if conv == "" {
-				conv = o.Conversation
+			conv, defaulted := a.Conversation, false
+			if conv == "" && o.Conversation != "" {
+				conv, defaulted = o.Conversation, true
 			}
-			hits, err := o.Store.Search(ctx, archive.Query{Text: a.Query, Tenant: o.Tenant, Conversation: conv, Kind: archive.KindCompaction, Limit: limit(a.Limit), ExcerptBytes: recallExcerptsB})
+			q := archive.Query{Text: a.Query, Tenant: o.Tenant, Conversation: conv, Kind: archive.KindCompaction, Limit: limit(a.Limit), ExcerptBytes: recallExcerptsB}
+			hits, err := o.Store.Search(ctx, q)
 			if err != nil {
 				return searchErr(err), nil, nil
+			}
+			var b strings.Builder
+			if len(hits) == 0 && defaulted {
+				// The current session has nothing archived that matches (it may never have
+				// been compacted by compactd): the rest of the archive may.
+				q.Conversation = ""
+				if hits, err = o.Store.Search(ctx, q); err != nil {
+					return searchErr(err), nil, nil
+				}
+				if len(hits) > 0 {
+					fmt.Fprintf(&b, "Nothing archived for this session (%s) matches %q; from other conversations:\n\n", conv, a.Query)
+				}
 			}
 			if len(hits) == 0 {
 				return text(fmt.Sprintf("Nothing archived matches %q.", a.Query)), nil, nil
 			}
-			var b strings.Builder
 			for _, h := range hits {
 				fmt.Fprintf(&b, "[%s, segment %s, item %d]\n%s\n\n", h.Conversation, h.SegmentID, h.ItemIndex, h.Excerpt)
 			}
@@ -126,7 +144,7 @@ func New(o Options) *mcp.Server {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: ToolResume, Description: "Produce a resume prompt for this project's most recent session (or a named one): what the user asked, files modified, commands and failures, the plan, and a facts ledger from tool outputs."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, a ResumeArgs) (*mcp.CallToolResult, any, error) {
-			path, err := findSession(o.SessionDirs, a.SessionID)
+			path, err := findSession(o.SessionDirs, o.SharedSessionDirs, o.Project, a.SessionID)
 			if err != nil {
 				return errResult(err.Error()), nil, nil
 			}
@@ -165,26 +183,27 @@ func searchErr(err error) *mcp.CallToolResult {
 
 // findSession picks the session log: the one whose file name or parsed id is id, else the most
 // recently modified log.
-func findSession(dirs []string, id string) (string, error) {
+func findSession(dirs, shared []string, project, id string) (string, error) {
 	type cand struct {
-		path string
-		mod  time.Time
+		path   string
+		mod    time.Time
+		shared bool
 	}
 	var cs []cand
-	for _, d := range dirs {
+	for i, d := range append(append([]string{}, dirs...), shared...) {
 		_ = filepath.WalkDir(d, func(p string, de os.DirEntry, err error) error {
 			if err != nil || de.IsDir() || !strings.HasSuffix(p, ".jsonl") {
 				return nil
 			}
-			if info, err := de.Info(); err == nil {
-				cs = append(cs, cand{p, info.ModTime()})
+			if info, err := de.Info(); err == nil && info.Mode().IsRegular() {
+				cs = append(cs, cand{p, info.ModTime(), i >= len(dirs)})
 			}
 			return nil
 		})
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].mod.After(cs[j].mod) })
 	for _, c := range cs {
-		if id == "" || strings.Contains(filepath.Base(c.path), id) {
+		if (id == "" || strings.Contains(filepath.Base(c.path), id)) && (!c.shared || InProject(c.path, project)) {
 			return c.path, nil
 		}
 	}

@@ -208,3 +208,41 @@ func TestResumePrompt(t *testing.T) {
 		t.Errorf("unknown session: %q (error %v)", out, isErr)
 	}
 }
+
+// TestRecallCurrentSession: with the server's conversation set (the agent's current session),
+// recall answers from that session's compactions only; when the session has nothing matching it
+// says so and answers from the rest of the archive; a conversation the caller names is searched
+// alone, without that fallback.
+func TestRecallCurrentSession(t *testing.T) {
+	store := openStore(t)
+	ctx := context.Background()
+	for conv, out := range map[string]string{"sess-A": "PORT_VALUE=7431 in A", "sess-B": "PORT_VALUE=9999 in B; ONLY_IN_B=1"} {
+		if _, err := store.Put(ctx, archive.Segment{Conversation: conv, Kind: archive.KindCompaction,
+			Items: []json.RawMessage{json.RawMessage(`{"type":"function_call_output","call_id":"c","output":"` + out + `"}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs := connect(t, Options{Store: store, Conversation: "sess-A"})
+	for _, tc := range []struct {
+		name         string
+		args         map[string]any
+		want, absent []string
+	}{
+		{"current session only", map[string]any{"query": "PORT_VALUE"}, []string{"7431"}, []string{"9999", "other conversations"}},
+		{"falls back to the archive", map[string]any{"query": "ONLY_IN_B"}, []string{"Nothing archived for this session (sess-A)", "ONLY_IN_B=1"}, nil},
+		{"named conversation, no fallback", map[string]any{"query": "ONLY_IN_B", "conversation": "sess-C"}, []string{"Nothing archived matches"}, []string{"ONLY_IN_B=1"}},
+		{"named conversation", map[string]any{"query": "PORT_VALUE", "conversation": "sess-B"}, []string{"9999"}, []string{"7431"}},
+	} {
+		out, _ := call(t, cs, ToolRecall, tc.args)
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: recall = %q, want %q", tc.name, out, w)
+			}
+		}
+		for _, n := range tc.absent {
+			if strings.Contains(out, n) {
+				t.Errorf("%s: recall = %q, must not contain %q", tc.name, out, n)
+			}
+		}
+	}
+}
