@@ -67,7 +67,7 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy,
 		return nil, nil, false // an agent's own compaction turn, answered by compactd
 	}
 	if !s.messagesNeedCompactd(req) {
-		if policy {
+		if policy || s.maybeAgentRecall(r, req) {
 			return req, nil, true
 		}
 		s.forwardMessages(w, r, nil, body)
@@ -123,6 +123,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		instructions, pause = cm.Compact.Instructions, cm.Compact.Pause
 	}
 	compacted := false
+	var comp *compaction
 	if limit, trigger := policy.Effective(th); limit > 0 {
 		total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, limit)
 		if total < limit && s.speculating(total, limit) {
@@ -147,13 +148,14 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 					s.writeCompactionMessage(w, req, mt, c, false)
 					return
 				}
-				msgs, changed, compacted = c.msgs, true, true
+				msgs, changed, compacted, comp = c.msgs, true, true, c
 				mt.block, mt.summary, mt.ecStr, mt.compUsage = c.item, c.summary, c.ec, c.usage
 			}
 		}
 	}
 	needed := s.messagesNeedCompactd(req)
-	if !compacted && !needed {
+	recall := s.messagesRecallFor(r, req, view.prev, comp)
+	if !compacted && !needed && recall == nil {
 		// Read only to be counted against the policy, and under it: forwarded as it came.
 		s.forwardMessages(w, r, nil, req.Body)
 		return
@@ -169,6 +171,10 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			keep = cm.OthersJSON()
 		}
 		changes = append(changes, api.Member{Key: "context_management", Value: keep})
+	}
+	if recall != nil {
+		s.forwardMessagesRecall(w, r, mt, recall, req, changes) // recall_messages.go
+		return
 	}
 	out := req.Body
 	if len(changes) > 0 {

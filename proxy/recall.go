@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -202,6 +203,8 @@ type recallFailure struct {
 
 // recallDialect is what the loop needs of one API dialect. One value serves one turn.
 type recallDialect interface {
+	// upstream is the dialect's upstream.
+	upstream() *url.URL
 	// request renders the next round's upstream body. On the last round the model may not call
 	// the tool.
 	request(last bool) []byte
@@ -245,7 +248,7 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 	var visible [][]byte
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamRoundTrip(r, d.request(last))
+		resp, err := s.upstreamRoundTrip(r, d.upstream(), d.request(last))
 		if err != nil {
 			d.writeError(w, r, recallFailure{err: err})
 			return
@@ -384,7 +387,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 	}
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamRoundTrip(r, d.request(last))
+		resp, err := s.upstreamRoundTrip(r, d.upstream(), d.request(last))
 		if err != nil {
 			if !errors.Is(err, context.Canceled) || r.Context().Err() == nil {
 				fail(recallFailure{err: err})

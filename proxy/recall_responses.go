@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"net/http"
+	"net/url"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -41,6 +42,9 @@ func (s *Server) recallFor(req *api.ResponsesRequest, prev *opened, c *compactio
 	case prev != nil && prev.payload.Archive != nil:
 		conv = prev.payload.Archive.Conversation
 	}
+	if conv == "" || s.cfg.Archive == nil {
+		return nil
+	}
 	rt, ok := s.recallConfig(conv, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
 	if !ok {
 		return nil
@@ -61,6 +65,8 @@ func (c RecallConfig) toolJSON() []byte {
 		"parameters": querySchema(),
 	})
 }
+
+func (d *responsesRecall) upstream() *url.URL { return d.s.cfg.Upstream }
 
 func (d *responsesRecall) request(last bool) []byte {
 	out := d.req.WithInput(d.items, true)
