@@ -3,11 +3,14 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -389,4 +392,141 @@ func TestMessagesRecallAfterAgentCompaction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scriptedAnthropic is a Messages upstream that answers round i with rounds[i] (raw content
+// blocks), in JSON or in Anthropic's SSE, and records the request bodies.
+type scriptedAnthropic struct {
+	rounds [][]string
+	bodies [][]byte
+}
+
+func (s *scriptedAnthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body := new(bytes.Buffer)
+	_, _ = body.ReadFrom(r.Body)
+	s.bodies = append(s.bodies, body.Bytes())
+	blocks := s.rounds[min(len(s.bodies), len(s.rounds))-1]
+	stop := "end_turn"
+	for _, b := range blocks {
+		if gjson.Get(b, "type").Str == "tool_use" {
+			stop = "tool_use"
+		}
+	}
+	usage := `{"input_tokens":100,"output_tokens":10,"cache_creation_input_tokens":5,"cache_read_input_tokens":50}`
+	msg := `{"id":"msg_s","type":"message","role":"assistant","model":"claude-fake","content":[` + strings.Join(blocks, ",") +
+		`],"stop_reason":"` + stop + `","stop_sequence":null,"usage":` + usage + `}`
+	if !gjson.GetBytes(body.Bytes(), "stream").Bool() {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(msg))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	ev := func(name, data string) { _, _ = w.Write([]byte("event: " + name + "\ndata: " + data + "\n\n")) }
+	start, _ := sjson.Set(msg, "content", []any{})
+	start, _ = sjson.Set(start, "stop_reason", nil)
+	ev("message_start", `{"type":"message_start","message":`+start+`}`)
+	for i, b := range blocks {
+		idx := strconv.Itoa(i)
+		blk := gjson.Parse(b)
+		empty := b
+		delta := ""
+		switch blk.Get("type").Str {
+		case "text":
+			empty, _ = sjson.Set(b, "text", "")
+			delta = `{"type":"text_delta","text":` + blk.Get("text").Raw + `}`
+		case "thinking":
+			empty, _ = sjson.Set(b, "thinking", "")
+			empty, _ = sjson.Set(empty, "signature", "")
+			delta = `{"type":"thinking_delta","thinking":` + blk.Get("thinking").Raw + `}`
+		case "tool_use":
+			empty, _ = sjson.SetRaw(b, "input", "{}")
+			in, _ := json.Marshal(blk.Get("input").Raw)
+			delta = `{"type":"input_json_delta","partial_json":` + string(in) + `}`
+		}
+		ev("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+empty+`}`)
+		ev("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":`+delta+`}`)
+		if sig := blk.Get("signature"); sig.Exists() {
+			ev("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"signature_delta","signature":`+sig.Raw+`}}`)
+		}
+		ev("content_block_stop", `{"type":"content_block_stop","index":`+idx+`}`)
+	}
+	ev("ping", `{"type":"ping"}`)
+	ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"`+stop+`","stop_sequence":null},"usage":`+usage+`}`)
+	ev("message_stop", `{"type":"message_stop"}`)
+}
+
+// A round that calls the recall tool beside one of the client's tools, after thinking and text:
+// the thinking and the text reach the client (streamed live), the client's call does not — the
+// model is asked again with the recall result, and the history it gets holds the round's
+// thinking (rebuilt whole from the stream, signature included), text and recall call, but not
+// the client's call, which has no result.
+func TestMessagesRecallBesideAClientToolCall(t *testing.T) {
+	const (
+		thinking = `{"type":"thinking","thinking":"The summary lacks the port.","signature":"sig-abc"}`
+		text     = `{"type":"text","text":"Let me check."}`
+		read     = `{"type":"tool_use","id":"toolu_read","name":"Read","input":{"file_path":"config.yaml"}}`
+		recall   = `{"type":"tool_use","id":"toolu_rec","name":"compactd_recall","input":{"query":"ZETA-PLANT port"}}`
+		answer   = `{"type":"text","text":"The port is 8443."}`
+	)
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "sse"}[stream], func(t *testing.T) {
+			up := &scriptedAnthropic{rounds: [][]string{{thinking, text, read, recall}, {answer}}}
+			ts := httptest.NewServer(up)
+			defer ts.Close()
+			u, _ := url.Parse(ts.URL)
+			h := newMsgRecallHarness(t, fakeupstream.Options{}, func(c *proxy.Config) { c.AnthropicUpstream = u })
+			p := params(append(msgRecallHistory(), userText("Which port?")), compactEdit(50_000, false))
+			msg, events, err := sendMessages(t, h, context.Background(), p, stream, recallSession)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(up.bodies) != 2 {
+				t.Fatalf("%d upstream rounds, want 2", len(up.bodies))
+			}
+			msgs := gjson.GetBytes(up.bodies[1], "messages").Array()
+			asst, res := msgs[len(msgs)-2], msgs[len(msgs)-1]
+			var got []string
+			for _, b := range asst.Get("content").Array() {
+				got = append(got, b.Raw)
+			}
+			if want := []string{thinking, text, recall}; !reflect.DeepEqual(canonical(t, got), canonical(t, want)) {
+				t.Errorf("history of the recall round = %v, want %v", got, want)
+			}
+			if rs := res.Get("content").Array(); len(rs) != 1 || rs[0].Get("tool_use_id").Str != "toolu_rec" || !strings.Contains(rs[0].Get("content").Str, plantedFact) {
+				t.Errorf("tool results = %s, want the recall's only", res.Raw)
+			}
+			var types []string
+			for _, b := range msg.Content {
+				types = append(types, b.Type)
+			}
+			if want := []string{"compaction", "thinking", "text", "text"}; !reflect.DeepEqual(types, want) ||
+				msg.Content[1].Signature != "sig-abc" || msg.Content[2].Text != "Let me check." || msg.Content[3].Text != "The port is 8443." ||
+				msg.StopReason != "end_turn" {
+				t.Errorf("client message = %s, want %v", msg.RawJSON(), want)
+			}
+			for _, raw := range append(events, msg.RawJSON()) {
+				if sawRecall(raw) || strings.Contains(raw, "toolu_read") {
+					t.Errorf("the client saw a tool call of the hidden round: %.300s", raw)
+				}
+			}
+			if msg.Usage.InputTokens != 200 || msg.Usage.OutputTokens != 20 || msg.Usage.CacheReadInputTokens != 100 || msg.Usage.CacheCreationInputTokens != 10 {
+				t.Errorf("usage = %s, want two rounds summed", msg.Usage.RawJSON())
+			}
+		})
+	}
+}
+
+// canonical re-marshals JSON values so that member order does not matter.
+func canonical(t *testing.T, raws []string) []string {
+	t.Helper()
+	out := make([]string, len(raws))
+	for i, r := range raws {
+		var v any
+		if err := json.Unmarshal([]byte(r), &v); err != nil {
+			t.Fatalf("%s: %v", r, err)
+		}
+		b, _ := json.Marshal(v)
+		out[i] = string(b)
+	}
+	return out
 }
