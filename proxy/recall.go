@@ -203,7 +203,8 @@ type recallFailure struct {
 
 // recallDialect is what the loop needs of one API dialect. One value serves one turn.
 type recallDialect interface {
-	// upstream is the dialect's upstream.
+	// api is the dialect; upstream is its upstream.
+	api() dialect
 	upstream() *url.URL
 	// request renders the next round's upstream body. On the last round the model may not call
 	// the tool.
@@ -228,8 +229,8 @@ type recallDialect interface {
 	streamRound() (items []recallItem, why string)
 	// finalStream renders the stream's closing events.
 	finalStream(visible [][]byte) []byte
-	// answer appends a round that called the tool to the upstream history: its units but the
-	// client's tool calls, then the results of the recall calls (in order).
+	// answer appends a round that called the tool to the upstream history: its units (the
+	// client's tool calls already taken out), then the results of the recall calls, in order.
 	answer(items []recallItem, results []string)
 	// writeError answers a failure over HTTP (an unreachable upstream, an unusable answer);
 	// errorEvents renders it into a stream already under way.
@@ -270,7 +271,7 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 			items, why = d.jsonRound(data)
 		}
 		if why != "" {
-			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "reason", why)
+			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", d.api().String(), "reason", why)
 			d.writeError(w, r, recallFailure{why: why})
 			return
 		}
@@ -283,7 +284,7 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 			return
 		}
 		visible = appendVisible(visible, items, firstTool(items))
-		d.answer(items, s.recallResults(r.Context(), rt, calls))
+		d.answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
 	}
 }
 
@@ -324,6 +325,31 @@ func appendVisible(visible [][]byte, items []recallItem, n int) [][]byte {
 		}
 	}
 	return visible
+}
+
+// withoutClientCalls drops the client's tool calls from a round that also called the recall
+// tool: the client never gets them, so they have no results; the model is asked again, with the
+// recall results in hand, and calls them again if it still needs them.
+func withoutClientCalls(items []recallItem) []recallItem {
+	out := make([]recallItem, 0, len(items))
+	for _, it := range items {
+		if !it.tool || it.call != nil {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// archiveConversation is the archive conversation of a turn's compaction: of the compaction this
+// turn made, else of the one it opened; "" when neither was archived.
+func archiveConversation(prev *opened, c *compaction) string {
+	switch {
+	case c != nil && c.payload.Archive != nil:
+		return c.payload.Archive.Conversation
+	case prev != nil && prev.payload.Archive != nil:
+		return prev.payload.Archive.Conversation
+	}
+	return ""
 }
 
 func (s *Server) recallResults(ctx context.Context, rt *recallTurn, calls []recallCall) []string {
@@ -371,7 +397,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 	}
 	fail := func(f recallFailure) {
 		if f.why != "" {
-			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "reason", f.why)
+			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", d.api().String(), "reason", f.why)
 		}
 		if headersSent {
 			write(d.errorEvents(f))
@@ -517,6 +543,6 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 			next = holdFrom
 		}
 		visible = appendVisible(visible, items, firstTool(items))
-		d.answer(items, s.recallResults(r.Context(), rt, calls))
+		d.answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
 	}
 }

@@ -74,13 +74,8 @@ func (s *Server) messagesRecallFor(r *http.Request, req *api.MessagesRequest, pr
 	if s.cfg.Archive == nil {
 		return nil
 	}
-	conv := ""
-	switch {
-	case c != nil && c.payload.Archive != nil:
-		conv = c.payload.Archive.Conversation
-	case prev != nil && prev.payload.Archive != nil:
-		conv = prev.payload.Archive.Conversation
-	case prev == nil && c == nil:
+	conv := archiveConversation(prev, c)
+	if prev == nil && c == nil {
 		conv = agentRecallConversation(r, req)
 	}
 	if conv == "" {
@@ -153,6 +148,8 @@ func (s *Server) forwardMessagesRecall(w http.ResponseWriter, r *http.Request, m
 func (c RecallConfig) anthropicToolJSON() []byte {
 	return mustMarshal(map[string]any{"name": c.ToolName, "description": c.Description, "input_schema": querySchema()})
 }
+
+func (d *messagesRecall) api() dialect { return dialectAnthropic }
 
 func (d *messagesRecall) upstream() *url.URL { return d.s.cfg.AnthropicUpstream }
 
@@ -386,10 +383,7 @@ func (d *messagesRecall) answer(items []recallItem, results []string) {
 	k := 0
 	for _, it := range items {
 		b := gjson.ParseBytes(it.raw)
-		switch {
-		case it.tool && it.call == nil:
-			continue // the client's call: the model is asked again, with the results in hand
-		case b.Get("type").Str == "text" && b.Get("text").Str == "":
+		if b.Get("type").Str == "text" && b.Get("text").Str == "" {
 			continue // Anthropic refuses empty text blocks in a request
 		}
 		blocks = append(blocks, it.raw)

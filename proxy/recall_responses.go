@@ -35,13 +35,7 @@ func (s *Server) recallFor(req *api.ResponsesRequest, prev *opened, c *compactio
 	if req.PreviousResponseID != "" {
 		return nil
 	}
-	conv := ""
-	switch {
-	case c != nil && c.payload.Archive != nil:
-		conv = c.payload.Archive.Conversation
-	case prev != nil && prev.payload.Archive != nil:
-		conv = prev.payload.Archive.Conversation
-	}
+	conv := archiveConversation(prev, c)
 	if conv == "" || s.cfg.Archive == nil {
 		return nil
 	}
@@ -65,6 +59,8 @@ func (c RecallConfig) toolJSON() []byte {
 		"parameters": querySchema(),
 	})
 }
+
+func (d *responsesRecall) api() dialect { return dialectOpenAI }
 
 func (d *responsesRecall) upstream() *url.URL { return d.s.cfg.Upstream }
 
@@ -196,9 +192,6 @@ func (d *responsesRecall) finalStream(visible [][]byte) []byte {
 func (d *responsesRecall) answer(items []recallItem, results []string) {
 	k := 0
 	for _, it := range items {
-		if it.tool && it.call == nil {
-			continue // the client's call: the model is asked again, with the results in hand
-		}
 		d.items = append(d.items, it.raw)
 		if it.call == nil {
 			continue
