@@ -57,7 +57,8 @@ func msgTurnFrom(r *http.Request) *msgTurn {
 // answered by compactd (agentcompact.go).
 // With policy (a server-side threshold on the Messages route) a request that needs nothing else
 // of compactd is read on too, to be counted, with a nil context management: compactd applies
-// none of its edits and leaves it as sent, unvalidated, like the rest of such a request.
+// none of its edits and leaves it as sent, unvalidated, like the rest of such a request. So is
+// an agent's turn after a compaction compactd archived (with agent), for the recall tool.
 func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy, agent bool) (*api.MessagesRequest, *api.ContextManagement, bool) {
 	body, req, ok := s.readMessages(w, r)
 	if !ok {
@@ -67,7 +68,7 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy,
 		return nil, nil, false // an agent's own compaction turn, answered by compactd
 	}
 	if !s.messagesNeedCompactd(req) {
-		if policy || s.maybeAgentRecall(r, req) {
+		if policy || agent && s.maybeAgentRecall(r, req) {
 			return req, nil, true
 		}
 		s.forwardMessages(w, r, nil, body)

@@ -382,6 +382,20 @@ func TestMessagesRecallAfterAgentCompaction(t *testing.T) {
 					t.Errorf("the client saw the recall tool: %.300s", raw)
 				}
 			}
+			// count_tokens of the session's turn is not a recall turn: forwarded byte for byte.
+			ct := mustJSON(t, map[string]any{"model": antModel, "messages": []map[string]any{{"role": "user", "content": cont}},
+				"context_management": map[string]any{"edits": []map[string]any{{"type": "clear_thinking_20251015", "keep": "all"}}}})
+			req, _ := http.NewRequest(http.MethodPost, h.proxyURL+"/v1/messages/count_tokens", bytes.NewReader(ct))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Claude-Code-Session-Id", sessionID)
+			if resp, err := http.DefaultClient.Do(req); err != nil {
+				t.Fatal(err)
+			} else {
+				resp.Body.Close()
+			}
+			if cts := h.upstream(fakeupstream.KindCountTokens); len(cts) != 1 || !bytes.Equal(cts[0].Body, ct) {
+				t.Errorf("count_tokens of the session was not forwarded byte for byte: %d requests", len(cts))
+			}
 			// Without a session id the turn is not the session's: nothing is offered.
 			if _, _, err := sendMessages(t, h, ctx, p, stream); err != nil {
 				t.Fatal(err)
