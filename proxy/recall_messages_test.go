@@ -544,3 +544,30 @@ func canonical(t *testing.T, raws []string) []string {
 	}
 	return out
 }
+
+// A Messages recall turn (the compacting turn of a conversation with an archive) meets every
+// broken upstream of TestUpstreamBrokenResponses the same way: valid JSON, a 502 in Anthropic's
+// dialect, or the stream's closing error event — never a broken 200.
+func TestUpstreamBrokenMessagesRecall(t *testing.T) {
+	for i := range brokenCases {
+		c := &brokenCases[i]
+		t.Run(c.name, func(t *testing.T) {
+			if c.capped {
+				t.Cleanup(proxy.SetRewriteCapForTest(4 << 10))
+			}
+			if c.eventCapped {
+				t.Cleanup(proxy.SetEventCapForTest(4 << 10))
+			}
+			up := brokenUpstream(t, c, &messagesFixture)
+			h := newHarness(t, fakeupstream.Options{}, withArchive(t, func(cfg *proxy.Config) { cfg.AnthropicUpstream = up }))
+			resp := brokenTurn(t, h, "messages", c.stream)
+			body := new(bytes.Buffer)
+			_, _ = body.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if n := len(h.upstream(fakeupstream.KindSummary)); n == 0 {
+				t.Fatal("the turn did not compact")
+			}
+			checkBrokenAnswer(t, "messages", c, resp, body.Bytes())
+		})
+	}
+}
