@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -412,14 +413,23 @@ func TestMessagesRecallAfterAgentCompaction(t *testing.T) {
 // blocks), in JSON or in Anthropic's SSE, and records the request bodies.
 type scriptedAnthropic struct {
 	rounds [][]string
+	mu     sync.Mutex
 	bodies [][]byte
+}
+
+func (s *scriptedAnthropic) requests() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bodies
 }
 
 func (s *scriptedAnthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := new(bytes.Buffer)
 	_, _ = body.ReadFrom(r.Body)
+	s.mu.Lock()
 	s.bodies = append(s.bodies, body.Bytes())
 	blocks := s.rounds[min(len(s.bodies), len(s.rounds))-1]
+	s.mu.Unlock()
 	stop := "end_turn"
 	for _, b := range blocks {
 		if gjson.Get(b, "type").Str == "tool_use" {
@@ -494,10 +504,11 @@ func TestMessagesRecallBesideAClientToolCall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(up.bodies) != 2 {
-				t.Fatalf("%d upstream rounds, want 2", len(up.bodies))
+			bodies := up.requests()
+			if len(bodies) != 2 {
+				t.Fatalf("%d upstream rounds, want 2", len(bodies))
 			}
-			msgs := gjson.GetBytes(up.bodies[1], "messages").Array()
+			msgs := gjson.GetBytes(bodies[1], "messages").Array()
 			asst, res := msgs[len(msgs)-2], msgs[len(msgs)-1]
 			var got []string
 			for _, b := range asst.Get("content").Array() {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3/option"
@@ -318,11 +319,14 @@ func TestRecallBesideAClientToolCall(t *testing.T) {
 		answer = `{"id":"msg_2","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":"8443.","annotations":[]}]}`
 	)
 	rounds := [][]string{{note, shell, recall}, {answer}}
+	var mu sync.Mutex
 	var bodies [][]byte
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
 		bodies = append(bodies, b)
 		out := rounds[min(len(bodies), len(rounds))-1]
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"resp_s","object":"response","status":"completed","model":"m","output":[`+strings.Join(out, ",")+
 			`],"usage":{"input_tokens":100,"input_tokens_details":{"cached_tokens":0},"output_tokens":10,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":110}}`)
@@ -335,6 +339,8 @@ func TestRecallBesideAClientToolCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(bodies) != 2 {
 		t.Fatalf("%d upstream rounds, want 2", len(bodies))
 	}
