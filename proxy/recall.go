@@ -278,6 +278,7 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 		calls := recallCalls(items)
 		if len(calls) == 0 || last {
 			data = d.finalJSON(data, appendVisible(visible, items, len(items)))
+			copyHeader(w.Header(), resp.Header) // the final round's (its request id, rate limits)
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 			_, _ = w.Write(data)

@@ -220,9 +220,13 @@ func TestMessagesRecall(t *testing.T) {
 			checkCompaction(t, first, 2)
 			before := len(h.upstream(fakeupstream.KindMessages))
 			next := append(append(hist, first.ToParam()), userText(recallAsk))
-			msg, events, err := sendMessages(t, h, ctx, params(next, compactEdit(50_000, false)), stream)
+			var raw *http.Response
+			msg, events, err := sendMessages(t, h, ctx, params(next, compactEdit(50_000, false)), stream, option.WithResponseInto(&raw))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if id := raw.Header.Get("Request-Id"); !strings.HasPrefix(id, "req_") {
+				t.Errorf("request-id = %q, want the upstream's", id)
 			}
 			checkRecallTurn(t, h, fakeupstream.Options{}, before, msg, events, false)
 		})
