@@ -99,10 +99,22 @@ func isSummaryPrompt(text string) bool {
 
 // agentSessionID is the archive conversation of an agent's compaction: the agent's own session id.
 func agentSessionID(r *http.Request) string {
-	if id := cleanID(r.Header.Get("X-Claude-Code-Session-Id")); id != "" {
+	if id := agentSessionKey(r); id != "" {
 		return id
 	}
 	return conversationID(r, "", nil)
+}
+
+// agentSessionKey is the conversation a request names: the agent's session id, else the ids
+// conversationID takes from headers; "" when it names none. The turns after an agent compaction
+// find that compaction's archive under it (recall_messages.go).
+func agentSessionKey(r *http.Request) string {
+	for _, h := range []string{"X-Claude-Code-Session-Id", "X-Compactd-Session", "Session-Id"} {
+		if id := cleanID(r.Header.Get(h)); id != "" {
+			return id
+		}
+	}
+	return ""
 }
 
 // agentCompaction answers req itself when it is an agent's compaction turn, and reports whether
@@ -149,7 +161,12 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 		return true
 	}
 	s.compacted(r, dialectAnthropic, agentTrigger, c)
-	s.writeAgentSummary(w, req, mt, claudeCodeSummaryText(c.Summary, c.Ledger), c.Usage)
+	ledger := c.Ledger
+	if cfg := s.cfg.Recall.withDefaults(); c.Payload != nil && c.Payload.Archive != nil && !cfg.Disabled {
+		// The turns after this one offer the recall tool over the archive; the note says so.
+		ledger = strings.TrimSpace(ledger + "\n\n" + agentRecallText(cfg.ToolName))
+	}
+	s.writeAgentSummary(w, req, mt, claudeCodeSummaryText(c.Summary, ledger), c.Usage)
 	return true
 }
 

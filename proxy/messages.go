@@ -58,7 +58,8 @@ func msgTurnFrom(r *http.Request) *msgTurn {
 // answered by compactd (agentcompact.go).
 // With policy (a server-side threshold on the Messages route) a request that needs nothing else
 // of compactd is read on too, to be counted, with a nil context management: compactd applies
-// none of its edits and leaves it as sent, unvalidated, like the rest of such a request.
+// none of its edits and leaves it as sent, unvalidated, like the rest of such a request. So is
+// an agent's turn after a compaction compactd archived (with agent), for the recall tool.
 func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy, agent bool) (*api.MessagesRequest, *api.ContextManagement, bool) {
 	body, req, ok := s.readMessages(w, r)
 	if !ok {
@@ -68,7 +69,7 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy,
 		return nil, nil, false // an agent's own compaction turn, answered by compactd
 	}
 	if !s.messagesNeedCompactd(req) {
-		if policy {
+		if policy || agent && s.maybeAgentRecall(r, req) {
 			return req, nil, true
 		}
 		s.forwardMessages(w, r, nil, body)
@@ -124,6 +125,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		instructions, pause = cm.Compact.Instructions, cm.Compact.Pause
 	}
 	compacted, applied := false, false
+	var comp *compaction
 	if limit, trigger := policy.Effective(th); limit > 0 {
 		// transparent: the operator's policy for a client that asked for nothing (Claude Code;
 		// see compaction.go): no compaction block goes back, the memo remembers instead.
@@ -158,7 +160,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 					s.writeCompactionMessage(w, req, mt, c, false)
 					return
 				}
-				msgs, changed, compacted = c.msgs, true, true
+				msgs, changed, compacted, comp = c.msgs, true, true, c
 				if transparent {
 					markCompacted(w, c)
 				} else {
@@ -168,7 +170,8 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	needed := s.messagesNeedCompactd(req)
-	if !compacted && !applied && !needed {
+	recall := s.messagesRecallFor(r, req, view.prev, comp)
+	if !compacted && !applied && !needed && recall == nil {
 		// Read only to be counted against the policy, and under it: forwarded as it came.
 		s.forwardMessages(w, r, nil, req.Body)
 		return
@@ -184,6 +187,10 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			keep = cm.OthersJSON()
 		}
 		changes = append(changes, api.Member{Key: "context_management", Value: keep})
+	}
+	if recall != nil {
+		s.forwardMessagesRecall(w, r, mt, recall, req, changes) // recall_messages.go
+		return
 	}
 	out := req.Body
 	if len(changes) > 0 {

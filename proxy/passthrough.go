@@ -41,15 +41,16 @@ func rewriteTo(target *url.URL, decode bool) func(*httputil.ProxyRequest) {
 	}
 }
 
-// upstreamRoundTrip sends body to the upstream in place of r's for a caller that reads the
-// answer itself (the recall loop's rounds), and returns the response with its body unread.
+// upstreamRoundTrip sends body to target (the upstream of r's dialect) in place of r's for a
+// caller that reads the answer itself (the recall loop's rounds), and returns the response with
+// its body unread.
 //
 // It is the ReverseProxy's path, not a second client beside it: the request is prepared by
 // httputil.ReverseProxy itself (its hop-by-hop removal, Connection-listed headers included,
 // and rewriteTo) and goes out through s.cfg.Transport, instrumented like every other upstream
 // call. The ReverseProxy is given the response's headers only, and the ones it would pass on to
 // the client become resp.Header; the body stays with the caller.
-func (s *Server) upstreamRoundTrip(r *http.Request, body []byte) (*http.Response, error) {
+func (s *Server) upstreamRoundTrip(r *http.Request, target *url.URL, body []byte) (*http.Response, error) {
 	in := r.Clone(r.Context())
 	in.Body = io.NopCloser(bytes.NewReader(body))
 	in.ContentLength = int64(len(body))
@@ -58,7 +59,7 @@ func (s *Server) upstreamRoundTrip(r *http.Request, body []byte) (*http.Response
 	var resp *http.Response
 	var rtErr error
 	rp := &httputil.ReverseProxy{
-		Rewrite: rewriteTo(s.cfg.Upstream, true),
+		Rewrite: rewriteTo(target, true),
 		Transport: roundTripFunc(func(out *http.Request) (*http.Response, error) {
 			// The ReverseProxy closes the body it hands the transport when ServeHTTP returns —
 			// here right after the response headers, while the transport may still be

@@ -8,29 +8,40 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
-	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/sse"
 )
 
 // Recall gives the model its memory back. After a compaction, compactd offers the upstream model
-// a function tool; when the model calls it, compactd searches the conversation's archive itself,
-// answers with the best raw excerpts, and calls the upstream again. The client never sees these
-// rounds — not in JSON, not in SSE — and the usage it gets is the sum of all of them.
+// a tool; when the model calls it, compactd searches the conversation's archive itself, answers
+// with the best raw excerpts, and calls the upstream again. The client never sees these calls —
+// not in JSON, not in SSE — and the usage it gets is the sum of all the rounds.
+//
+// One loop serves every dialect (this file): rounds, the archive search, JSON and SSE relaying,
+// renumbering, errors. What differs per dialect — the tool's JSON, how a round's calls are found,
+// how a tool result is fed back, how usage is summed and how the final answer is rendered — sits
+// behind recallDialect (recall_responses.go, recall_messages.go).
+//
+// What the client sees of a round that called the tool: what the model produced before its first
+// tool call (text, reasoning), streamed live, as part of one answer. Everything from the first
+// tool call of such a round on is hidden, the client's own tool calls included: the model is
+// re-asked with the recall results in hand and calls the client's tools again if it still needs
+// them. Holding only the tail of a round (a tool call comes last in practice) keeps the answer
+// streaming, and the client never gets a call that the model then re-issues.
 
 // RecallConfig bounds the recall tool.
 type RecallConfig struct {
 	Disabled     bool   // no recall tool even when an archive is configured
 	ToolName     string // default "compactd_recall"
 	Description  string // default: defaultRecallDescription
-	MaxRounds    int    // recall rounds per turn (default 3); the last round is offered no tool
+	MaxRounds    int    // recall rounds per turn (default 3); the last round may not call the tool
 	TopK         int    // excerpts per search (default 5)
 	ExcerptBytes int    // bytes per excerpt (default 1200)
 }
@@ -38,6 +49,8 @@ type RecallConfig struct {
 const defaultRecallDescription = "Search the verbatim history of this conversation from before it was compacted " +
 	"(file contents, command output, error messages, exact values, earlier decisions). Use it whenever the " +
 	"summary lacks a detail you need; prefer exact identifiers, paths, or error words as the query."
+
+const recallQueryDescription = "words to search for: identifiers, paths, error text, values"
 
 func (c RecallConfig) withDefaults() RecallConfig {
 	if c.ToolName == "" {
@@ -58,19 +71,23 @@ func (c RecallConfig) withDefaults() RecallConfig {
 	return c
 }
 
-// toolJSON is the Responses function tool definition.
-func (c RecallConfig) toolJSON() []byte {
-	b, _ := json.Marshal(map[string]any{
-		"type": "function", "name": c.ToolName, "description": c.Description, "strict": true,
-		"parameters": map[string]any{
-			"type":                 "object",
-			"additionalProperties": false,
-			"required":             []string{"query"},
-			"properties": map[string]any{
-				"query": map[string]any{"type": "string", "description": "words to search for: identifiers, paths, error text, values"},
-			},
+// querySchema is the JSON schema of the tool's arguments, the same in every dialect.
+func querySchema() map[string]any {
+	return map[string]any{
+		"type":                 "object",
+		"additionalProperties": false,
+		"required":             []string{"query"},
+		"properties": map[string]any{
+			"query": map[string]any{"type": "string", "description": recallQueryDescription},
 		},
-	})
+	}
+}
+
+func mustMarshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // static maps of strings
+	}
 	return b
 }
 
@@ -78,74 +95,45 @@ func (c RecallConfig) toolJSON() []byte {
 type recallTurn struct {
 	cfg          RecallConfig
 	conversation string
-	req          *api.ResponsesRequest
-	items        [][]byte // the upstream input so far
-	strip        bool
 }
 
-// recallFor returns the recall state for a turn, or nil when recall does not apply: no archive,
-// recall off, no archived history for this conversation yet, previous_response_id chains, or a
-// client that brings its own tool of the same name.
-func (s *Server) recallFor(req *api.ResponsesRequest, prev *engine.Opened, c *compaction) *recallTurn {
+// recallConfig returns the recall settings and the archive conversation of a turn, or ok false
+// when recall does not apply: no archive, recall off, no conversation, the client's tool choice
+// leaves the model no way to call it, or the client brings its own tool of the same name
+// (theirs wins; compactd then offers nothing).
+func (s *Server) recallConfig(conversation string, tools, toolChoice []byte) (*recallTurn, bool) {
 	cfg := s.cfg.Recall.withDefaults()
-	if s.cfg.Archive == nil || cfg.Disabled || req.PreviousResponseID != "" {
-		return nil
+	if s.cfg.Archive == nil || cfg.Disabled || conversation == "" {
+		return nil, false
 	}
-	conv := ""
-	switch {
-	case c != nil && c.Payload.Archive != nil:
-		conv = c.Payload.Archive.Conversation
-	case prev != nil && prev.Payload.Archive != nil:
-		conv = prev.Payload.Archive.Conversation
+	if !toolChoiceAllows(gjson.ParseBytes(toolChoice), cfg.ToolName) {
+		return nil, false
 	}
-	if conv == "" {
-		return nil
+	clash := false
+	gjson.ParseBytes(tools).ForEach(func(_, t gjson.Result) bool {
+		clash = t.Get("name").Str == cfg.ToolName
+		return !clash
+	})
+	if clash {
+		return nil, false
 	}
-	if req.Tools != nil {
-		clash := false
-		gjson.ParseBytes(req.Tools).ForEach(func(_, t gjson.Result) bool {
-			clash = t.Get("name").Str == cfg.ToolName
-			return !clash
-		})
-		if clash {
-			return nil
-		}
-	}
-	return &recallTurn{cfg: cfg, conversation: conv, req: req, strip: s.cfg.StripCodexFields}
+	return &recallTurn{cfg: cfg, conversation: conversation}, true
 }
 
-// body renders the upstream request for the current round.
-func (rt *recallTurn) body(withTool bool) []byte {
-	out := rt.req.WithInput(rt.items, true)
-	if rt.strip {
-		out, _ = sjson.DeleteBytes(out, "client_metadata")
+// toolChoiceAllows reports whether a client's tool_choice lets the model call the recall tool:
+// not "none", and not one named tool (Responses: "none", {"type":"none"} or {"type":"function",
+// "name":…}; Messages: {"type":"none"} or {"type":"tool","name":…}).
+func toolChoiceAllows(tc gjson.Result, name string) bool {
+	if tc.Type == gjson.String {
+		return tc.Str != "none"
 	}
-	if withTool {
-		out, _ = sjson.SetRawBytes(out, "tools.-1", rt.cfg.toolJSON())
+	switch tc.Get("type").Str {
+	case "none":
+		return false
+	case "tool", "function", "custom":
+		return tc.Get("name").Str == name
 	}
-	return out
-}
-
-// isRecallCall reports whether an output item is a call of the recall tool.
-func (rt *recallTurn) isRecallCall(item gjson.Result) bool {
-	return item.Get("type").Str == "function_call" && item.Get("name").Str == rt.cfg.ToolName
-}
-
-// answer runs the searches a round asked for and appends the round's output and the tool
-// results to the upstream input.
-func (s *Server) answer(ctx context.Context, rt *recallTurn, output []gjson.Result) {
-	for _, it := range output {
-		rt.items = append(rt.items, []byte(it.Raw))
-		if !rt.isRecallCall(it) {
-			continue
-		}
-		query := gjson.Get(it.Get("arguments").Str, "query").Str
-		result := s.recallSearch(ctx, rt, query)
-		out := []byte(`{"type":"function_call_output","call_id":"","output":""}`)
-		out, _ = sjson.SetBytes(out, "call_id", it.Get("call_id").Str)
-		out, _ = sjson.SetBytes(out, "output", result)
-		rt.items = append(rt.items, out)
-	}
+	return true
 }
 
 // recallSearch searches the archive and renders the excerpts for the model.
@@ -173,84 +161,115 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 	return b.String()
 }
 
-// usageSum adds Responses usage objects.
-type usageSum struct{ input, cached, output, reasoning, total int64 }
-
-func (u *usageSum) add(v gjson.Result) {
-	u.input += v.Get("input_tokens").Int()
-	u.cached += v.Get("input_tokens_details.cached_tokens").Int()
-	u.output += v.Get("output_tokens").Int()
-	u.reasoning += v.Get("output_tokens_details.reasoning_tokens").Int()
-	u.total += v.Get("total_tokens").Int()
+// recallItem is one output unit of a round: a Responses output item or a Messages content block.
+type recallItem struct {
+	raw  []byte
+	tool bool        // a tool call the caller answers (the client's or compactd's)
+	call *recallCall // a call of the recall tool
 }
 
-// apply writes the sum into the usage object at path of doc.
-func (u *usageSum) apply(doc []byte, path string) []byte {
-	for k, v := range map[string]int64{
-		"input_tokens": u.input, "input_tokens_details.cached_tokens": u.cached, "output_tokens": u.output,
-		"output_tokens_details.reasoning_tokens": u.reasoning, "total_tokens": u.total,
-	} {
-		doc, _ = sjson.SetBytes(doc, path+"."+k, v)
-	}
-	return doc
+type recallCall struct{ id, query string }
+
+// recallEventKind is what an event of a streamed round is to the loop.
+type recallEventKind int
+
+const (
+	evPass  recallEventKind = iota // relayed as it is (pings, unknown events)
+	evStart                        // the response opens (created, message_start): relayed in the first round only
+	evItem                         // belongs to the output unit at index
+	evEnd                          // closes the round (message_delta): kept by the dialect, never relayed
+	evStop                         // the stream's last event (response.completed, message_stop): likewise
+	evError                        // the upstream failed the stream: relayed, and the turn ends
+)
+
+// recallEvent is the dialect's reading of one event.
+type recallEvent struct {
+	kind  recallEventKind
+	index int64
+	start bool // evItem: the event opens the unit
+	tool  bool // the unit it opens is a tool call
+	call  bool // the unit it opens is a call of the recall tool
+	data  []byte
 }
 
-// hideTool removes the recall tool from the tools array at path: responses echo the request's
-// tools, and the client must not learn of one it did not send.
-func (rt *recallTurn) hideTool(doc []byte, path string) []byte {
-	tools := gjson.GetBytes(doc, path)
-	if !tools.IsArray() {
-		return doc
-	}
-	kept := make([][]byte, 0, len(tools.Array()))
-	found := false
-	for _, t := range tools.Array() {
-		if t.Get("name").Str == rt.cfg.ToolName && t.Get("type").Str == "function" {
-			found = true
-			continue
-		}
-		kept = append(kept, []byte(t.Raw))
-	}
-	if !found {
-		return doc
-	}
-	return withOutput(doc, path, kept)
+// recallFailure is what went wrong with a round, for the dialect to render.
+type recallFailure struct {
+	err  error  // the round trip failed
+	body []byte // with status: the upstream's error body
+	// status is the upstream's HTTP status when it answered with an error.
+	status int
+	why    string // the upstream's answer cannot be used (for the client: what is wrong)
+	cut    bool   // the stream broke off before its end
 }
 
-// withOutput replaces the output array at path with items.
-func withOutput(doc []byte, path string, items [][]byte) []byte {
-	arr := append([]byte{'['}, bytes.Join(items, []byte{','})...)
-	arr = append(arr, ']')
-	doc, _ = sjson.SetRawBytes(doc, path, arr)
-	return doc
+// routeError is a failed round as compactd's own error in d: the upstream unreachable, its
+// stream cut, or an answer compactd cannot pass on (compacted: this turn compacted, so the
+// client is told its items are still good).
+func (f recallFailure) routeError(d dialect, compacted bool) *routeError {
+	switch {
+	case f.err != nil:
+		return upstreamUnavailable(d)
+	case f.cut:
+		return upstreamInterrupted()
+	}
+	return invalidUpstream(d, compacted, f.why)
 }
 
-// forwardRecall runs a turn that offers the recall tool: up to MaxRounds hidden rounds, then the
-// answer the client sees.
-func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, rt *recallTurn, items [][]byte) {
-	rt.items = items
-	if t.stream {
-		s.streamRecall(w, r, t, rt)
+// recallDialect is what the loop needs of one API dialect. One value serves one turn.
+type recallDialect interface {
+	// api is the dialect; upstream is its upstream.
+	api() dialect
+	upstream() *url.URL
+	// request renders the next round's upstream body. On the last round the model may not call
+	// the tool.
+	request(last bool) []byte
+	// jsonRound reads a round's whole JSON response (valid JSON), adding its usage to the sum;
+	// why says what makes it unusable.
+	jsonRound(data []byte) (items []recallItem, why string)
+	// finalJSON renders the client's answer from the final round's response and the units the
+	// client sees.
+	finalJSON(data []byte, visible [][]byte) []byte
+	// event reads one event of a streamed round (valid JSON data), following the round's content.
+	event(name string, data []byte) recallEvent
+	// reindex sets the output index of an evItem event.
+	reindex(data []byte, index int64) []byte
+	// render renders an event for the client.
+	render(name string, data []byte) []byte
+	// compacted reports whether the turn compacted; prelude then renders the compaction unit,
+	// which the stream carries at index 0.
+	compacted() bool
+	prelude() []byte
+	// streamRound ends a streamed round after its evStop: its units, usage added to the sum.
+	streamRound() (items []recallItem, why string)
+	// finalStream renders the stream's closing events.
+	finalStream(visible [][]byte) []byte
+	// answer appends a round that called the tool to the upstream history: its units (the
+	// client's tool calls already taken out), then the results of the recall calls, in order.
+	answer(items []recallItem, results []string)
+	// writeError answers a failure over HTTP (an unreachable upstream, an unusable answer);
+	// errorEvents renders it into a stream already under way.
+	writeError(w http.ResponseWriter, r *http.Request, f recallFailure)
+	errorEvents(f recallFailure) []byte
+}
+
+// runRecall runs a turn that offers the recall tool: up to MaxRounds hidden rounds, then the
+// answer the client sees. r's context cancels every round; committed says compactd already sent
+// the stream's headers (keep-alives while it compacted).
+func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d recallDialect, stream, committed bool) {
+	if stream {
+		s.streamRecall(w, r, rt, d, committed)
 		return
 	}
-	var usage usageSum
 	var visible [][]byte
-	if t.item != nil {
-		visible = append(visible, t.item)
-	}
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamRoundTrip(r, rt.body(!last))
+		resp, err := s.upstreamRoundTrip(r, d.upstream(), d.request(last))
 		if err != nil {
-			s.upstreamError(dialectOpenAI)(w, r, err)
+			d.writeError(w, r, recallFailure{err: err})
 			return
 		}
 		if resp.StatusCode != http.StatusOK {
-			data, _ := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
-			resp.Body.Close()
-			copyHeader(w.Header(), resp.Header)
-			w.WriteHeader(resp.StatusCode)
-			_, _ = w.Write(data)
+			relayStatus(w, resp)
 			return
 		}
 		var data []byte
@@ -261,35 +280,99 @@ func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, 
 			}
 		}
 		resp.Body.Close()
-		if why == "" && !gjson.GetBytes(data, "output").IsArray() {
-			why = "has no output array"
+		var items []recallItem
+		if why == "" {
+			items, why = d.jsonRound(data)
 		}
 		if why != "" {
-			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", "openai", "reason", why)
-			invalidUpstream(dialectOpenAI, t.item != nil, why).write(w, dialectOpenAI)
+			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", d.api().String(), "reason", why)
+			d.writeError(w, r, recallFailure{why: why})
 			return
 		}
-		usage.add(gjson.GetBytes(data, "usage"))
-		output := gjson.GetBytes(data, "output").Array()
-		calls := 0
-		for _, it := range output {
-			if rt.isRecallCall(it) {
-				calls++
-			} else {
-				visible = append(visible, []byte(it.Raw))
-			}
-		}
-		if calls == 0 || last {
-			data = withOutput(data, "output", visible)
-			data = usage.apply(data, "usage")
-			data = rt.hideTool(data, "tools")
+		calls := recallCalls(items)
+		if len(calls) == 0 || last {
+			data = d.finalJSON(data, appendVisible(visible, items, len(items)))
+			copyHeader(w.Header(), resp.Header) // the final round's (its request id, rate limits)
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 			_, _ = w.Write(data)
 			return
 		}
-		s.answer(r.Context(), rt, output)
+		visible = appendVisible(visible, items, firstTool(items))
+		d.answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
 	}
+}
+
+// relayStatus passes an upstream error answer on as it came (nothing was sent yet).
+func relayStatus(w http.ResponseWriter, resp *http.Response) {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
+	resp.Body.Close()
+	copyHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(data)
+}
+
+func recallCalls(items []recallItem) []recallCall {
+	var calls []recallCall
+	for _, it := range items {
+		if it.call != nil {
+			calls = append(calls, *it.call)
+		}
+	}
+	return calls
+}
+
+// firstTool is the index of the first tool call among items (len(items) without one).
+func firstTool(items []recallItem) int {
+	for i, it := range items {
+		if it.tool {
+			return i
+		}
+	}
+	return len(items)
+}
+
+// appendVisible appends items[:n] but the recall calls.
+func appendVisible(visible [][]byte, items []recallItem, n int) [][]byte {
+	for _, it := range items[:n] {
+		if it.call == nil {
+			visible = append(visible, it.raw)
+		}
+	}
+	return visible
+}
+
+// withoutClientCalls drops the client's tool calls from a round that also called the recall
+// tool: the client never gets them, so they have no results; the model is asked again, with the
+// recall results in hand, and calls them again if it still needs them.
+func withoutClientCalls(items []recallItem) []recallItem {
+	out := make([]recallItem, 0, len(items))
+	for _, it := range items {
+		if !it.tool || it.call != nil {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// archiveConversation is the archive conversation of a turn's compaction: of the compaction this
+// turn made, else of the one it opened; "" when neither was archived.
+func archiveConversation(prev *engine.Opened, c *compaction) string {
+	switch {
+	case c != nil && c.Payload.Archive != nil:
+		return c.Payload.Archive.Conversation
+	case prev != nil && prev.Payload.Archive != nil:
+		return prev.Payload.Archive.Conversation
+	}
+	return ""
+}
+
+func (s *Server) recallResults(ctx context.Context, rt *recallTurn, calls []recallCall) []string {
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		out[i] = s.recallSearch(ctx, rt, c.query)
+	}
+	return out
 }
 
 // copyHeader copies the headers of an upstream answer compactd rewrote (src has no hop-by-hop
@@ -305,65 +388,66 @@ func copyHeader(dst, src http.Header) {
 	}
 }
 
-// streamRecall is forwardRecall for SSE: each round's events are relayed as they arrive, except
-// those of recall calls and the interim rounds' created/in_progress/completed events; output
-// indices and sequence numbers are renumbered so the client sees one ordinary response.
-func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, rt *recallTurn) {
+// heldEvent is an event held back until its round ends.
+type heldEvent struct {
+	name string
+	data []byte
+}
+
+// streamRecall is runRecall for SSE. Each round's events are relayed as they arrive, renumbered
+// so the client sees one ordinary response: the response opens once, the recall calls are
+// dropped, and from a round's first tool call on its events are held until the round ends —
+// dropped if the round called the recall tool (the model is asked again), relayed otherwise.
+func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d recallDialect, committed bool) {
 	rc := http.NewResponseController(w)
-	var usage usageSum
-	var visible [][]byte
-	seq, base := 0, 0
-	headersSent := t.committed
-	emit := func(event string, data []byte) bool {
-		data, _ = sjson.SetBytes(data, "sequence_number", seq)
-		seq++
-		if _, err := w.Write(sse.AppendEvent(nil, event, data)); err != nil {
+	headersSent := committed
+	write := func(b []byte) bool {
+		if len(b) == 0 {
+			return true
+		}
+		if _, err := w.Write(b); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
 	}
-	injected := t.item == nil
-	inject := func() bool {
-		injected = true
-		if _, err := w.Write(compactionItemEvents(nil, t.itemID, t.item, 0, seq)); err != nil {
-			return false
+	fail := func(f recallFailure) {
+		if f.why != "" {
+			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", d.api().String(), "reason", f.why)
 		}
-		seq += 2
-		visible = append(visible, t.item)
-		base = 1
-		return rc.Flush() == nil
+		if headersSent {
+			write(d.errorEvents(f))
+			return
+		}
+		d.writeError(w, r, f)
+	}
+	var visible [][]byte
+	injected := !d.compacted()
+	next := int64(0) // the client's index of the next visible unit
+	if !injected {
+		next = 1
 	}
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamRoundTrip(r, rt.body(!last))
+		resp, err := s.upstreamRoundTrip(r, d.upstream(), d.request(last))
 		if err != nil {
-			if headersSent {
-				_, _ = w.Write(upstreamUnavailable(dialectOpenAI).openAI().SSE(seq, t.responseID))
-				return
+			if !errors.Is(err, context.Canceled) || r.Context().Err() == nil {
+				fail(recallFailure{err: err})
 			}
-			s.upstreamError(dialectOpenAI)(w, r, err)
 			return
 		}
 		if resp.StatusCode == http.StatusOK && !isEventStream(resp.Header) {
 			resp.Body.Close()
-			e := invalidUpstream(dialectOpenAI, t.item != nil, "is JSON, but the request was streamed")
-			if headersSent {
-				_, _ = w.Write(e.openAI().SSE(seq, t.responseID))
-				return
-			}
-			e.write(w, dialectOpenAI)
+			fail(recallFailure{why: "is JSON, but the request was streamed"})
 			return
 		}
 		if resp.StatusCode != http.StatusOK {
-			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			resp.Body.Close()
-			if headersSent {
-				_, _ = w.Write(upstreamErrorFromBody(resp.StatusCode, data).SSE(seq, t.responseID))
+			if !headersSent {
+				relayStatus(w, resp)
 				return
 			}
-			copyHeader(w.Header(), resp.Header)
-			w.WriteHeader(resp.StatusCode)
-			_, _ = w.Write(data)
+			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			fail(recallFailure{status: resp.StatusCode, body: data})
 			return
 		}
 		if !headersSent {
@@ -371,107 +455,109 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, t *turn, r
 			w.WriteHeader(http.StatusOK)
 			headersSent = true
 		}
+		index := map[int64]int64{} // upstream index → the client's, for visible units
 		hidden := map[int64]bool{}
-		roundVisible := 0
-		var final gjson.Result
-		ok := true
+		var held []heldEvent
+		holding, holdFrom := false, next
+		stopped, ok := false, true
 		rd := sse.NewReaderSize(resp.Body, maxSSEEvent)
-		for ok {
+		for ok && !stopped {
 			ev, err := rd.Next()
 			if errors.Is(err, sse.ErrEventTooLong) {
-				_, _ = w.Write(invalidUpstream(dialectOpenAI, t.item != nil, "sent an event larger than the "+strconv.Itoa(maxSSEEvent>>20)+" MiB compactd relays").openAI().SSE(seq, t.responseID))
 				resp.Body.Close()
+				fail(recallFailure{why: "sent an event larger than the " + strconv.Itoa(maxSSEEvent>>20) + " MiB compactd relays"})
 				return
 			}
 			if err != nil || !ev.Terminated {
-				break // the stream broke off (mid-event, perhaps): no final event, reported below
+				break // the stream broke off (mid-event, perhaps): reported below
 			}
 			data, valid := eventJSON(&ev)
 			if len(data) == 0 || bytes.Equal(data, doneMarker) {
-				continue
+				continue // comments, keep-alives, [DONE]: the stream's own framing
 			}
-			event := ev.Name
 			if !valid {
 				// A garbled event: never splice into it, end the stream instead.
-				_, _ = w.Write(invalidUpstream(dialectOpenAI, t.item != nil, "sent an event that is not valid JSON").openAI().SSE(seq, t.responseID))
 				resp.Body.Close()
+				fail(recallFailure{why: "sent an event that is not valid JSON"})
 				return
 			}
-			typ := gjson.GetBytes(data, "type").Str
-			if t.responseID == "" {
-				if id := gjson.GetBytes(data, "response.id"); id.Exists() {
-					t.responseID = id.Str
-				}
-			}
-			switch typ {
-			case "response.created", "response.in_progress":
+			e := d.event(ev.Name, data)
+			switch e.kind {
+			case evEnd:
+			case evStop:
+				stopped = true
+			case evStart:
 				if round == 0 {
-					ok = emit(event, rt.hideTool(data, "response.tools"))
+					ok = write(d.render(ev.Name, e.data))
 				}
-				continue
-			case "response.completed", "response.incomplete":
-				final = gjson.ParseBytes(append([]byte(nil), data...))
-				ok = false // handled after the loop
-				continue
-			case "error", "response.failed":
-				emit(event, rt.hideTool(data, "response.tools"))
+			case evError:
+				write(d.render(ev.Name, e.data))
 				resp.Body.Close()
 				return
-			}
-			if !injected {
-				if ok = inject(); !ok {
-					break
-				}
-			}
-			oi := gjson.GetBytes(data, "output_index")
-			if typ == "response.output_item.added" && rt.isRecallCall(gjson.GetBytes(data, "item")) {
-				hidden[oi.Int()] = true
-			}
-			if oi.Exists() {
-				if hidden[oi.Int()] {
-					continue
-				}
-				below := 0
-				for h := range hidden {
-					if h < oi.Int() {
-						below++
+			case evPass:
+				ok = write(d.render(ev.Name, e.data))
+			case evItem:
+				if !injected {
+					injected = true
+					if ok = write(d.prelude()); !ok {
+						continue
 					}
 				}
-				data, _ = sjson.SetBytes(data, "output_index", int64(base)+oi.Int()-int64(below))
-				if typ == "response.output_item.added" {
-					roundVisible++
+				if e.start {
+					if e.tool && !holding {
+						holding, holdFrom = true, next
+					}
+					if e.call {
+						hidden[e.index] = true
+					} else if _, seen := index[e.index]; !seen {
+						index[e.index] = next
+						next++
+					}
 				}
+				n, known := index[e.index]
+				if hidden[e.index] || !known {
+					continue // a recall call's, or of a unit that never opened
+				}
+				data := d.reindex(e.data, n)
+				if holding {
+					held = append(held, heldEvent{ev.Name, append([]byte(nil), data...)})
+					continue
+				}
+				ok = write(d.render(ev.Name, data))
 			}
-			ok = emit(event, data)
 		}
 		resp.Body.Close()
-		if !final.Exists() {
+		if !ok {
+			return // the client went away
+		}
+		if !stopped {
 			if r.Context().Err() == nil {
-				_, _ = w.Write(upstreamInterrupted().openAI().SSE(seq, t.responseID))
+				fail(recallFailure{cut: true})
 			}
 			return
 		}
-		usage.add(final.Get("response.usage"))
-		output := final.Get("response.output").Array()
-		calls := 0
-		for _, it := range output {
-			if rt.isRecallCall(it) {
-				calls++
-			} else {
-				visible = append(visible, []byte(it.Raw))
-			}
+		items, why := d.streamRound()
+		if why != "" {
+			fail(recallFailure{why: why})
+			return
 		}
-		if calls == 0 || last {
+		calls := recallCalls(items)
+		if len(calls) == 0 || last {
 			if !injected {
-				inject()
+				write(d.prelude())
 			}
-			data := withOutput([]byte(final.Raw), "response.output", visible)
-			data = usage.apply(data, "response.usage")
-			data = rt.hideTool(data, "response.tools")
-			emit(gjson.GetBytes(data, "type").Str, data)
+			for _, h := range held {
+				if !write(d.render(h.name, h.data)) {
+					return
+				}
+			}
+			write(d.finalStream(appendVisible(visible, items, len(items))))
 			return
 		}
-		base += roundVisible
-		s.answer(r.Context(), rt, output)
+		if holding {
+			next = holdFrom
+		}
+		visible = appendVisible(visible, items, firstTool(items))
+		d.answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
 	}
 }

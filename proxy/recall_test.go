@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3/option"
@@ -303,5 +305,62 @@ func TestLedgerAndGapCheck(t *testing.T) {
 		if strings.Contains(last, "### Gap check") != gap {
 			t.Errorf("gap=%v: gap-check section present = %v", gap, !gap)
 		}
+	}
+}
+
+// A Responses round that calls the recall tool beside one of the client's function tools: the
+// client's call is not relayed and not sent upstream without its output (the API refuses a
+// function_call with no function_call_output); the model is asked again with the recall result.
+func TestRecallBesideAClientToolCall(t *testing.T) {
+	const (
+		note   = `{"id":"msg_1","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Let me check.","annotations":[]}]}`
+		shell  = `{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_shell","name":"shell","arguments":"{\"command\":[\"ls\"]}"}`
+		recall = `{"id":"fc_2","type":"function_call","status":"completed","call_id":"call_rec","name":"compactd_recall","arguments":"{\"query\":\"ZETA-PLANT port\"}"}`
+		answer = `{"id":"msg_2","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":"8443.","annotations":[]}]}`
+	)
+	rounds := [][]string{{note, shell, recall}, {answer}}
+	var mu sync.Mutex
+	var bodies [][]byte
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, b)
+		out := rounds[min(len(bodies), len(rounds))-1]
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"resp_s","object":"response","status":"completed","model":"m","output":[`+strings.Join(out, ",")+
+			`],"usage":{"input_tokens":100,"input_tokens_details":{"cached_tokens":0},"output_tokens":10,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":110}}`)
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	h := newHarness(t, fakeupstream.Options{}, withArchive(t, func(c *proxy.Config) { c.Upstream = u }))
+	resp, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
+		option.WithJSONSet("input", recallHistory()), threshold(2000), option.WithHeader("X-Compactd-Session", "conv-mixed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 2 {
+		t.Fatalf("%d upstream rounds, want 2", len(bodies))
+	}
+	in := gjson.GetBytes(bodies[1], "input").Array()
+	tail := in[len(in)-3:]
+	if tail[0].Get("id").Str != "msg_1" || tail[1].Get("call_id").Str != "call_rec" || tail[2].Get("type").Str != "function_call_output" ||
+		tail[2].Get("call_id").Str != "call_rec" || !strings.Contains(tail[2].Get("output").Str, plantedFact) {
+		t.Errorf("round 2 input ends with %v, want the message, the recall call and its output", tail)
+	}
+	if strings.Contains(string(bodies[1]), "call_shell") {
+		t.Error("the client's call went upstream without its output")
+	}
+	var types []string
+	for _, o := range resp.Output {
+		types = append(types, o.Type)
+	}
+	if strings.Join(types, ",") != "compaction,message,message" || strings.Contains(resp.RawJSON(), "call_shell") || strings.Contains(resp.RawJSON(), "compactd_recall") {
+		t.Errorf("client output %v: %s", types, resp.RawJSON())
+	}
+	if resp.Usage.InputTokens != 200 || resp.Usage.TotalTokens != 220 {
+		t.Errorf("usage %s, want two rounds summed", resp.Usage.RawJSON())
 	}
 }

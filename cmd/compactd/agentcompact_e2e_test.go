@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/crypto"
@@ -20,7 +24,9 @@ const claudeCodePrompt = "create a detailed summary of the conversation so far"
 // upstream never sees Claude Code's prompt, compactd's summariser (with compactd's prompt) sees
 // the tool output, the raw conversation is archived under Claude Code's session id, and the
 // request Claude Code sends after the compaction carries compactd's summary and the ledger line
-// with the fact.
+// with the fact. On the turn after, the fake model calls compactd's recall tool: compactd answers
+// it from the session's archive in hidden rounds, Claude Code gets the fact back in the model's
+// answer, and its transcript holds no call of the tool.
 func TestClaudeCodeCompactionUpgradedEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real Claude Code")
@@ -42,7 +48,11 @@ func TestClaudeCodeCompactionUpgradedEndToEnd(t *testing.T) {
 
 	id := e.claudeTurn(t, claude, e.readPrompt())
 	e.claudeTurn(t, claude, "--resume", id, "/compact")
-	e.claudeTurn(t, claude, "--resume", id, "what was the port?")
+	out := e.run(t, claude, "-p", "--output-format", "json", "--resume", id,
+		`what was the port? [[call:compactd_recall {"query":"SECRET_FACT_PORT"}]]`)
+	if gjson.Get(out, "is_error").Bool() || !strings.Contains(gjson.Get(out, "result").Str, agentFact) {
+		t.Errorf("the turn after the compaction did not get the fact back through recall:\n%.1500s", out)
+	}
 
 	bodies := messagesBodies(fake)
 	for i, b := range bodies {
@@ -81,6 +91,7 @@ func TestClaudeCodeCompactionUpgradedEndToEnd(t *testing.T) {
 	if strings.Contains(cont, "compactd (SessionStart hook)") {
 		t.Error("hooks are not installed here; the ledger must come from the upgraded compaction")
 	}
+	checkHiddenRecall(t, bodies, e, id)
 	if !strings.Contains(r.log.String(), `"trigger":"agent"`) {
 		t.Errorf("compactd logged no agent compaction:\n%s", r.log)
 	}
@@ -107,5 +118,55 @@ func TestClaudeCodeCompactionUpgradedEndToEnd(t *testing.T) {
 	}
 	if hits, _ := store.Search(ctx, archive.Query{Text: "detailed summary paying close attention", Conversation: id}); len(hits) != 0 {
 		t.Errorf("Claude Code's summarisation prompt was archived: %+v", hits)
+	}
+}
+
+// checkHiddenRecall checks the recall turn of a Claude Code session: a Messages request offered
+// the recall tool (an Anthropic custom tool, Claude Code's own tools kept), a later one carried
+// its tool_result with the fact from the archive, and Claude Code's transcript of the session
+// holds no call or result of the tool.
+func checkHiddenRecall(t *testing.T, bodies []string, e agentEnv, session string) {
+	t.Helper()
+	offered, answered := false, false
+	for _, b := range bodies {
+		tools := gjson.Get(b, "tools")
+		if tool := gjson.Get(b, `tools.#(name=="compactd_recall")`); tool.Exists() {
+			offered = offered || tool.Get("input_schema").Exists() && gjson.Get(tools.Raw, `#(name=="Read")`).Exists()
+		}
+		gjson.Get(b, "messages.@reverse.0.content").ForEach(func(_, blk gjson.Result) bool {
+			if blk.Get("type").Str == "tool_result" && strings.Contains(blk.Get("content").String(), agentFact) &&
+				strings.Contains(blk.Get("content").String(), "Verbatim excerpts") {
+				answered = true
+			}
+			return true
+		})
+	}
+	if !offered || !answered {
+		t.Errorf("recall offered %v, its result with the fact fed back %v; want both", offered, answered)
+	}
+	paths, _ := filepath.Glob(filepath.Join(e.home, ".claude", "projects", "*", session+".jsonl"))
+	if len(paths) != 1 {
+		t.Fatalf("transcript of session %s: found %v", session, paths)
+	}
+	f, err := os.Open(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 16<<20)
+	lines := 0
+	for sc.Scan() {
+		lines++
+		gjson.GetBytes(sc.Bytes(), "message.content").ForEach(func(_, blk gjson.Result) bool {
+			if typ := blk.Get("type").Str; (typ == "tool_use" || typ == "tool_result") &&
+				(blk.Get("name").Str == "compactd_recall" || strings.Contains(blk.Get("content").String(), "Verbatim excerpts")) {
+				t.Errorf("Claude Code's transcript holds a recall %s: %.300s", typ, blk.Raw)
+			}
+			return true
+		})
+	}
+	if err := sc.Err(); err != nil || lines == 0 {
+		t.Fatalf("transcript %s: %d lines, %v", paths[0], lines, err)
 	}
 }

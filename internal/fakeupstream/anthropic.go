@@ -3,6 +3,10 @@ package fakeupstream
 import (
 	"encoding/json"
 	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/tidwall/gjson"
 )
 
 // Wire types of the Anthropic Messages API (anthropic-sdk-go v2 Message, Usage, stream events).
@@ -44,7 +48,7 @@ func (c *call) serveMessages() {
 		c.badRequest(c.in.compaction)
 		return
 	}
-	text, fc := c.reply(&c.srv.nMessages)
+	text, fc := c.messagesReply()
 	reqID := c.id("req_", "request")
 	c.w.Header().Set("request-id", reqID)
 	msg := antMessage{
@@ -122,4 +126,80 @@ func (c *call) serveCountTokens() {
 	c.writeJSON(http.StatusOK, struct {
 		InputTokens int64 `json:"input_tokens"`
 	}{c.in.inputToks})
+}
+
+// messagesReply is reply with the fake model's tool behaviour on Messages:
+//
+//   - tool_choice {"type":"none"} is honoured: the model calls no tool, it answers.
+//   - "[[call-always:NAME {args}]]" in the last user message calls NAME on every turn, tool
+//     results or not (a model that will not stop calling a tool), unless tool_choice forbids it.
+//   - after the result of a recall tool (one whose name contains "recall"), the reply quotes
+//     the result, as a model answering from what it recalled would: "MOCK-REPLY n: …" then
+//     "\nRecalled with NAME: " and the result's text.
+func (c *call) messagesReply() (string, *toolCall) {
+	text, fc := c.reply(&c.srv.nMessages)
+	if c.in.summary {
+		return text, fc
+	}
+	if fc == nil {
+		fc = callAlways(c.in.lastUser)
+	}
+	if fc != nil && c.in.top["tool_choice"].Get("type").Str == "none" {
+		fc = nil
+	}
+	if fc != nil {
+		return "", fc
+	}
+	if text == "" {
+		text = replyText(c.srv.nMessages.Load(), c.in.lastUser)
+	}
+	if name, result, ok := c.recallResult(); ok && c.srv.opt.Answer == nil {
+		text += "\nRecalled with " + name + ": " + firstRunes(result, 4000)
+	}
+	return text, nil
+}
+
+var callAlwaysDirective = regexp.MustCompile(`(?s)\[\[call-always:([A-Za-z0-9_.\-]+)\s*(.*?)\]\]`)
+
+func callAlways(s string) *toolCall {
+	m := callAlwaysDirective.FindStringSubmatch(s)
+	if m == nil {
+		return nil
+	}
+	args := strings.TrimSpace(m[2])
+	if args == "" {
+		args = "{}"
+	}
+	return &toolCall{name: m[1], args: args}
+}
+
+// recallResult finds, in the last message (a user message), the tool_result of a call of a
+// recall tool made by the assistant message before it, and returns the tool's name and the
+// result's text.
+func (c *call) recallResult() (name, result string, ok bool) {
+	msgs := c.in.top["messages"].Array()
+	if len(msgs) < 2 {
+		return "", "", false
+	}
+	last, prev := msgs[len(msgs)-1], msgs[len(msgs)-2]
+	if last.Get("role").Str != "user" || prev.Get("role").Str != "assistant" {
+		return "", "", false
+	}
+	names := map[string]string{}
+	prev.Get("content").ForEach(func(_, b gjson.Result) bool {
+		if b.Get("type").Str == "tool_use" && strings.Contains(b.Get("name").Str, "recall") {
+			names[b.Get("id").Str] = b.Get("name").Str
+		}
+		return true
+	})
+	last.Get("content").ForEach(func(_, b gjson.Result) bool {
+		if b.Get("type").Str != "tool_result" {
+			return true
+		}
+		if n, found := names[b.Get("tool_use_id").Str]; found {
+			name, result, ok = n, contentText(b.Get("content")), true
+		}
+		return !ok
+	})
+	return name, result, ok
 }

@@ -169,3 +169,77 @@ func TestCountTokensAndErrorsThroughSDK(t *testing.T) {
 		t.Errorf("cut after 2: %d events, err %v", got, stream.Err())
 	}
 }
+
+// The Messages fake's tool behaviour for compactd's recall tests: it calls the recall tool on a
+// directive, answers from the tool_result (quoting it), honours tool_choice none, and with
+// call-always keeps calling after results; JSON and SSE alike.
+func TestMessagesRecallBehaviour(t *testing.T) {
+	_, base := start(t, Options{})
+	client := anthropicClient(base)
+	recallTool := anthropic.ToolUnionParam{OfTool: &anthropic.ToolParam{Name: "compactd_recall",
+		InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"query": map[string]any{"type": "string"}}}}}
+	withResult := func(ask, name, result string) anthropic.MessageNewParams {
+		p := userParams(ask)
+		p.Tools = []anthropic.ToolUnionParam{recallTool}
+		p.Messages = append(p.Messages,
+			anthropic.NewAssistantMessage(anthropic.NewToolUseBlock("toolu_1", map[string]string{"query": "port"}, name)),
+			anthropic.NewUserMessage(anthropic.NewToolResultBlock("toolu_1", result, false)))
+		return p
+	}
+	none := func(p anthropic.MessageNewParams) anthropic.MessageNewParams {
+		p.ToolChoice = anthropic.ToolChoiceUnionParam{OfNone: &anthropic.ToolChoiceNoneParam{}}
+		return p
+	}
+	cases := []struct {
+		name     string
+		p        anthropic.MessageNewParams
+		wantTool string // a tool_use of this name, else text
+		wantText string // contained in the text
+		notText  string
+	}{
+		{"directive calls the tool", userParams(`port? [[call:compactd_recall {"query":"port"}]]`), "compactd_recall", "", ""},
+		{"answers from the recall result", withResult(`port? [[call:compactd_recall {"query":"port"}]]`, "compactd_recall", "[1] port: 8443"),
+			"", "Recalled with compactd_recall: [1] port: 8443", ""},
+		{"other tools' results are not quoted", withResult("port?", "bash", "secret output"), "", "MOCK-REPLY", "secret output"},
+		{"tool_choice none answers", none(userParams(`port? [[call:compactd_recall {"query":"port"}]]`)), "", "MOCK-REPLY", ""},
+		{"call-always calls after a result", withResult(`port? [[call-always:compactd_recall {"query":"port"}]]`, "compactd_recall", "r"),
+			"compactd_recall", "", ""},
+		{"call-always yields to tool_choice none", none(withResult(`port? [[call-always:compactd_recall {"query":"port"}]]`, "compactd_recall", "r")),
+			"", "Recalled with compactd_recall: r", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, stream := range []bool{false, true} {
+				var msg *anthropic.Message
+				if stream {
+					s := client.Messages.NewStreaming(context.Background(), tc.p)
+					msg = &anthropic.Message{}
+					for s.Next() {
+						if err := msg.Accumulate(s.Current()); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := s.Err(); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					var err error
+					if msg, err = client.Messages.New(context.Background(), tc.p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				b := msg.Content[0]
+				if tc.wantTool != "" {
+					if b.Type != "tool_use" || b.Name != tc.wantTool || msg.StopReason != "tool_use" {
+						t.Errorf("stream=%v: %s, want a tool_use of %s", stream, msg.RawJSON(), tc.wantTool)
+					}
+					continue
+				}
+				if b.Type != "text" || !strings.Contains(b.Text, tc.wantText) || (tc.notText != "" && strings.Contains(b.Text, tc.notText)) ||
+					msg.StopReason != "end_turn" {
+					t.Errorf("stream=%v: %s, want text with %q", stream, msg.RawJSON(), tc.wantText)
+				}
+			}
+		})
+	}
+}

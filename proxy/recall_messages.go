@@ -1,0 +1,419 @@
+package proxy
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/sse"
+)
+
+// The recall tool on the Messages API: an Anthropic custom tool (name, description,
+// input_schema); a round's calls are tool_use content blocks, answered by appending the round's
+// assistant message and a user message of tool_result blocks (same tool_use_id). Anthropic
+// rejects a history whose tool_use names a tool the request does not define, so the last round
+// keeps the tool and sets tool_choice {"type":"none"} instead of dropping it. Usage sums
+// input, output and cache tokens over the rounds; usage.iterations lists the compaction (when
+// the turn compacted) and one "message" entry per round, as Anthropic reports a server-side
+// tool loop. A stream carries no final copy of the message, so the blocks of each round are
+// rebuilt from its deltas (text, thinking, signature, tool input, citations).
+
+// messagesRecall is the Messages dialect of one recall turn.
+type messagesRecall struct {
+	s     *Server
+	rt    *recallTurn
+	base  *api.MessagesRequest // the body compactd would have forwarded
+	mt    *msgTurn
+	msgs  [][]byte // the upstream messages so far
+	tools []byte   // the client's tools and the recall tool
+
+	// The sums over the rounds.
+	input, output, cacheCreation, cacheRead, eph5m, eph1h int64
+	iterations                                            [][]byte
+
+	// The streamed round being read.
+	startUsage gjson.Result
+	model      string
+	blocks     []*streamBlock
+	delta      []byte // its message_delta
+	stop       []byte // its message_stop
+}
+
+// streamBlock is a content block rebuilt from a stream.
+type streamBlock struct {
+	start                               []byte // content_block_start's content_block
+	text, thinking, signature, jsonPart strings.Builder
+	citations                           [][]byte
+}
+
+// agentRecallNote goes into the summary of an agent compaction compactd archived: it tells the
+// model that the recall tool can search what the summary replaced, and on the turns after the
+// compaction (which carry no compaction block, only the agent's continuation message with the
+// summary) it is the mark that this session has an archive.
+const agentRecallNote = "The conversation before this summary is archived verbatim by compactd"
+
+// agentRecallText is the sentence with the tool's name.
+func agentRecallText(tool string) string {
+	return agentRecallNote + ": call the " + tool + " tool to search it when a detail (a file's content, a command's output, an exact value) is missing here."
+}
+
+// messagesRecallFor returns the recall state for a Messages turn, or nil when recall does not
+// apply. The conversation is the archive's of the compaction this turn made, else of the block
+// it opened, else — for an agent that compacted itself through compactd — the agent's session,
+// when the first message carries compactd's note. A turn whose last message is the assistant's
+// (a prefill to continue) gets no tool: a recall round cannot continue a prefill.
+func (s *Server) messagesRecallFor(r *http.Request, req *api.MessagesRequest, prev *engine.Opened, c *compaction) *messagesRecall {
+	if n := len(req.Messages); n == 0 || req.Messages[n-1].Role == "assistant" {
+		return nil
+	}
+	if s.cfg.Archive == nil {
+		return nil
+	}
+	conv := archiveConversation(prev, c)
+	if prev == nil && c == nil {
+		conv = agentRecallConversation(r, req)
+	}
+	if conv == "" {
+		return nil
+	}
+	rt, ok := s.recallConfig(conv, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
+	if !ok {
+		return nil
+	}
+	return &messagesRecall{s: s, rt: rt}
+}
+
+// agentRecallConversation is the archive conversation of a turn that follows an agent compaction
+// compactd answered: the agent's session (agentSessionKey, as the compaction archived it), when
+// the first message holds compactd's note; else "".
+func agentRecallConversation(r *http.Request, req *api.MessagesRequest) string {
+	if len(req.Messages) == 0 || len(req.Blocks) > 0 {
+		return ""
+	}
+	id := agentSessionKey(r)
+	if id == "" {
+		return ""
+	}
+	for _, b := range req.Messages[0].Blocks {
+		if b.Type == api.BlockText && strings.Contains(gjson.GetBytes(b.Raw, "text").Str, agentRecallNote) {
+			return id
+		}
+	}
+	return ""
+}
+
+// maybeAgentRecall reports whether a request compactd would pass through untouched is an agent's
+// turn after its compaction, for which compactd offers the recall tool (cheap: headers and the
+// first message; the archive is not asked).
+func (s *Server) maybeAgentRecall(r *http.Request, req *api.MessagesRequest) bool {
+	return s.cfg.Archive != nil && !s.cfg.Recall.Disabled && agentRecallConversation(r, req) != ""
+}
+
+// forwardMessagesRecall runs a Messages turn that offers the recall tool: req with changes is
+// what compactd would have forwarded.
+func (s *Server) forwardMessagesRecall(w http.ResponseWriter, r *http.Request, mt *msgTurn, d *messagesRecall, req *api.MessagesRequest, changes []api.Member) {
+	base := req
+	if len(changes) > 0 {
+		body := req.Rewrite(changes...)
+		var err error
+		if base, err = api.ParseMessagesRequest(body); err != nil {
+			// compactd's own rendering of a body it skimmed: cannot happen, but never lose
+			// the turn over it.
+			s.forwardMessages(w, r, mt, body)
+			return
+		}
+	}
+	d.base, d.mt = base, mt
+	d.msgs = api.RawMessages(base.Messages)
+	tools := base.Tools
+	if len(tools) == 0 || gjson.ParseBytes(tools).Type == gjson.Null {
+		tools = []byte("[]")
+	}
+	d.tools, _ = sjson.SetRawBytes(tools, "-1", d.rt.cfg.anthropicToolJSON())
+	out := r.Clone(r.Context())
+	drop := []string{api.BetaCompact, api.BetaCompactOnDemand}
+	if s.cfg.AnthropicApplyEdits {
+		drop = append(drop, api.BetaContextManagement)
+	}
+	api.DropBetas(out.Header, drop...)
+	s.runRecall(w, out, d.rt, d, base.Stream, mt.t.committed)
+}
+
+// anthropicToolJSON is the Messages custom tool definition.
+func (c RecallConfig) anthropicToolJSON() []byte {
+	return mustMarshal(map[string]any{"name": c.ToolName, "description": c.Description, "input_schema": querySchema()})
+}
+
+func (d *messagesRecall) api() dialect { return dialectAnthropic }
+
+func (d *messagesRecall) upstream() *url.URL { return d.s.cfg.AnthropicUpstream }
+
+func (d *messagesRecall) request(last bool) []byte {
+	changes := []api.Member{
+		{Key: "messages", Value: api.JSONArray(d.msgs)},
+		{Key: "tools", Value: d.tools},
+	}
+	if last {
+		// The tool stays defined (the history may hold calls of it); the model may call none.
+		changes = append(changes, api.Member{Key: "tool_choice", Value: []byte(`{"type":"none"}`)})
+	}
+	return d.base.Rewrite(changes...)
+}
+
+// block classifies a content block.
+func (d *messagesRecall) block(b gjson.Result) recallItem {
+	ri := recallItem{raw: []byte(b.Raw)}
+	if b.Get("type").Str == "tool_use" {
+		ri.tool = true
+		if b.Get("name").Str == d.rt.cfg.ToolName {
+			ri.call = &recallCall{id: b.Get("id").Str, query: b.Get("input.query").Str}
+		}
+	}
+	return ri
+}
+
+// addRound adds one round's usage: input and cache figures from final when it has them, else
+// from start (a stream's message_start), output from final.
+func (d *messagesRecall) addRound(start, final gjson.Result, model string) {
+	pick := func(k string) int64 {
+		if v := final.Get(k); v.Exists() {
+			return v.Int()
+		}
+		return start.Get(k).Int()
+	}
+	d.input += pick("input_tokens")
+	d.output += final.Get("output_tokens").Int()
+	d.cacheCreation += pick("cache_creation_input_tokens")
+	d.cacheRead += pick("cache_read_input_tokens")
+	d.eph5m += pick("cache_creation.ephemeral_5m_input_tokens")
+	d.eph1h += pick("cache_creation.ephemeral_1h_input_tokens")
+	d.iterations = append(d.iterations, messageIteration(start, final, model))
+}
+
+// applyUsage writes the sums into the usage object at path of doc, with usage.iterations when
+// there is more than one sampling to report.
+func (d *messagesRecall) applyUsage(doc []byte, path string) []byte {
+	for _, f := range []struct {
+		k string
+		v int64
+	}{
+		{"input_tokens", d.input}, {"output_tokens", d.output},
+		{"cache_creation_input_tokens", d.cacheCreation}, {"cache_read_input_tokens", d.cacheRead},
+	} {
+		doc, _ = sjson.SetBytes(doc, path+"."+f.k, f.v)
+	}
+	if gjson.GetBytes(doc, path+".cache_creation").IsObject() {
+		doc, _ = sjson.SetBytes(doc, path+".cache_creation.ephemeral_5m_input_tokens", d.eph5m)
+		doc, _ = sjson.SetBytes(doc, path+".cache_creation.ephemeral_1h_input_tokens", d.eph1h)
+	}
+	if d.mt.block != nil || len(d.iterations) > 1 {
+		var iters [][]byte
+		if d.mt.block != nil {
+			iters = append(iters, compactionIteration(d.mt.compUsage))
+		}
+		doc, _ = sjson.SetRawBytes(doc, path+".iterations", api.JSONArray(append(iters, d.iterations...)))
+	}
+	return doc
+}
+
+// finish completes the final message (or message_delta) doc: usage, applied edits, and a stop
+// reason that does not announce a tool call the client was not given.
+func (d *messagesRecall) finish(doc []byte, usagePath, stopPath string, visible [][]byte) []byte {
+	doc = d.applyUsage(doc, usagePath)
+	if len(d.mt.applied) > 0 {
+		doc, _ = sjson.SetRawBytes(doc, "context_management", api.AppliedEditsJSON(d.mt.applied))
+	}
+	if gjson.GetBytes(doc, stopPath).Str == "tool_use" {
+		for _, b := range visible {
+			if gjson.GetBytes(b, "type").Str == "tool_use" {
+				return doc
+			}
+		}
+		doc, _ = sjson.SetBytes(doc, stopPath, "end_turn")
+	}
+	return doc
+}
+
+func (d *messagesRecall) jsonRound(data []byte) ([]recallItem, string) {
+	content := gjson.GetBytes(data, "content")
+	if !content.IsArray() {
+		return nil, "has no content array"
+	}
+	u := gjson.GetBytes(data, "usage")
+	d.addRound(u, u, gjson.GetBytes(data, "model").Str)
+	var items []recallItem
+	content.ForEach(func(_, b gjson.Result) bool {
+		items = append(items, d.block(b))
+		return true
+	})
+	return items, ""
+}
+
+func (d *messagesRecall) finalJSON(data []byte, visible [][]byte) []byte {
+	content := visible
+	if d.mt.block != nil {
+		content = append([][]byte{d.mt.block}, visible...)
+	}
+	data, _ = sjson.SetRawBytes(data, "content", api.JSONArray(content))
+	return d.finish(data, "usage", "stop_reason", visible)
+}
+
+func (d *messagesRecall) event(_ string, data []byte) recallEvent {
+	v := gjson.ParseBytes(data)
+	switch v.Get("type").Str {
+	case "message_start":
+		d.startUsage = gjson.Parse(v.Get("message.usage").Raw)
+		d.model = v.Get("message.model").Str
+		d.blocks, d.delta, d.stop = d.blocks[:0], nil, nil
+		return recallEvent{kind: evStart, data: data}
+	case "content_block_start":
+		e := recallEvent{kind: evItem, index: v.Get("index").Int(), start: true, data: data}
+		cb := v.Get("content_block")
+		it := d.block(cb)
+		e.tool, e.call = it.tool, it.call != nil
+		if e.index == int64(len(d.blocks)) {
+			d.blocks = append(d.blocks, &streamBlock{start: []byte(cb.Raw)})
+		}
+		return e
+	case "content_block_delta":
+		e := recallEvent{kind: evItem, index: v.Get("index").Int(), data: data}
+		if e.index >= 0 && e.index < int64(len(d.blocks)) {
+			d.blocks[e.index].add(v.Get("delta"))
+		}
+		return e
+	case "content_block_stop":
+		return recallEvent{kind: evItem, index: v.Get("index").Int(), data: data}
+	case "message_delta":
+		d.delta = append([]byte(nil), data...)
+		return recallEvent{kind: evEnd}
+	case "message_stop":
+		d.stop = append([]byte(nil), data...)
+		return recallEvent{kind: evStop}
+	case "error":
+		return recallEvent{kind: evError, data: data}
+	}
+	return recallEvent{kind: evPass, data: data}
+}
+
+// add applies one delta to the block.
+func (b *streamBlock) add(delta gjson.Result) {
+	switch delta.Get("type").Str {
+	case "text_delta":
+		b.text.WriteString(delta.Get("text").Str)
+	case "thinking_delta":
+		b.thinking.WriteString(delta.Get("thinking").Str)
+	case "signature_delta":
+		b.signature.WriteString(delta.Get("signature").Str)
+	case "input_json_delta":
+		b.jsonPart.WriteString(delta.Get("partial_json").Str)
+	case "citations_delta":
+		b.citations = append(b.citations, []byte(delta.Get("citation").Raw))
+	}
+}
+
+// raw renders the block whole: the start's fields, completed by the deltas.
+func (b *streamBlock) raw() []byte {
+	out := b.start
+	set := func(k, v string) {
+		if v != "" {
+			out, _ = sjson.SetBytes(out, k, v)
+		}
+	}
+	set("text", b.text.String())
+	set("thinking", b.thinking.String())
+	set("signature", b.signature.String())
+	if in := b.jsonPart.String(); in != "" && gjson.Valid(in) {
+		out, _ = sjson.SetRawBytes(out, "input", []byte(in))
+	}
+	if len(b.citations) > 0 {
+		out, _ = sjson.SetRawBytes(out, "citations", api.JSONArray(b.citations))
+	}
+	return out
+}
+
+func (d *messagesRecall) reindex(data []byte, index int64) []byte {
+	idx := gjson.GetBytes(data, "index")
+	if idx.Index <= 0 || idx.Int() == index {
+		return data
+	}
+	out := make([]byte, 0, len(data)+4)
+	out = append(out, data[:idx.Index]...)
+	out = strconv.AppendInt(out, index, 10)
+	return append(out, data[idx.Index+len(idx.Raw):]...)
+}
+
+func (d *messagesRecall) render(name string, data []byte) []byte {
+	return sse.AppendEvent(nil, name, data)
+}
+
+func (d *messagesRecall) compacted() bool { return d.mt.block != nil }
+
+func (d *messagesRecall) prelude() []byte {
+	return compactionBlockEvents(nil, d.mt.summary, d.mt.ecStr, "")
+}
+
+func (d *messagesRecall) streamRound() ([]recallItem, string) {
+	if d.delta == nil {
+		return nil, "ended its stream without a message_delta"
+	}
+	d.addRound(d.startUsage, gjson.GetBytes(d.delta, "usage"), d.model)
+	items := make([]recallItem, len(d.blocks))
+	for i, b := range d.blocks {
+		items[i] = d.block(gjson.ParseBytes(b.raw()))
+	}
+	return items, ""
+}
+
+func (d *messagesRecall) finalStream(visible [][]byte) []byte {
+	delta := d.finish(d.delta, "usage", "delta.stop_reason", visible)
+	stop := d.stop
+	if len(stop) == 0 {
+		stop = []byte(`{"type":"message_stop"}`)
+	}
+	return sse.AppendEvent(sse.AppendEvent(nil, "message_delta", delta), "message_stop", stop)
+}
+
+func (d *messagesRecall) answer(items []recallItem, results []string) {
+	var blocks, uses [][]byte
+	k := 0
+	for _, it := range items {
+		b := gjson.ParseBytes(it.raw)
+		if b.Get("type").Str == "text" && b.Get("text").Str == "" {
+			continue // Anthropic refuses empty text blocks in a request
+		}
+		blocks = append(blocks, it.raw)
+		if it.call != nil {
+			res := []byte(`{"type":"tool_result","tool_use_id":"","content":""}`)
+			res, _ = sjson.SetBytes(res, "tool_use_id", it.call.id)
+			res, _ = sjson.SetBytes(res, "content", results[k])
+			uses = append(uses, res)
+			k++
+		}
+	}
+	d.msgs = append(d.msgs, api.AnthropicMessage("assistant", blocks), api.AnthropicMessage("user", uses))
+}
+
+func (d *messagesRecall) failure(f recallFailure) *api.AnthropicError {
+	return f.routeError(dialectAnthropic, d.mt.block != nil).anthropic()
+}
+
+func (d *messagesRecall) writeError(w http.ResponseWriter, r *http.Request, f recallFailure) {
+	if f.err != nil {
+		d.s.upstreamError(dialectAnthropic)(w, r, f.err)
+		return
+	}
+	d.failure(f).Write(w)
+}
+
+func (d *messagesRecall) errorEvents(f recallFailure) []byte {
+	if f.status != 0 {
+		return upstreamErrorEvent(f.status, f.body)
+	}
+	return d.failure(f).SSE()
+}
