@@ -8,6 +8,7 @@ import (
 	"net/url"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/memo"
 )
 
 // Lifecycle. A Server owns what it starts — speculative compaction jobs, the archive retention
@@ -44,6 +45,14 @@ func (s *Server) close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("archive retention: still pruning: %w", context.Cause(ctx)))
 		}
 	}
+	if s.stopMemoRetention != nil {
+		s.stopMemoRetention()
+		select {
+		case <-s.memoRetentionDone:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("memo retention: still pruning: %w", context.Cause(ctx)))
+		}
+	}
 	s.cfg.Counter.Close()
 	if s.ownTransport != nil {
 		s.ownTransport.CloseIdleConnections()
@@ -72,6 +81,28 @@ func (s *Server) startRetention() {
 				s.log.Warn("archive retention failed", "err", err)
 			} else if n > 0 {
 				s.log.Info("archive retention", "segments_deleted", n)
+			}
+		})
+	}()
+}
+
+// startMemoRetention deletes expired memo records from the archive database until Close. It
+// runs whenever the memo lives there, archive retention limits or not: expiry is the memo's own
+// bound.
+func (s *Server) startMemoRetention() {
+	st, ok := s.cfg.Memo.(*memo.Store)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopMemoRetention, s.memoRetentionDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.memoRetentionDone)
+		archive.RunMemoRetention(ctx, st.Archive(), s.cfg.ArchiveRetentionInterval, func(n int, err error) {
+			if err != nil {
+				s.log.Warn("memo retention failed", "err", err)
+			} else if n > 0 {
+				s.log.Info("memo retention", "records_deleted", n)
 			}
 		})
 	}()
@@ -123,6 +154,8 @@ func (c *Config) validate() error {
 		{"ArchiveRetention.MaxAge", int64(c.ArchiveRetention.MaxAge)},
 		{"ArchiveRetention.MaxBytes", c.ArchiveRetention.MaxBytes},
 		{"ArchiveRetentionInterval", int64(c.ArchiveRetentionInterval)},
+		{"MemoOptions.MaxPerTenant", int64(c.MemoOptions.MaxPerTenant)},
+		{"MemoOptions.TTL", int64(c.MemoOptions.TTL)},
 	} {
 		if n.v < 0 {
 			bad(n.field, "is negative (%d); use 0 for the default", n.v)

@@ -79,6 +79,8 @@ type Config struct {
 	// (memo.NewLocal). NoMemo turns it off.
 	Memo   memo.Memo
 	NoMemo bool
+	// MemoOptions bounds the memo New makes (records per tenant, how long a record lives).
+	MemoOptions archive.MemoOptions
 	// ArchiveRetention, when either limit is set, prunes Archive at start and then every
 	// ArchiveRetentionInterval (default archive.DefaultRetentionInterval) until Close. It needs
 	// an Archive.
@@ -203,8 +205,11 @@ type Server struct {
 	ownTransport  *http.Transport // the transport New built, whose idle connections Close drops
 	stopRetention context.CancelFunc
 	retentionDone chan struct{} // closed when the retention loop has returned; nil without one
-	closeOnce     sync.Once
-	closeErr      error
+	// The memo's retention loop, when the memo lives in the archive database.
+	stopMemoRetention context.CancelFunc
+	memoRetentionDone chan struct{}
+	closeOnce         sync.Once
+	closeErr          error
 }
 
 // New builds a Server from cfg, or says which field of cfg makes no sense (see Config.validate).
@@ -257,13 +262,13 @@ func New(cfg Config) (*Server, error) {
 	case cfg.NoMemo:
 		cfg.Memo = nil
 	case cfg.Memo == nil && cfg.Archive != nil:
-		if m, err := memo.NewStore(cfg.Archive, archive.MemoOptions{}); err == nil {
+		if m, err := memo.NewStore(cfg.Archive, cfg.MemoOptions); err == nil {
 			cfg.Memo = m
 			break
 		}
-		cfg.Memo = memo.NewLocal(0, 0) // an archive without a SQL database (tests' in-memory stores)
+		cfg.Memo = memo.NewLocal(cfg.MemoOptions.MaxPerTenant, cfg.MemoOptions.TTL) // an archive without a SQL database
 	case cfg.Memo == nil:
-		cfg.Memo = memo.NewLocal(0, 0)
+		cfg.Memo = memo.NewLocal(cfg.MemoOptions.MaxPerTenant, cfg.MemoOptions.TTL)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own}
 	s.setupObservability()
@@ -279,6 +284,7 @@ func New(cfg Config) (*Server, error) {
 		Memo: s.cfg.Memo, Observer: engineObserver{s.metrics}, Logger: s.log,
 	})
 	s.startRetention()
+	s.startMemoRetention()
 	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
 	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
 	s.forwardAnthropic.ModifyResponse = s.modifyMessagesResponse

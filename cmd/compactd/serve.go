@@ -64,6 +64,9 @@ type serveConfig struct {
 	speculative    proxy.SpeculativeConfig
 	ledgerBytes    int
 	gapCheck       bool
+	memo           bool
+	memoTTL        time.Duration
+	memoMax        int
 	// upgradeAgentCompaction answers an agent's own compaction turn with compactd's engine.
 	upgradeAgentCompaction bool
 	agentSummarizerModel   string
@@ -136,6 +139,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.resilience.MaxQueue, "compaction-queue", summarizer.DefaultMaxQueue, "compactions allowed to wait for a slot; past it the turn gets a 429 (0: off, no waiting)")
 	fs.IntVar(&c.ledgerBytes, "ledger-bytes", defaultLedgerBytes, "facts ledger sealed with each summary, in bytes (0: off, no ledger)")
 	fs.BoolVar(&c.gapCheck, "gap-check", false, "second summariser pass that adds facts the summary and ledger still miss")
+	fs.BoolVar(&c.memo, "memo", true, "conversation memo: remember each compaction for the prefix it covered, so clients that do not carry compaction items back (the transparent policy) get it applied again instead of a new summary; kept in the archive database (shared by replicas), in memory with --archive off")
+	fs.DurationVar(&c.memoTTL, "memo-ttl", archive.DefaultMemoTTL, "how long a memo record lives after it was written or last used")
+	fs.IntVar(&c.memoMax, "memo-max-records", archive.DefaultMemoMaxPerTenant, "memo records per tenant; past it the least recently used go first")
 	fs.BoolVar(&c.upgradeAgentCompaction, "upgrade-agent-compaction", true, "answer an agent's own compaction request (Claude Code's /compact and auto-compact, Codex's local compaction) with compactd's summariser, facts ledger and gap check, and archive the conversation under the agent's session id (false: forward it unchanged)")
 	fs.StringVar(&c.agentSummarizerModel, "agent-summarizer-model", "", "summariser model for upgraded agent compactions, e.g. a cheaper one (default: as --summarizer-model)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -177,6 +183,8 @@ func (c *serveConfig) check() error {
 		{"recall-excerpt-bytes", c.recallConfig.ExcerptBytes > 0},
 		{"speculative-max-concurrent", c.speculative.MaxConcurrent > 0},
 		{"speculative-ttl", c.speculative.TTL > 0},
+		{"memo-ttl", c.memoTTL > 0},
+		{"memo-max-records", c.memoMax > 0},
 	} {
 		if !p.ok {
 			return usageErrorf("serve", "--%s must be positive", p.name)
@@ -310,6 +318,8 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		Speculative:          c.speculative,
 		LedgerBytes:          c.ledgerBytes,
 		GapCheck:             c.gapCheck,
+		NoMemo:               !c.memo,
+		MemoOptions:          archive.MemoOptions{TTL: c.memoTTL, MaxPerTenant: c.memoMax},
 		NoAgentCompaction:    !c.upgradeAgentCompaction,
 		AgentSummarizer:      agentSum,
 		Archive:              store,
