@@ -215,14 +215,7 @@ func (s *Server) writeAgentSummary(w http.ResponseWriter, req *api.MessagesReque
 	b = sse.AppendEvent(b, "content_block_stop", []byte(`{"type":"content_block_stop","index":0}`))
 	b = sse.AppendEvent(b, "message_delta", []byte(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":`+in+`,"output_tokens":`+out+`}}`))
 	b = sse.AppendEvent(b, "message_stop", []byte(`{"type":"message_stop"}`))
-	if !mt.t.committed {
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream; charset=utf-8")
-		h.Set("Cache-Control", "no-cache")
-		w.WriteHeader(http.StatusOK)
-	}
-	_, _ = w.Write(b)
-	_ = http.NewResponseController(w).Flush()
+	writeEventStream(w, mt.t.committed, b)
 }
 
 // The agent summariser: Config.AgentSummarizer writes the summaries (and gap checks) of upgraded
@@ -351,12 +344,5 @@ func writeResponsesText(w http.ResponseWriter, req *api.ResponsesRequest, t *tur
 	ev("response.output_text.delta", `"item_id":"`+msgID+`","output_index":0,"content_index":0,"delta":`+quoted)
 	ev("response.output_item.done", `"output_index":0,"item":`+item)
 	ev("response.completed", `"response":`+resp("completed", item, usage))
-	if !t.committed {
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream; charset=utf-8")
-		h.Set("Cache-Control", "no-cache")
-		w.WriteHeader(http.StatusOK)
-	}
-	_, _ = w.Write(b)
-	_ = http.NewResponseController(w).Flush()
+	writeEventStream(w, t.committed, b)
 }

@@ -159,14 +159,9 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 	s.compacted(r, dialectOpenAI, "compaction_trigger", c)
 	var b []byte
 	if !committed {
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream; charset=utf-8")
-		h.Set("Cache-Control", "no-cache")
-		w.WriteHeader(http.StatusOK)
 		b = opening()
 	}
 	b = event(b, "response.output_item.done", map[string]any{"output_index": 0, "item": json.RawMessage(c.item)})
 	b = event(b, "response.completed", map[string]any{"response": response("completed", []json.RawMessage{c.item}, usageJSON(c.Usage))})
-	_, _ = w.Write(b)
-	_ = http.NewResponseController(w).Flush()
+	writeEventStream(w, committed, b)
 }

@@ -298,12 +298,6 @@ func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.Messages
 		_, _ = w.Write(b)
 		return
 	}
-	if !mt.t.committed {
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream; charset=utf-8")
-		h.Set("Cache-Control", "no-cache")
-		w.WriteHeader(http.StatusOK)
-	}
 	start := head("[]", "null")
 	start = append(start, `,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`...)
 	b := sse.AppendEvent(nil, "message_start", append(append([]byte(`{"type":"message_start","message":`), start...), '}'))
@@ -315,6 +309,5 @@ func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.Messages
 	}
 	b = sse.AppendEvent(b, "message_delta", append(delta, '}'))
 	b = sse.AppendEvent(b, "message_stop", []byte(`{"type":"message_stop"}`))
-	_, _ = w.Write(b)
-	_ = http.NewResponseController(w).Flush()
+	writeEventStream(w, mt.t.committed, b)
 }

@@ -63,11 +63,7 @@ func startKeepAlive(w http.ResponseWriter, interval time.Duration, tick func(fir
 				k.mu.Lock()
 				first := !k.committed
 				if first {
-					h := w.Header()
-					h.Set("Content-Type", "text/event-stream; charset=utf-8")
-					h.Set("Cache-Control", "no-cache")
-					h.Set("X-Accel-Buffering", "no")
-					w.WriteHeader(http.StatusOK)
+					commitEventStream(w)
 					k.committed = true
 				}
 				_, err := w.Write(k.tick(first))
@@ -99,3 +95,23 @@ type committedWriter struct{ http.ResponseWriter }
 func (c committedWriter) WriteHeader(int) {}
 
 func (c committedWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// commitEventStream sends the 200 and headers of an SSE response compactd writes itself (a held
+// turn's keep-alive, or an answer compactd renders): nothing after it may change the status.
+func commitEventStream(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+}
+
+// writeEventStream writes events compactd rendered itself as the rest of an SSE response, which
+// is committed first unless committed says a keep-alive already did, and flushes them.
+func writeEventStream(w http.ResponseWriter, committed bool, events []byte) {
+	if !committed {
+		commitEventStream(w)
+	}
+	_, _ = w.Write(events)
+	_ = http.NewResponseController(w).Flush()
+}
