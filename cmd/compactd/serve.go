@@ -387,6 +387,7 @@ func runServe(args []string) error {
 	defer stopOps()
 	err = serveUntilSignal(srv, ln, c.shutdownGrace, log, func() {
 		log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
+		logBuf.Flush() // supervisors and tests wait for this line
 	})
 	// No request is served any more: stop speculation and archive retention, and close the
 	// archive, waiting up to another grace period for running background summaries to end.
