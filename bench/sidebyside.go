@@ -34,9 +34,12 @@ import (
 
 // SideOptions sets the size of a side-by-side run.
 type SideOptions struct {
-	Binary   string        // the compactd executable to spawn (serve, fake-upstream, bench bare-proxy)
-	Duration time.Duration // one target's share of one round of one row
-	Rounds   int
+	Binary string // the compactd executable to spawn (serve, fake-upstream, bench bare-proxy)
+	// ServeBinary, when set, is the compactd whose serve is measured (e.g. an older build, for a
+	// before/after in one harness); Binary still provides the fake upstream and the bare proxy.
+	ServeBinary string
+	Duration    time.Duration // one target's share of one round of one row
+	Rounds      int
 
 	Small, Large int // body sizes of the small (2 KB) and large (2 MB) rows
 	Huge         int // body size of the peak-RSS rows (20 MB)
@@ -263,7 +266,11 @@ func startSideEnv(ctx context.Context, o SideOptions, dataDir string) (*sideEnv,
 	if o.InflightBudget > 0 {
 		args = append(args, "--max-inflight-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
 	}
-	if e.cd, err = startProc(ctx, o.Binary, append(env, "COMPACTD_KEYS="+key.String()), args...); err != nil {
+	serveBin := o.Binary
+	if o.ServeBinary != "" {
+		serveBin = o.ServeBinary
+	}
+	if e.cd, err = startProc(ctx, serveBin, append(env, "COMPACTD_KEYS="+key.String()), args...); err != nil {
 		e.close()
 		return nil, err
 	}

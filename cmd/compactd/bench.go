@@ -98,6 +98,8 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	duration := fs.Duration("duration", o.Duration, "each target's share of one round of one row")
 	rounds := fs.Int("rounds", o.Rounds, "interleaved rounds per row (the report gives medians)")
 	binary := fs.String("binary", "", "the compactd executable to spawn (default: this one)")
+	serveBinary := fs.String("serve-binary", "", "measure this compactd's serve instead (e.g. an older build; the fake upstream and the bare proxy still come from --binary)")
+	budget := fs.Int64("inflight-budget", o.InflightBudget, "compactd's --max-inflight-body-bytes in the run (0: do not pass the flag, for builds without it)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -115,7 +117,10 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	if o.Duration <= 0 || o.Rounds <= 0 {
 		return usageErrorf("bench", "--duration and --rounds must be positive")
 	}
-	o.Binary = *binary
+	o.Binary, o.ServeBinary = *binary, *serveBinary
+	if set["inflight-budget"] {
+		o.InflightBudget = *budget
+	}
 	if o.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
