@@ -38,8 +38,12 @@ type SideOptions struct {
 	// ServeBinary, when set, is the compactd whose serve is measured (e.g. an older build, for a
 	// before/after in one harness); Binary still provides the fake upstream and the bare proxy.
 	ServeBinary string
-	Duration    time.Duration // one target's share of one round of one row
-	Rounds      int
+	// ServeArgs are extra flags for compactd serve (e.g. --memory-limit).
+	ServeArgs []string
+	// HugeOnly skips the latency rows and runs the peak-RSS rows alone.
+	HugeOnly bool
+	Duration time.Duration // one target's share of one round of one row
+	Rounds   int
 
 	Small, Large int // body sizes of the small (2 KB) and large (2 MB) rows
 	Huge         int // body size of the peak-RSS rows (20 MB)
@@ -266,6 +270,7 @@ func startSideEnv(ctx context.Context, o SideOptions, dataDir string) (*sideEnv,
 	if o.InflightBudget > 0 {
 		args = append(args, "--max-inflight-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
 	}
+	args = append(args, o.ServeArgs...)
 	serveBin := o.Binary
 	if o.ServeBinary != "" {
 		serveBin = o.ServeBinary
@@ -387,6 +392,9 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 	clients := map[string]*http.Client{}
 	for _, t := range sideTargets {
 		clients[t] = newClient(64)
+	}
+	if o.HugeOnly {
+		cases = nil
 	}
 	for _, c := range cases {
 		row := SideRow{Name: c.name, Conc: c.conc}

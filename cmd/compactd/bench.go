@@ -99,6 +99,8 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	rounds := fs.Int("rounds", o.Rounds, "interleaved rounds per row (the report gives medians)")
 	binary := fs.String("binary", "", "the compactd executable to spawn (default: this one)")
 	serveBinary := fs.String("serve-binary", "", "measure this compactd's serve instead (e.g. an older build; the fake upstream and the bare proxy still come from --binary)")
+	serveArgs := fs.String("serve-args", "", "extra flags for compactd serve, space-separated (e.g. \"--memory-limit 1GiB\")")
+	hugeOnly := fs.Bool("huge-only", false, "run only the peak-RSS rows (concurrent huge bodies)")
 	budget := fs.Int64("inflight-budget", o.InflightBudget, "compactd's --max-inflight-body-bytes in the run (0: do not pass the flag, for builds without it)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -118,6 +120,7 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 		return usageErrorf("bench", "--duration and --rounds must be positive")
 	}
 	o.Binary, o.ServeBinary = *binary, *serveBinary
+	o.ServeArgs, o.HugeOnly = strings.Fields(*serveArgs), *hugeOnly
 	if set["inflight-budget"] {
 		o.InflightBudget = *budget
 	}
