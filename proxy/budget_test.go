@@ -52,6 +52,8 @@ func TestInflightBudgetRefusesInDialect(t *testing.T) {
 		big := budgetBody(rt.path, 2*testBudget)
 		for _, f := range []struct{ name, header, body string }{
 			{"content-length", "Content-Length: " + strconv.Itoa(len(big)), big},
+			// Refused instead of the 100 Continue that would invite the upload.
+			{"expect-continue", "Content-Length: " + strconv.Itoa(len(big)) + "\r\nExpect: 100-continue", big},
 			{"chunked", "Transfer-Encoding: chunked", chunked(big)},
 		} {
 			what := "POST " + rt.path + " (" + f.name + ")"
@@ -60,6 +62,9 @@ func TestInflightBudgetRefusesInDialect(t *testing.T) {
 			if res.status != http.StatusServiceUnavailable {
 				t.Errorf("%s past the budget: %d %s, want 503", what, res.status, res.body)
 				continue
+			}
+			if len(res.informational) != 0 {
+				t.Errorf("%s: %v before the refusal, want none", what, res.informational)
 			}
 			if res.header.Get("Retry-After") == "" {
 				t.Errorf("%s: no Retry-After", what)

@@ -197,7 +197,7 @@ func (c *serveConfig) check() error {
 			return usageErrorf("serve", "--%s must not be negative (0 turns it off)", p.name)
 		}
 	}
-	if err := c.mem.check(); err != nil {
+	if err := c.mem.check(c.maxBodyBytes); err != nil {
 		return err
 	}
 	// Negative values were the packages' off before 0 was; they still mean off.

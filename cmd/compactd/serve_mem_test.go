@@ -57,13 +57,14 @@ func TestMemConfig(t *testing.T) {
 		{name: "auto without a cgroup limit", mem: memConfig{"auto", "auto"}, wantBudget: proxy.DefaultInflightBodyBytes, skipWithCgroupLimit: true},
 		{name: "bad limit", mem: memConfig{"much", "auto"}, wantCheckErr: "--memory-limit"},
 		{name: "bad budget", mem: memConfig{"auto", "1.5GB"}, wantCheckErr: "--max-inflight-body-bytes"},
+		{name: "budget below the largest body", mem: memConfig{"auto", "16MiB"}, wantCheckErr: "at least --max-body-bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.skipWithCgroupLimit && cgroupMemoryLimit() > 0 {
 				t.Skip("this machine has a cgroup memory limit")
 			}
 			debug.SetMemoryLimit(math.MaxInt64)
-			err := tc.mem.check()
+			err := tc.mem.check(maxBody)
 			if tc.wantCheckErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantCheckErr) {
 					t.Fatalf("check: %v, want an error about %s", err, tc.wantCheckErr)

@@ -122,12 +122,18 @@ func (m *memConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&m.inflightBytes, "max-inflight-body-bytes", "auto", "bytes of request bodies compactd holds at once across all requests (the routes it parses); past it a request gets a 503 with Retry-After in its API's dialect (auto: a quarter of the memory limit, 1 GiB without one, at least --max-body-bytes; 0: no budget)")
 }
 
-// check refuses a value that is neither auto nor a size, when the flags are parsed.
-func (m *memConfig) check() error {
+// check refuses a value that is neither auto nor a size, when the flags are parsed, and a budget
+// smaller than the largest body allowed: such a body could never fit, and would be answered
+// "retry shortly" forever.
+func (m *memConfig) check(maxBody int64) error {
 	for _, f := range []struct{ name, v string }{{"memory-limit", m.memoryLimit}, {"max-inflight-body-bytes", m.inflightBytes}} {
 		if v := strings.TrimSpace(f.v); v != "auto" && v != "" {
-			if _, err := parseByteSize(v); err != nil {
+			n, err := parseByteSize(v)
+			if err != nil {
 				return usageErrorf("serve", "--%s: %v", f.name, err)
+			}
+			if f.name == "max-inflight-body-bytes" && n > 0 && n < maxBody {
+				return usageErrorf("serve", "--max-inflight-body-bytes (%d) must be at least --max-body-bytes (%d), or 0 for no budget", n, maxBody)
 			}
 		}
 	}
