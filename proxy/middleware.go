@@ -287,17 +287,13 @@ func (b *bodyTap) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// look tries to read the model from the head so far. A value that reaches the end of the head
-// may be cut short, so it counts only when more bytes follow it. Called with mu held.
+// look tries to read the model from the head so far. gjson reports no value for a string cut
+// short by the end of the head (its closing quote not yet read), so a value found is whole; a
+// non-string "model" is no model name and ends the search as well. Called with mu held.
 func (b *bodyTap) look() {
-	res := gjson.GetBytes(b.buf, "model")
-	if !res.Exists() {
-		return
+	if res := gjson.GetBytes(b.buf, "model"); res.Exists() {
+		b.found, b.mdl = true, res.Str
 	}
-	if res.Index > 0 && res.Index+len(res.Raw) >= len(b.buf) {
-		return // may be cut: wait for more of the body
-	}
-	b.found, b.mdl = true, res.Str
 }
 
 func (b *bodyTap) Close() error { return b.rc.Close() }
