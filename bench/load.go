@@ -47,6 +47,7 @@ func (l *Latencies) Quantile(q float64) time.Duration {
 // requester sends one prepared request and reads the whole response.
 type requester struct {
 	client *http.Client
+	method string // "" is POST
 	url    string
 	body   func(i int) []byte // the body of request i
 	// firstByte, if set, is called when a response's first body byte arrives.
@@ -66,11 +67,21 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 // do sends request i; lat and ttfb are measured from start (the scheduled send time in an open
 // loop, so a late send counts against latency rather than vanishing from it).
 func (r *requester) do(ctx context.Context, i int, start time.Time) sample {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.body(i)))
+	method, body := r.method, r.body(i)
+	if method == "" {
+		method = http.MethodPost
+	}
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.url, rd)
 	if err != nil {
 		return sample{err: true}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Authorization", "Bearer sk-bench")
 	resp, err := r.client.Do(req)
 	if err != nil {

@@ -216,6 +216,10 @@ func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *
 			s.bodyTimeout().write(w, dialectAnthropic)
 			return nil, nil, false
 		}
+		if errors.Is(err, errBudgetExceeded) {
+			s.budgetRefused(w, dialectAnthropic)
+			return nil, nil, false
+		}
 		s.writeAnthropicError(w, nil, &api.AnthropicError{Status: http.StatusBadRequest, Type: "invalid_request_error",
 			Message: "compactd could not read the request body: " + err.Error()})
 		return nil, nil, false

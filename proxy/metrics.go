@@ -81,7 +81,53 @@ type metrics struct {
 	foreign             *prometheus.CounterVec // api, action (dropped, rejected): foreign.go
 
 	models *modelLabels
+
+	// Series resolved once per label set (see seriesCache): the per-request paths skip
+	// WithLabelValues' hashing and locking of the vector's map.
+	routeSeries    seriesCache[string, *routeSeries]
+	requestSeries  seriesCache[requestKey, prometheus.Counter]
+	upstreamSeries seriesCache[upstreamKey, upstreamSeries]
+	genAISeries    seriesCache[genAIKey, prometheus.Observer]
+
+	budgetRefusals prometheus.Counter
 }
+
+// seriesCache maps label values to the series they resolve to, made by mk on first use. A
+// sync.Map because it is read on every request and written once per label set; the label sets
+// are bounded (see metrics), so it never grows without bound.
+type seriesCache[K comparable, V any] struct {
+	m  sync.Map
+	mk func(K) V
+}
+
+func (c *seriesCache[K, V]) get(k K) V {
+	if v, ok := c.m.Load(k); ok {
+		return v.(V)
+	}
+	v, _ := c.m.LoadOrStore(k, c.mk(k))
+	return v.(V)
+}
+
+// routeSeries are one route's request series. streams is made on the first stream only, so a
+// route that never streamed shows no stream gauge.
+type routeSeries struct {
+	duration, overhead prometheus.Observer
+	streams            func() prometheus.Gauge
+}
+
+type requestKey struct {
+	route, method string
+	code          int
+}
+
+type upstreamKey struct{ upstream, class string }
+
+type upstreamSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+type genAIKey struct{ op, provider, model, tokenType string } // tokenType "": the duration
 
 func newMetrics(cfg Config) *metrics {
 	if cfg.Registry == nil {
@@ -139,6 +185,28 @@ func newMetrics(cfg Config) *metrics {
 		models: newModelLabels(cfg.MetricModels, maxModelLabels),
 	}
 	f(m.authFailures)
+	m.budgetRefusals = prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_inflight_body_refusals_total",
+		Help: "Requests answered 503 because their body did not fit in the in-flight body budget (--max-inflight-body-bytes)."})
+	f(m.budgetRefusals)
+	m.routeSeries.mk = func(route string) *routeSeries {
+		return &routeSeries{
+			duration: m.requestDuration.WithLabelValues(route),
+			overhead: m.overhead.WithLabelValues(route),
+			streams:  sync.OnceValue(func() prometheus.Gauge { return m.streams.WithLabelValues(route) }),
+		}
+	}
+	m.requestSeries.mk = func(k requestKey) prometheus.Counter {
+		return m.requests.WithLabelValues(k.route, k.method, codeLabel(k.code))
+	}
+	m.upstreamSeries.mk = func(k upstreamKey) upstreamSeries {
+		return upstreamSeries{requests: m.upstreamRequests.WithLabelValues(k.upstream, k.class), duration: m.upstreamDuration.WithLabelValues(k.upstream, k.class)}
+	}
+	m.genAISeries.mk = func(k genAIKey) prometheus.Observer {
+		if k.tokenType == "" {
+			return m.genAIDuration.WithLabelValues(k.op, k.provider, k.model)
+		}
+		return m.genAITokens.WithLabelValues(k.op, k.provider, k.model, k.tokenType)
+	}
 	for _, o := range []string{"started", "hit", "miss", "failed"} {
 		m.speculativeOutcomes.WithLabelValues(o)
 	}
@@ -248,9 +316,20 @@ func (m *metrics) request(route, method string, code int, seconds, overhead floa
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(route, methodLabel(method), codeLabel(code)).Inc()
-	m.requestDuration.WithLabelValues(route).Observe(seconds)
-	m.overhead.WithLabelValues(route).Observe(overhead)
+	if code < 100 || code > 599 {
+		code = 0 // one "other" series
+	}
+	m.requestSeries.get(requestKey{route, methodLabel(method), code}).Inc()
+	rs := m.routeSeries.get(route)
+	rs.duration.Observe(seconds)
+	rs.overhead.Observe(overhead)
+}
+
+// budgetRefused counts a request refused by the in-flight body budget.
+func (m *metrics) budgetRefused() {
+	if m != nil {
+		m.budgetRefusals.Inc()
+	}
 }
 
 // requestStarted and requestDone move the in-flight request gauge.
@@ -269,13 +348,13 @@ func (m *metrics) requestDone() {
 // streamOpened and streamClosed move the in-flight stream gauge; the middleware pairs them.
 func (m *metrics) streamOpened(route string) {
 	if m != nil {
-		m.streams.WithLabelValues(route).Inc()
+		m.routeSeries.get(route).streams().Inc()
 	}
 }
 
 func (m *metrics) streamClosed(route string) {
 	if m != nil {
-		m.streams.WithLabelValues(route).Dec()
+		m.routeSeries.get(route).streams().Dec()
 	}
 }
 
@@ -287,10 +366,11 @@ func (m *metrics) upstreamRoundTrip(upstream string, code int, seconds float64) 
 	}
 	class := "error"
 	if code > 0 {
-		class = strconv.Itoa(code/100) + "xx"
+		class = statusClass(code)
 	}
-	m.upstreamRequests.WithLabelValues(upstream, class).Inc()
-	m.upstreamDuration.WithLabelValues(upstream, class).Observe(seconds)
+	us := m.upstreamSeries.get(upstreamKey{upstream, class})
+	us.requests.Inc()
+	us.duration.Observe(seconds)
 }
 
 // upstreamCanceled records a round trip abandoned because the client went away.
@@ -298,8 +378,9 @@ func (m *metrics) upstreamCanceled(upstream string, seconds float64) {
 	if m == nil {
 		return
 	}
-	m.upstreamRequests.WithLabelValues(upstream, "canceled").Inc()
-	m.upstreamDuration.WithLabelValues(upstream, "canceled").Observe(seconds)
+	us := m.upstreamSeries.get(upstreamKey{upstream, "canceled"})
+	us.requests.Inc()
+	us.duration.Observe(seconds)
 }
 
 // genAI records one GenAI operation: "chat" (an upstream turn) or "compaction" (a summarisation).
@@ -309,12 +390,12 @@ func (m *metrics) genAI(op, provider, model string, seconds float64, input, outp
 		return
 	}
 	model = m.models.label(model)
-	m.genAIDuration.WithLabelValues(op, provider, model).Observe(seconds)
+	m.genAISeries.get(genAIKey{op, provider, model, ""}).Observe(seconds)
 	if input > 0 {
-		m.genAITokens.WithLabelValues(op, provider, model, "input").Observe(float64(input))
+		m.genAISeries.get(genAIKey{op, provider, model, "input"}).Observe(float64(input))
 	}
 	if output > 0 {
-		m.genAITokens.WithLabelValues(op, provider, model, "output").Observe(float64(output))
+		m.genAISeries.get(genAIKey{op, provider, model, "output"}).Observe(float64(output))
 	}
 }
 
@@ -350,6 +431,23 @@ func methodLabel(m string) string {
 		return m
 	}
 	return "other"
+}
+
+// statusClass is "2xx" for 200 … 299 and so on, without formatting a string per call.
+func statusClass(code int) string {
+	switch code / 100 {
+	case 1:
+		return "1xx"
+	case 2:
+		return "2xx"
+	case 3:
+		return "3xx"
+	case 4:
+		return "4xx"
+	case 5:
+		return "5xx"
+	}
+	return strconv.Itoa(code/100) + "xx"
 }
 
 func codeLabel(code int) string {

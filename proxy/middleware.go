@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -82,11 +83,13 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := &reqState{id: requestID(r.Header), api: dialectOf(r.URL.Path).String(), start: time.Now()}
 		if r.Body != nil && r.Body != http.NoBody {
+			// The head is looked at for the model (gen_ai metrics, the access log's model field)
+			// and, with --log-content, kept to log.
 			capture := 0
 			if s.metrics != nil || s.cfg.LogContent {
 				capture = bodyCapture
 			}
-			st.body = &bodyTap{rc: r.Body, max: capture}
+			st.body = &bodyTap{rc: r.Body, max: capture, keep: s.cfg.LogContent}
 			r.Body = st.body
 		}
 		r = r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
@@ -245,18 +248,24 @@ func (w *obsWriter) Flush() {
 // Unwrap gives http.ResponseController the underlying writer (deadlines, hijacking).
 func (w *obsWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// bodyCapture is how much of a request body is kept to find its "model" (and, with
-// --log-content, to log). Clients put model first; 64 KiB is far past it.
+// bodyCapture is how much of a request body is looked at to find its "model" (and, with
+// --log-content, kept to log). Clients put model first; 64 KiB is far past it.
 const bodyCapture = 64 << 10
 
-// bodyTap counts the request body as it is read and keeps its head.
+// bodyTap counts the request body as it is read and finds its top-level "model" in the head of
+// it. It keeps the head only until the model is found (its value complete), so the usual cost is
+// one copy of the first read and one look at it, not 64 KiB per request; with keep (--log-content)
+// it keeps the whole head for the log.
 type bodyTap struct {
-	rc  io.ReadCloser
-	n   atomic.Int64
-	max int
+	rc   io.ReadCloser
+	n    atomic.Int64
+	max  int
+	keep bool
 
-	mu  sync.Mutex
-	buf []byte
+	mu    sync.Mutex
+	buf   []byte
+	found bool
+	mdl   string
 }
 
 func (b *bodyTap) Read(p []byte) (int, error) {
@@ -264,12 +273,27 @@ func (b *bodyTap) Read(p []byte) (int, error) {
 	b.n.Add(int64(n))
 	if b.max > 0 && n > 0 {
 		b.mu.Lock()
-		if room := b.max - len(b.buf); room > 0 {
+		if room := b.max - len(b.buf); room > 0 && (b.keep || !b.found) {
 			b.buf = append(b.buf, p[:min(n, room)]...)
+			if !b.found && bytes.Contains(b.buf, []byte(`"model"`)) {
+				b.look()
+			}
+			if b.found && !b.keep {
+				b.buf = nil // done: nothing more to copy
+			}
 		}
 		b.mu.Unlock()
 	}
 	return n, err
+}
+
+// look tries to read the model from the head so far. gjson reports no value for a string cut
+// short by the end of the head (its closing quote not yet read), so a value found is whole; a
+// non-string "model" is no model name and ends the search as well. Called with mu held.
+func (b *bodyTap) look() {
+	if res := gjson.GetBytes(b.buf, "model"); res.Exists() {
+		b.found, b.mdl = true, res.Str
+	}
 }
 
 func (b *bodyTap) Close() error { return b.rc.Close() }
@@ -277,7 +301,12 @@ func (b *bodyTap) Close() error { return b.rc.Close() }
 func (b *bodyTap) model() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return gjson.GetBytes(b.buf, "model").Str
+	if !b.found && len(b.buf) > 0 {
+		// The body ended (or the cap was reached) with the value at the very end of the head.
+		b.mdl = gjson.GetBytes(b.buf, "model").Str
+		b.found = true
+	}
+	return b.mdl
 }
 
 func (b *bodyTap) head() string {

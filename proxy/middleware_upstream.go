@@ -77,9 +77,115 @@ func isModelTurn(req *http.Request) bool {
 	return strings.HasSuffix(p, "/responses") || strings.HasSuffix(p, "/messages") || strings.HasSuffix(p, "/chat/completions")
 }
 
-// usageCap bounds what upstreamBody keeps to find the usage: a JSON body up to this size, or one
-// SSE event. Larger bodies and events pass through untouched and report no tokens.
+// usageCap bounds what upstreamBody keeps to find the usage: one SSE event. Larger events pass
+// through untouched and report no tokens.
 const usageCap = 8 << 20
+
+// usageObjectCap bounds the usage object a JSON body's scan keeps (they are a few hundred bytes).
+const usageObjectCap = 64 << 10
+
+// usageScan finds the top-level "usage" object of a JSON body as the body streams past, keeping
+// only that object: a response is never buffered to read its token counts. It is a byte-level
+// state machine (strings, escapes, nesting depth as a counter), so it is linear in the body and
+// bounded in depth by construction; the object it keeps is validated before gjson reads it.
+type usageScan struct {
+	depth      int
+	inStr, esc bool
+	prev       byte // the last ',', ':' or '{' at depth 1 (0 after a nested value closed)
+	isKey      bool // the string being read is a key of the top-level object
+	key        []byte
+	keyIsUsage bool // the last top-level key read was "usage"
+	capturing  bool
+	obj        []byte
+	done       bool
+}
+
+func (u *usageScan) found() bool { return u.done && u.obj != nil }
+
+// write scans p; it reports true once the scan is over (usage found, or given up).
+func (u *usageScan) write(p []byte) bool {
+	if u.done {
+		return true
+	}
+	start := -1 // where the usage object starts in p, when capturing
+	if u.capturing {
+		start = 0
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if u.inStr {
+			switch {
+			case u.esc:
+				u.esc = false
+			case c == '\\':
+				u.esc = true
+			case c == '"':
+				u.inStr = false
+				if u.isKey {
+					u.keyIsUsage = string(u.key) == "usage"
+					u.isKey = false
+				}
+				continue
+			}
+			if u.isKey && len(u.key) <= len("usage") {
+				u.key = append(u.key, c)
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			u.inStr = true
+			if u.depth == 1 && (u.prev == '{' || u.prev == ',') {
+				u.isKey, u.key = true, u.key[:0]
+			}
+		case '{', '[':
+			if u.depth == 1 && u.prev == ':' && u.keyIsUsage && c == '{' {
+				u.capturing, start = true, i
+			}
+			u.depth++
+			if u.depth == 1 {
+				if c != '{' {
+					u.done = true // not an object: no usage to find
+					return true
+				}
+				u.prev = '{'
+			}
+		case '}', ']':
+			u.depth--
+			if u.depth == 1 {
+				u.prev = 0
+				if u.capturing {
+					u.capturing, u.done = false, true
+					if len(u.obj)+i+1-start > usageObjectCap {
+						u.obj = nil
+						return true
+					}
+					u.obj = append(u.obj, p[start:i+1]...)
+					return true
+				}
+			}
+			if u.depth <= 0 {
+				u.done = true // the end of the body's object: no usage in it
+				return true
+			}
+		case ',', ':':
+			if u.depth == 1 {
+				u.prev = c
+				if c == ',' {
+					u.keyIsUsage = false
+				}
+			}
+		}
+	}
+	if u.capturing {
+		if len(u.obj)+len(p)-start > usageObjectCap {
+			u.done, u.obj, u.capturing = true, nil, false
+			return true
+		}
+		u.obj = append(u.obj, p[start:]...)
+	}
+	return false
+}
 
 // upstreamBody times reads of an upstream response body (compactd waiting on the upstream) and,
 // for model turns, finds the usage in it: the "usage" of a JSON body, or of the SSE events that
@@ -93,7 +199,7 @@ type upstreamBody struct {
 	model    string
 
 	turn, scan, sse bool
-	buf             []byte       // the JSON body so far
+	json            usageScan    // the JSON body's top-level usage, found as it passes
 	events          *sse.Scanner // the SSE events, as they pass
 	in, out         int64
 
@@ -127,11 +233,9 @@ func (b *upstreamBody) feed(p []byte) {
 		_, _ = b.events.Write(p)
 		return
 	}
-	if len(b.buf)+len(p) > usageCap {
-		b.scan, b.buf = false, nil
-		return
+	if b.json.write(p) {
+		b.scan = false // found it, or never will: stop looking
 	}
-	b.buf = append(b.buf, p...)
 }
 
 // event looks at one SSE event for usage.
@@ -152,6 +256,14 @@ func (b *upstreamBody) usage(doc []byte) {
 		if !u.IsObject() {
 			continue
 		}
+		b.count(u)
+		return
+	}
+}
+
+// count takes the token counts from a usage object.
+func (b *upstreamBody) count(u gjson.Result) {
+	{
 		in := u.Get("input_tokens").Int() + u.Get("cache_read_input_tokens").Int() + u.Get("cache_creation_input_tokens").Int()
 		if in == 0 {
 			in = u.Get("prompt_tokens").Int()
@@ -162,7 +274,6 @@ func (b *upstreamBody) usage(doc []byte) {
 		}
 		// Anthropic reports input in message_start and cumulative output in message_delta.
 		b.in, b.out = max(b.in, in), max(b.out, out)
-		return
 	}
 }
 
@@ -173,13 +284,13 @@ func (b *upstreamBody) finish(eof bool) {
 		if !b.turn {
 			return
 		}
-		if eof && b.scan && !b.sse {
-			b.usage(b.buf)
+		if eof && !b.sse && b.json.found() && jsonx.Valid(b.json.obj) == nil {
+			b.count(gjson.ParseBytes(b.json.obj))
 		}
 		if eof && b.events != nil {
 			b.events.Flush() // a last event without its blank line still counts
 		}
-		b.buf, b.events = nil, nil
+		b.json, b.events = usageScan{}, nil
 		b.m.genAI("chat", b.provider, b.model, time.Since(b.start).Seconds(), b.in, b.out)
 	})
 }

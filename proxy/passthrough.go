@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"sync"
 )
 
 // newReverseProxy builds the ReverseProxy every upstream call of one API goes through. Routes
@@ -16,12 +17,36 @@ import (
 // response on its way back, as a stream.
 func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
-		Rewrite:        rewriteTo(target, false),
-		Transport:      s.cfg.Transport,
-		FlushInterval:  -1, // flush every write: SSE must not sit in a buffer
+		Rewrite:   rewriteTo(target, false),
+		Transport: s.cfg.Transport,
+		// No FlushInterval: ReverseProxy already flushes every write of a text/event-stream
+		// response, and of one without a Content-Length (net/http/httputil's flushInterval), so
+		// SSE never sits in a buffer. A flush interval on every response would cost a plain JSON
+		// answer a separate header write, a timer goroutine and a flush per write.
+		BufferPool:     copyBuffers,
 		ModifyResponse: s.modifyResponse,
 		ErrorHandler:   s.upstreamError(d),
 		ErrorLog:       nil,
+	}
+}
+
+// copyBuffers are the ReverseProxy's copy buffers, 32 KiB like its own, reused across requests
+// instead of one allocation per response.
+var copyBuffers = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == 32<<10 {
+		buf = buf[:cap(buf)]
+		b.p.Put(&buf)
 	}
 }
 

@@ -30,6 +30,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api.
 		if errors.Is(err, errBodyReadTimeout) {
 			return nil, s.bodyTimeout().openAI()
 		}
+		if errors.Is(err, errBudgetExceeded) {
+			return nil, s.budgetExceeded().openAI()
+		}
 		return nil, api.InvalidRequest("", "", "compactd could not read the request body: "+err.Error())
 	}
 	return body, nil

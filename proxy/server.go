@@ -127,6 +127,12 @@ type Config struct {
 	// a larger declared Content-Length is a 413 before anything reads the body (so no
 	// 100 Continue goes out), and a chunked body is cut at the limit.
 	MaxBodyBytes int64
+	// MaxInflightBodyBytes bounds the bytes of request bodies compactd buffers (the routes it
+	// parses) across all requests at once (budget.go). Past it a request is answered 503 with
+	// Retry-After in its route's dialect before its body is read, and nothing is forwarded.
+	// 0: a quarter of the runtime's memory limit, or 1 GiB without one (at least MaxBodyBytes);
+	// negative: no budget.
+	MaxInflightBodyBytes int64
 	// BodyReadTimeout bounds the time to receive a request body once its headers are in
 	// (default 5m; negative: no limit). It is a deadline on reading the request only, lifted as
 	// soon as the body has arrived, so a long streamed response is never cut by it. When it fires
@@ -199,6 +205,7 @@ type Server struct {
 	forward, forwardAnthropic *httputil.ReverseProxy
 	metrics                   *metrics
 	engine                    *engine.Engine // the compaction engine
+	budget                    *bodyBudget    // nil: no in-flight body budget
 	ops                       *ops
 
 	// Lifecycle (Close).
@@ -241,6 +248,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 32 << 20
 	}
+	if cfg.MaxInflightBodyBytes == 0 {
+		cfg.MaxInflightBodyBytes = defaultInflightBodyBytes(cfg.MaxBodyBytes)
+	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
@@ -270,7 +280,7 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Memo == nil:
 		cfg.Memo = memo.NewLocal(cfg.MemoOptions.MaxPerTenant, cfg.MemoOptions.TTL)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes)}
 	s.setupObservability()
 	// After setupObservability, which wraps the summariser in its metrics.
 	ledger := s.cfg.LedgerBytes
@@ -310,9 +320,9 @@ func New(cfg Config) (*Server, error) {
 // gate is what every request on the API handler passes before it is routed, whatever its path
 // and method: compactd's routes, pass-through and unknown paths alike. In order: the header
 // limit; authentication and the tenant's rate limit (with tenants on); the spelling of the path
-// (no odd spelling of one of compactd's routes goes anywhere); the declared body size; then the
-// body's size limit and read deadline. Every refusal is in the dialect of the path and nothing
-// refused reaches the upstream. Nothing here reads the body.
+// (no odd spelling of one of compactd's routes goes anywhere); the declared body size; the
+// in-flight body budget; then the body's size limit and read deadline. Every refusal is in the
+// dialect of the path and nothing refused reaches the upstream. Nothing here reads the body.
 func (s *Server) gate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw := r.URL.EscapedPath() // what routing sees and what the upstream would be sent
@@ -328,6 +338,11 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		if !checkPathSpelling(w, raw, canon, d) || !s.checkDeclaredLength(w, r, d) {
 			return
 		}
+		release, ok := s.reserveBody(w, r, canon, d)
+		if !ok {
+			return
+		}
+		defer release()
 		r, done := s.guardBody(w, r)
 		defer done()
 		next.ServeHTTP(w, r)
@@ -340,12 +355,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 // DefaultTransport is http.DefaultTransport with timeouts suited to LLM upstreams: bounded dial
 // and TLS handshakes, a generous wait for response headers (a model may think before it answers),
 // and no overall timeout, so long streams are never cut.
+//
+// Its pool is sized for agent concurrency: compactd talks to one or two upstream hosts, with
+// hundreds of turns and streams in flight at once from a team's agents. With fewer idle
+// connections kept per host than calls in flight, every burst past the cap closes connections on
+// their way back to the pool and dials (and TLS-handshakes) new ones for the next burst. 512 per
+// host and 1024 in all keep a burst's connections for the next one; no MaxConnsPerHost, which
+// would queue turns behind each other.
 func DefaultTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 64
+	t.MaxIdleConns = DefaultMaxIdleConns
+	t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 	t.ResponseHeaderTimeout = 10 * time.Minute
 	return t
 }
+
+// The idle-connection pool of DefaultTransport (see there).
+const (
+	DefaultMaxIdleConns        = 1024
+	DefaultMaxIdleConnsPerHost = 512
+)
 
 // Path spelling. compactd answers some paths itself and picks the upstream of others; a request
 // for one of them must spell it exactly. Anything an upstream, or a proxy in front of it, might

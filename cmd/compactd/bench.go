@@ -19,6 +19,14 @@ func runBenchCmd(args []string) error { return runBench(args, os.Stdout, os.Stde
 // runBench runs the end-to-end benchmark and prints its Markdown tables to out (progress to
 // errOut), so `compactd bench > table.md` captures only what goes into BENCHMARKS.md.
 func runBench(args []string, out, errOut io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "side-by-side":
+			return runSideBySide(args[1:], out, errOut)
+		case "bare-proxy":
+			return runBareProxy(args[1:])
+		}
+	}
 	o := bench.Defaults()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "CI-sized run: short cells, small bodies, few streams (overrides the defaults; explicit flags still win)")
@@ -78,6 +86,70 @@ func runBench(args []string, out, errOut io.Writer) error {
 	}
 	rep.Markdown(out)
 	return nil
+}
+
+// runSideBySide is `compactd bench side-by-side`: compactd, a bare httputil.ReverseProxy and
+// the fake upstream directly, each its own process spawned from this executable, for the
+// issue-18 table (bench/sidebyside.go).
+func runSideBySide(args []string, out, errOut io.Writer) error {
+	o := bench.SideDefaults()
+	fs := flag.NewFlagSet("bench side-by-side", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "CI-sized run: short rounds, small bodies (explicit flags still win)")
+	duration := fs.Duration("duration", o.Duration, "each target's share of one round of one row")
+	rounds := fs.Int("rounds", o.Rounds, "interleaved rounds per row (the report gives medians)")
+	binary := fs.String("binary", "", "the compactd executable to spawn (default: this one)")
+	serveBinary := fs.String("serve-binary", "", "measure this compactd's serve instead (e.g. an older build; the fake upstream and the bare proxy still come from --binary)")
+	serveArgs := fs.String("serve-args", "", "extra flags for compactd serve, space-separated (e.g. \"--memory-limit 1GiB\")")
+	hugeOnly := fs.Bool("huge-only", false, "run only the peak-RSS rows (concurrent huge bodies)")
+	budget := fs.Int64("inflight-budget", o.InflightBudget, "compactd's --max-inflight-body-bytes in the run (0: do not pass the flag, for builds without it)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *quick {
+		o = bench.SideQuick()
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["duration"] || !*quick {
+		o.Duration = *duration
+	}
+	if set["rounds"] || !*quick {
+		o.Rounds = *rounds
+	}
+	if o.Duration <= 0 || o.Rounds <= 0 {
+		return usageErrorf("bench", "--duration and --rounds must be positive")
+	}
+	o.Binary, o.ServeBinary = *binary, *serveBinary
+	o.ServeArgs, o.HugeOnly = strings.Fields(*serveArgs), *hugeOnly
+	if set["inflight-budget"] {
+		o.InflightBudget = *budget
+	}
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.Binary = exe
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.RunSideBySide(ctx, o, errOut)
+	if err != nil {
+		return err
+	}
+	rep.Markdown(out)
+	return nil
+}
+
+// runBareProxy is the hidden `compactd bench bare-proxy`, the floor the side-by-side run spawns.
+func runBareProxy(args []string) error {
+	fs := flag.NewFlagSet("bench bare-proxy", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	upstream := fs.String("upstream", "", "upstream base URL")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return bench.ServeBareProxy(*listen, *upstream)
 }
 
 func joinFloats(v []float64) string {

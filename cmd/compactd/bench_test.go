@@ -79,3 +79,34 @@ func slicesEqual(a, b []int) bool {
 	}
 	return true
 }
+
+// TestBenchSideBySideQuick runs `compactd bench side-by-side --quick` (shortened further) with the
+// built binary, so that all three processes are spawned for real, and checks the report's shape:
+// every row of the issue's table, the peak-RSS rows with every request served or refused in
+// dialect, and the verdicts. It asserts no timings.
+func TestBenchSideBySideQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end run")
+	}
+	var out, progress bytes.Buffer
+	err := runBench([]string{"side-by-side", "--quick", "--duration", "40ms", "--rounds", "1", "--binary", builtBinary(t)}, &out, &progress)
+	if err != nil {
+		t.Fatalf("bench side-by-side: %v\n%s", err, progress.String())
+	}
+	md := out.String()
+	for _, want := range []string{"Machine: ", "load average", "| path | conns | req/s direct |",
+		"| Responses 2KB | 32 |", "| Responses 2KB | 1 |", "| Messages 2KB | 32 |", "| GET /v1/models | 32 |",
+		"agent history | 4 |", "with a compaction item (handoff) | 1 |", "time to first byte | 1 |",
+		"| compactd |", "| target | figure | met |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	for line := range strings.Lines(md) {
+		// The peak-RSS rows: each request is served or refused in the route's dialect, none fails
+		// otherwise (the last column).
+		if strings.Contains(line, " × ") && (strings.Contains(line, "| compactd |") || strings.Contains(line, "| bare proxy |")) && !strings.HasSuffix(strings.TrimSpace(line), "| 0 |") {
+			t.Errorf("a huge-body request neither served nor refused in dialect: %s", line)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,6 +56,7 @@ type serveConfig struct {
 
 	logFormat, logLevel string
 	obs                 obsConfig // metrics, ops listener, readiness (serve_obs.go)
+	mem                 memConfig // memory limit, in-flight body budget (serve_obs.go)
 
 	maxHeaderBytes int
 	itemMaxAge     time.Duration
@@ -147,6 +149,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	c.obs.flags(fs)
+	c.mem.flags(fs)
 }
 
 // parseServeFlags parses serve's command line and environment and checks the values. Uses of
@@ -207,6 +210,9 @@ func (c *serveConfig) check() error {
 	if _, err := proxy.ParseForeignItems(c.foreignItems); err != nil {
 		return usageErrorf("serve", "--foreign-items: %v", err)
 	}
+	if err := c.mem.check(c.maxBodyBytes); err != nil {
+		return err
+	}
 	// Negative values were the packages' off before 0 was; they still mean off.
 	c.speculative.Fraction = offAsNegative(c.speculative.Fraction)
 	c.resilience.BreakerFailures = offAsNegative(c.resilience.BreakerFailures)
@@ -225,20 +231,30 @@ func offAsNegative[T int | float64 | time.Duration](v T) T {
 	return v
 }
 
-func newLogger(format, level string) (*slog.Logger, error) {
+// newLogger is the log on w. With buf (w's buffer), warnings and errors are flushed at once.
+func newLogger(w io.Writer, buf *logBuffer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %v", err)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
 	switch format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		h = slog.NewTextHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
 	}
-	return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
+	if buf != nil {
+		h = flushingHandler{h, buf}
+	}
+	return slog.New(h), nil
 }
+
+// logFlushInterval bounds how long an access-log line waits in the log buffer.
+const logFlushInterval = time.Second
 
 // build assembles the proxy from the configuration.
 func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
@@ -250,6 +266,11 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil || antUp.Scheme == "" || antUp.Host == "" {
 		return nil, fmt.Errorf("--anthropic-upstream %q is not an absolute URL", c.anthropicUpstream)
 	}
+	budget, memAttrs, err := c.mem.apply(c.maxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("memory", memAttrs...)
 	ring, src, err := crypto.LoadKeyring(crypto.LoadOptions{Env: c.keys, File: c.keyFile, DataDir: c.dataDir, Generate: true})
 	if err != nil {
 		return nil, err
@@ -338,6 +359,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		Policy:               compact.Policy{Threshold: c.compactThreshold.threshold, Routes: c.compactThreshold.routes, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
 		RetainTokens:         c.retainTokens,
 		MaxBodyBytes:         c.maxBodyBytes,
+		MaxInflightBodyBytes: budget,
 		BodyReadTimeout:      offAsNegative(c.bodyReadTimeout),
 		KeepAlive:            c.keepAlive,
 		StripCodexFields:     c.stripCodexFields,
@@ -350,7 +372,11 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(c.logFormat, c.logLevel)
+	// The log is buffered (serve_obs.go): one write per request to stderr was a syscall on every
+	// request's path. Flushed every second, on warnings, and when serve returns.
+	logBuf := newLogBuffer(os.Stderr, logFlushInterval)
+	defer logBuf.Close()
+	log, err := newLogger(logBuf, logBuf, c.logFormat, c.logLevel)
 	if err != nil {
 		return usageErrorf("serve", "%v", err)
 	}
@@ -381,6 +407,7 @@ func runServe(args []string) error {
 	defer stopOps()
 	err = serveUntilSignal(srv, ln, c.shutdownGrace, log, func() {
 		log.Info("compactd listening", "addr", ln.Addr().String(), "upstream", c.upstream)
+		logBuf.Flush() // supervisors and tests wait for this line
 	})
 	// No request is served any more: stop speculation and archive retention, and close the
 	// archive, waiting up to another grace period for running background summaries to end.

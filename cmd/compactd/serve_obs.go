@@ -1,15 +1,22 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/compactd/compactd/proxy"
@@ -95,4 +102,200 @@ func (o *obsConfig) serveOps(s *proxy.Server, log *slog.Logger) (stop func(), er
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// Memory: the runtime's memory limit and the in-flight body budget (proxy/budget.go).
+
+// memoryLimitHeadroom is the share of a container's memory limit left outside the Go heap's soft
+// limit for what the runtime does not count (thread stacks, the binary, kernel buffers): the
+// default limit is 90% of the cgroup's.
+const memoryLimitHeadroom = 10
+
+// memConfig is --memory-limit and --max-inflight-body-bytes, each "auto" or a size.
+type memConfig struct {
+	memoryLimit   string
+	inflightBytes string
+}
+
+func (m *memConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&m.memoryLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (bytes, or KiB/MiB/GiB); auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit, else none (0: none)")
+	fs.StringVar(&m.inflightBytes, "max-inflight-body-bytes", "auto", "bytes of request bodies compactd holds at once across all requests (the routes it parses); past it a request gets a 503 with Retry-After in its API's dialect (auto: a quarter of the memory limit, 1 GiB without one, at least --max-body-bytes; 0: no budget)")
+}
+
+// check refuses a value that is neither auto nor a size, when the flags are parsed, and a budget
+// smaller than the largest body allowed: such a body could never fit, and would be answered
+// "retry shortly" forever.
+func (m *memConfig) check(maxBody int64) error {
+	for _, f := range []struct{ name, v string }{{"memory-limit", m.memoryLimit}, {"max-inflight-body-bytes", m.inflightBytes}} {
+		if v := strings.TrimSpace(f.v); v != "auto" && v != "" {
+			n, err := parseByteSize(v)
+			if err != nil {
+				return usageErrorf("serve", "--%s: %v", f.name, err)
+			}
+			if f.name == "max-inflight-body-bytes" && n > 0 && n < maxBody {
+				return usageErrorf("serve", "--max-inflight-body-bytes (%d) must be at least --max-body-bytes (%d), or 0 for no budget", n, maxBody)
+			}
+		}
+	}
+	return nil
+}
+
+// apply sets the runtime's memory limit and returns the proxy's MaxInflightBodyBytes (negative:
+// none) and what was decided, for the startup log.
+func (m *memConfig) apply(maxBody int64) (budget int64, attrs []any, err error) {
+	limit, source := int64(0), "none"
+	switch v := strings.TrimSpace(m.memoryLimit); v {
+	case "auto", "":
+		if os.Getenv("GOMEMLIMIT") != "" {
+			limit, source = debug.SetMemoryLimit(-1), "GOMEMLIMIT" // the runtime read it at start
+		} else if cg := cgroupMemoryLimit(); cg > 0 {
+			limit, source = cg/100*(100-memoryLimitHeadroom), "cgroup"
+			debug.SetMemoryLimit(limit)
+		}
+	default:
+		n, err := parseByteSize(v)
+		if err != nil {
+			return 0, nil, usageErrorf("serve", "--memory-limit: %v", err)
+		}
+		limit, source = n, "flag"
+		if n == 0 {
+			source = "none"
+			n = math.MaxInt64
+		}
+		debug.SetMemoryLimit(n)
+	}
+	switch v := strings.TrimSpace(m.inflightBytes); v {
+	case "auto", "":
+		budget = proxy.InflightBodyBytesFor(limit, maxBody)
+	default:
+		n, err := parseByteSize(v)
+		if err != nil {
+			return 0, nil, usageErrorf("serve", "--max-inflight-body-bytes: %v", err)
+		}
+		budget = n
+		if n == 0 {
+			budget = -1
+		}
+	}
+	return budget, []any{"memory_limit", limit, "memory_limit_source", source, "max_inflight_body_bytes", max(budget, 0)}, nil
+}
+
+// cgroupMemoryLimit is the memory limit of the cgroup compactd runs in (v2 memory.max, else v1
+// memory.limit_in_bytes), 0 when there is none. In a container /sys/fs/cgroup is the container's
+// own cgroup.
+func cgroupMemoryLimit() int64 {
+	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "max" {
+			return 0
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		// cgroup v1 reports "no limit" as a page-rounded MaxInt64.
+		if err != nil || n <= 0 || n >= math.MaxInt64/2 {
+			return 0
+		}
+		return n
+	}
+	return 0
+}
+
+// parseByteSize reads a byte count: a bare number, or with a binary unit (KiB, MiB, GiB; KB, MB
+// and GB read as the same binary units, as `docker --memory` does).
+func parseByteSize(s string) (int64, error) {
+	u := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, suf := range []struct {
+		s string
+		m int64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if n, ok := strings.CutSuffix(u, suf.s); ok {
+			u, mult = strings.TrimSpace(n), suf.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is not a size in bytes (e.g. 536870912, 512MiB, 2GiB; 0: off)", s)
+	}
+	return n * mult, nil
+}
+
+// logBuffer is the log's writer: records are gathered in a buffer and written to the
+// underlying writer when it fills, every interval, and on Close, instead of one unbuffered write
+// (a syscall) per access-log line. Warnings and errors are written at once (see flushingHandler):
+// they must not sit in a buffer if the process dies.
+type logBuffer struct {
+	mu   sync.Mutex
+	w    *bufio.Writer
+	stop chan struct{}
+	done chan struct{}
+}
+
+const logBufferSize = 64 << 10
+
+func newLogBuffer(w io.Writer, interval time.Duration) *logBuffer {
+	b := &logBuffer{w: bufio.NewWriterSize(w, logBufferSize), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				b.Flush()
+			case <-b.stop:
+				return
+			}
+		}
+	}()
+	return b
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.w.Write(p)
+}
+
+// Flush writes out what is buffered.
+func (b *logBuffer) Flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_ = b.w.Flush()
+}
+
+// Close stops the periodic flush and flushes what is left.
+func (b *logBuffer) Close() {
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+		<-b.done
+	}
+	b.Flush()
+}
+
+// flushingHandler flushes the log buffer after every record at warning level or above.
+type flushingHandler struct {
+	slog.Handler
+	buf *logBuffer
+}
+
+func (h flushingHandler) Handle(ctx context.Context, r slog.Record) error {
+	err := h.Handler.Handle(ctx, r)
+	if r.Level >= slog.LevelWarn {
+		h.buf.Flush()
+	}
+	return err
+}
+
+func (h flushingHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return flushingHandler{h.Handler.WithAttrs(a), h.buf}
+}
+func (h flushingHandler) WithGroup(n string) slog.Handler {
+	return flushingHandler{h.Handler.WithGroup(n), h.buf}
 }

@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/compactd/compactd/proxy"
+)
+
+// ServeBareProxy serves the side-by-side run's floor on listen until SIGINT or SIGTERM: a bare
+// httputil.ReverseProxy to upstream as anyone would write it (stdlib defaults: no flush
+// interval, no buffer pool), on compactd's DefaultTransport so that both proxies keep the same
+// pool of upstream connections (http.DefaultTransport's two idle connections per host would
+// make the floor churn connections at 32 clients, flattering compactd). It logs its address as
+// "bare proxy listening addr=…".
+func ServeBareProxy(listen, upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return err
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.Out.URL.RawQuery = pr.In.URL.RawQuery },
+		Transport: proxy.DefaultTransport(),
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	slog.New(slog.NewTextHandler(os.Stderr, nil)).Info("bare proxy listening", "addr", ln.Addr().String())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}

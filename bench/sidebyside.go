@@ -1,0 +1,568 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/bench/workload"
+	"github.com/compactd/compactd/internal/crypto"
+)
+
+// The side-by-side benchmark (`compactd bench side-by-side`): compactd, a bare
+// httputil.ReverseProxy and the fake upstream directly, each its own process, so that a proxy's
+// CPU per request can be read from /proc/PID/stat of that process alone and its peak RSS from
+// /proc/PID/status, with nothing of the load generator or the upstream in either figure. The
+// load comes from this (the bench) process. Each row runs Rounds rounds, the targets in a
+// rotating order within each round, and reports medians over the rounds: on a shared machine
+// that interleaving spreads drifts in background load over all targets alike.
+
+// SideOptions sets the size of a side-by-side run.
+type SideOptions struct {
+	Binary string // the compactd executable to spawn (serve, fake-upstream, bench bare-proxy)
+	// ServeBinary, when set, is the compactd whose serve is measured (e.g. an older build, for a
+	// before/after in one harness); Binary still provides the fake upstream and the bare proxy.
+	ServeBinary string
+	// ServeArgs are extra flags for compactd serve (e.g. --memory-limit).
+	ServeArgs []string
+	// HugeOnly skips the latency rows and runs the peak-RSS rows alone.
+	HugeOnly bool
+	Duration time.Duration // one target's share of one round of one row
+	Rounds   int
+
+	Small, Large int // body sizes of the small (2 KB) and large (2 MB) rows
+	Huge         int // body size of the peak-RSS rows (20 MB)
+	HugeConc     []int
+	// InflightBudget is compactd's --max-inflight-body-bytes in the run (0 leaves serve's
+	// default).
+	InflightBudget int64
+}
+
+// SideDefaults is the full run for BENCHMARKS.md (about five minutes on two cores).
+func SideDefaults() SideOptions {
+	return SideOptions{Duration: 2 * time.Second, Rounds: 5, Small: 2 << 10, Large: 2 << 20, Huge: 20 << 20, HugeConc: []int{50, 100}, InflightBudget: 1 << 30}
+}
+
+// SideQuick is a CI-sized run: every row, small numbers, a few seconds.
+func SideQuick() SideOptions {
+	return SideOptions{Duration: 100 * time.Millisecond, Rounds: 2, Small: 2 << 10, Large: 128 << 10, Huge: 1 << 20, HugeConc: []int{4, 8}, InflightBudget: 4 << 20}
+}
+
+// Side-by-side target names.
+const (
+	SideDirect   = "direct"
+	SideBare     = "bare proxy"
+	SideCompactd = "compactd"
+)
+
+var sideTargets = []string{SideDirect, SideBare, SideCompactd}
+
+// SideCell is one target in one row: medians over the rounds.
+type SideCell struct {
+	Target               string
+	RPS                  float64
+	P50, P99, TTFB50     time.Duration
+	CPUPerReq            time.Duration // the proxy process's CPU / requests (0 for direct)
+	Requests, Errors     int
+	RoundsRPS, RoundsCPU []float64 // per round, for the curious
+}
+
+// SideRow is one row of the issue's table.
+type SideRow struct {
+	Name  string
+	Conc  int
+	Cells []SideCell // in sideTargets order
+}
+
+// HugeResult is one peak-RSS row: Conc concurrent Size bodies at once through a proxy.
+type HugeResult struct {
+	Target               string
+	Conc, Size           int
+	RSSBefore, RSSPeak   int64
+	Served, Refused, Bad int // 200; 503 in the route's dialect; anything else
+}
+
+// SideReport is the outcome of RunSideBySide.
+type SideReport struct {
+	Machine Machine
+	Options SideOptions
+	Rows    []SideRow
+	Huge    []HugeResult
+}
+
+// proc is one spawned process.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+// startProc starts bin args and waits for its "listening" log line, whose addr= is its address.
+func startProc(ctx context.Context, bin string, env []string, args ...string) (*proc, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	addrc := make(chan string, 1)
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		var tail []string
+		for sc.Scan() {
+			line := sc.Text()
+			if p.addr == "" {
+				tail = append(tail, line)
+				if strings.Contains(line, "listening") {
+					if _, a, ok := strings.Cut(line, "addr="); ok {
+						a, _, _ = strings.Cut(a, " ")
+						p.addr = strings.Trim(a, `"`)
+						addrc <- p.addr
+					}
+				}
+			}
+		}
+		if p.addr == "" {
+			addrc <- "!" + strings.Join(tail, "\n")
+		}
+		_ = cmd.Wait()
+	}()
+	select {
+	case a := <-addrc:
+		if strings.HasPrefix(a, "!") {
+			return nil, fmt.Errorf("%s %s exited before listening:\n%s", bin, strings.Join(args, " "), a[1:])
+		}
+		return p, nil
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s %s did not start listening", bin, args[0])
+	}
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// procCPU is a process's user+system CPU time from /proc/PID/stat.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64) // field 14 of stat
+	st, _ := strconv.ParseInt(f[12], 10, 64) // field 15
+	const clkTck = 100                       // USER_HZ: 100 on every Linux port Go supports
+	return time.Duration(ut+st) * time.Second / clkTck
+}
+
+// procRSS is a process's resident set size from /proc/PID/status.
+func procRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// sideEnv is the three processes of a run.
+type sideEnv struct {
+	fake, bare, cd *proc
+}
+
+func (e *sideEnv) close() {
+	for _, p := range []*proc{e.cd, e.bare, e.fake} {
+		if p != nil {
+			p.stop()
+		}
+	}
+}
+
+func (e *sideEnv) url(target string) string {
+	switch target {
+	case SideBare:
+		return "http://" + e.bare.addr
+	case SideCompactd:
+		return "http://" + e.cd.addr
+	}
+	return "http://" + e.fake.addr
+}
+
+// proxyPID is the process whose CPU a target's requests cost beyond going direct (0: none).
+func (e *sideEnv) proxyPID(target string) int {
+	switch target {
+	case SideBare:
+		return e.bare.pid()
+	case SideCompactd:
+		return e.cd.pid()
+	}
+	return 0
+}
+
+func startSideEnv(ctx context.Context, o SideOptions, dataDir string) (*sideEnv, error) {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "COMPACTD_") {
+			env = append(env, kv)
+		}
+	}
+	e := &sideEnv{}
+	var err error
+	if e.fake, err = startProc(ctx, o.Binary, env, "fake-upstream", "--listen", "127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	up := "http://" + e.fake.addr
+	if e.bare, err = startProc(ctx, o.Binary, env, "bench", "bare-proxy", "--listen", "127.0.0.1:0", "--upstream", up); err != nil {
+		e.close()
+		return nil, err
+	}
+	key, err := crypto.GenerateKey()
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	// compactd as a user runs it: observability on (metrics, the access log at info), the
+	// default memory settings but for the budget, which the report names.
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--upstream", up, "--anthropic-upstream", up,
+		"--data-dir", dataDir, "--archive", "off", "--log-format", "text"}
+	if o.InflightBudget > 0 {
+		args = append(args, "--max-inflight-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
+	}
+	args = append(args, o.ServeArgs...)
+	serveBin := o.Binary
+	if o.ServeBinary != "" {
+		serveBin = o.ServeBinary
+	}
+	if e.cd, err = startProc(ctx, serveBin, append(env, "COMPACTD_KEYS="+key.String()), args...); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// sideCase is one row's requests: per target, the body (nil: GET).
+type sideCase struct {
+	name   string
+	method string
+	path   string
+	conc   int
+	bodies map[string][]byte
+	ttfb   bool // the row's figure is time to first byte
+}
+
+func sameBody(b []byte) map[string][]byte {
+	return map[string][]byte{SideDirect: b, SideBare: b, SideCompactd: b}
+}
+
+// messagesBody is an Anthropic Messages request of about size bytes.
+func messagesBody(size int) []byte {
+	items := workload.Items(max(size-400, 200))
+	var text strings.Builder
+	for _, it := range items {
+		text.WriteString(gjson.GetBytes(it, "output").Str)
+		text.WriteString(gjson.GetBytes(it, "content.0.text").Str)
+		if text.Len() >= size-400 {
+			break
+		}
+	}
+	s := text.String()
+	s = s[:min(len(s), max(size-400, 0))]
+	b, _ := json.Marshal(map[string]any{
+		"model": "claude-sonnet-4-5", "max_tokens": 1024,
+		"messages": []map[string]any{{"role": "user", "content": s}},
+	})
+	return b
+}
+
+// handoffBodies are the 2 MB history behind a compaction item for compactd, which opens it and
+// forwards the handoff in its place, and the same history without the item for the others (the
+// fake upstream, like any backend without compaction, refuses the item): what reaches the
+// upstream is comparable in size.
+func handoffBodies(ctx context.Context, e *sideEnv, size int) (map[string][]byte, error) {
+	small := workload.Request(8<<10, workload.BodyOptions{})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url(SideCompactd)+"/v1/responses/compact", bytes.NewReader(small))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("compacting for the handoff row: %d %s", resp.StatusCode, out)
+	}
+	var prefix [][]byte
+	for _, it := range gjson.GetBytes(out, "output").Array() {
+		prefix = append(prefix, []byte(it.Raw))
+	}
+	hist := workload.Items(size - 1200)
+	with := workload.Body(append(prefix, hist...), workload.BodyOptions{})
+	without := workload.Body(hist, workload.BodyOptions{})
+	return map[string][]byte{SideDirect: without, SideBare: without, SideCompactd: with}, nil
+}
+
+// RunSideBySide performs a whole side-by-side run.
+func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*SideReport, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	if o.Binary == "" {
+		return nil, errors.New("side-by-side: no compactd binary to spawn")
+	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		return nil, errors.New("side-by-side needs /proc (Linux): CPU and RSS are read from it")
+	}
+	dir, err := os.MkdirTemp("", "compactd-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	rep := &SideReport{Machine: machine(), Options: o}
+	e, err := startSideEnv(ctx, o, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+
+	small := workload.Request(o.Small, workload.BodyOptions{})
+	large := workload.Request(o.Large, workload.BodyOptions{})
+	largeSSE := workload.Request(o.Large, workload.BodyOptions{Stream: true})
+	handoff, err := handoffBodies(ctx, e, o.Large)
+	if err != nil {
+		return nil, err
+	}
+	cases := []sideCase{
+		{name: "Responses " + sizeName(o.Small), method: "POST", path: "/v1/responses", conc: 32, bodies: sameBody(small)},
+		{name: "Responses " + sizeName(o.Small), method: "POST", path: "/v1/responses", conc: 1, bodies: sameBody(small)},
+		{name: "Messages " + sizeName(o.Small), method: "POST", path: "/v1/messages", conc: 32, bodies: sameBody(messagesBody(o.Small))},
+		{name: "Messages " + sizeName(o.Small), method: "POST", path: "/v1/messages", conc: 1, bodies: sameBody(messagesBody(o.Small))},
+		{name: "GET /v1/models", method: "GET", path: "/v1/models", conc: 32, bodies: sameBody(nil)},
+		{name: "GET /v1/models", method: "GET", path: "/v1/models", conc: 1, bodies: sameBody(nil)},
+		{name: sizeName(o.Large) + " agent history", method: "POST", path: "/v1/responses", conc: 4, bodies: sameBody(large)},
+		{name: sizeName(o.Large) + " agent history", method: "POST", path: "/v1/responses", conc: 1, bodies: sameBody(large)},
+		{name: sizeName(o.Large) + " with a compaction item (handoff)", method: "POST", path: "/v1/responses", conc: 1, bodies: handoff},
+		{name: "SSE " + sizeName(o.Large) + " request, time to first byte", method: "POST", path: "/v1/responses", conc: 1, bodies: sameBody(largeSSE), ttfb: true},
+	}
+	clients := map[string]*http.Client{}
+	for _, t := range sideTargets {
+		clients[t] = newClient(64)
+	}
+	if o.HugeOnly {
+		cases = nil
+	}
+	for _, c := range cases {
+		row := SideRow{Name: c.name, Conc: c.conc}
+		reqs := map[string]*requester{}
+		for _, t := range sideTargets {
+			body := c.bodies[t]
+			reqs[t] = &requester{client: clients[t], method: c.method, url: e.url(t) + c.path, body: func(int) []byte { return body }}
+			// Warm the connections, compactd's token-count cache and the allocators.
+			closedLoop(ctx, &collector{}, reqs[t], c.conc, min(300*time.Millisecond, o.Duration))
+		}
+		rounds := map[string][]roundResult{}
+		for r := range o.Rounds {
+			for k := range sideTargets {
+				t := sideTargets[(r+k)%len(sideTargets)] // rotate who goes first
+				rounds[t] = append(rounds[t], measureRound(ctx, reqs[t], c.conc, o.Duration, e.proxyPID(t)))
+			}
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+		}
+		for _, t := range sideTargets {
+			cell := medianCell(t, rounds[t])
+			row.Cells = append(row.Cells, cell)
+			fmt.Fprintf(progress, "%-44s c=%-3d %-10s %8.0f req/s p50 %-9v ttfb %-9v cpu/req %v\n", c.name, c.conc, t, cell.RPS, cell.P50, cell.TTFB50, cell.CPUPerReq)
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	for _, t := range sideTargets {
+		clients[t].CloseIdleConnections()
+	}
+
+	huge := workload.Request(o.Huge, workload.BodyOptions{})
+	for _, n := range o.HugeConc {
+		for _, t := range []string{SideBare, SideCompactd} {
+			res := hugeBodies(ctx, e, t, huge, n)
+			rep.Huge = append(rep.Huge, res)
+			fmt.Fprintf(progress, "%d × %s bodies %-10s peak RSS %d MiB (before %d MiB), served %d, refused %d, other %d\n",
+				n, sizeName(o.Huge), t, res.RSSPeak>>20, res.RSSBefore>>20, res.Served, res.Refused, res.Bad)
+		}
+	}
+	rep.Machine.LoadEnd = loadAvg()
+	return rep, ctx.Err()
+}
+
+type roundResult struct {
+	rps      float64
+	p50, p99 time.Duration
+	ttfb50   time.Duration
+	cpu      time.Duration // per request
+	n, errs  int
+}
+
+func measureRound(ctx context.Context, r *requester, conc int, d time.Duration, pid int) roundResult {
+	col := &collector{}
+	var cpu0 time.Duration
+	if pid > 0 {
+		cpu0 = procCPU(pid)
+	}
+	elapsed := closedLoop(ctx, col, r, conc, d)
+	res := roundResult{n: col.n, errs: col.errs}
+	ok := col.n - col.errs
+	if pid > 0 && ok > 0 {
+		res.cpu = (procCPU(pid) - cpu0) / time.Duration(ok)
+	}
+	res.rps = float64(ok) / elapsed.Seconds()
+	res.p50, res.p99, res.ttfb50 = col.lat.Quantile(.5), col.lat.Quantile(.99), col.ttfb.Quantile(.5)
+	return res
+}
+
+func medianCell(target string, rs []roundResult) SideCell {
+	c := SideCell{Target: target}
+	var rps, cpu []float64
+	var p50, p99, ttfb []time.Duration
+	for _, r := range rs {
+		rps, cpu = append(rps, r.rps), append(cpu, float64(r.cpu))
+		p50, p99, ttfb = append(p50, r.p50), append(p99, r.p99), append(ttfb, r.ttfb50)
+		c.Requests += r.n
+		c.Errors += r.errs
+	}
+	c.RoundsRPS, c.RoundsCPU = slices.Clone(rps), slices.Clone(cpu)
+	c.RPS, c.CPUPerReq = median(rps), time.Duration(median(cpu))
+	c.P50, c.P99, c.TTFB50 = medianDur(p50), medianDur(p99), medianDur(ttfb)
+	return c
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianDur(v []time.Duration) time.Duration {
+	f := make([]float64, len(v))
+	for i, d := range v {
+		f[i] = float64(d)
+	}
+	return time.Duration(median(f))
+}
+
+// hugeBodies sends n requests with body at once through target and samples the proxy process's
+// RSS every 10 ms until all are answered.
+func hugeBodies(ctx context.Context, e *sideEnv, target string, body []byte, n int) HugeResult {
+	pid := e.proxyPID(target)
+	res := HugeResult{Target: target, Conc: n, Size: len(body), RSSBefore: procRSS(pid)}
+	client := newClient(n)
+	defer client.CloseIdleConnections()
+	var peak atomic.Int64
+	peak.Store(res.RSSBefore)
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if v := procRSS(pid); v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	}()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			status, respBody := post(ctx, client, e.url(target)+"/v1/responses", body)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case status == http.StatusOK:
+				res.Served++
+			case status == http.StatusServiceUnavailable && gjson.GetBytes(respBody, "error.code").Str == "server_overloaded":
+				res.Refused++
+			default:
+				res.Bad++
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	res.RSSPeak = max(peak.Load(), procRSS(pid))
+	return res
+}
+
+func post(ctx context.Context, c *http.Client, url string, body []byte) (int, []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, b
+}
