@@ -393,28 +393,7 @@ func (m *MemoStore) PruneExpired(ctx context.Context) (int, error) {
 // (DefaultRetentionInterval when interval <= 0) until ctx is done, like RunRetention. It is a
 // loop of its own because the memo always expires, even when the archive has no Retention.
 func RunMemoRetention(ctx context.Context, m *MemoStore, interval time.Duration, report func(deleted int, err error)) {
-	if interval <= 0 {
-		interval = DefaultRetentionInterval
-	}
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, retentionPassTimeout)
-		n, err := m.PruneExpired(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if report != nil {
-			report(n, err)
-		}
-		t.Reset(interval)
-	}
+	runPeriodically(ctx, interval, m.PruneExpired, report)
 }
 
 // Schema (migration 2 of each backend). Rows are keyed by their identity; the expiry indexes

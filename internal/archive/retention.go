@@ -20,6 +20,13 @@ func RunRetention(ctx context.Context, s Store, r Retention, interval time.Durat
 	if r.MaxAge <= 0 && r.MaxBytes <= 0 {
 		return
 	}
+	runPeriodically(ctx, interval, func(ctx context.Context) (int, error) { return s.Prune(ctx, r) }, report)
+}
+
+// runPeriodically runs pass at once and then every interval (DefaultRetentionInterval when
+// interval <= 0) until ctx is done, each pass bounded by retentionPassTimeout, and reports every
+// finished pass: the loop the archive's and the memo's retention share.
+func runPeriodically(ctx context.Context, interval time.Duration, pass func(context.Context) (int, error), report func(deleted int, err error)) {
 	if interval <= 0 {
 		interval = DefaultRetentionInterval
 	}
@@ -32,7 +39,7 @@ func RunRetention(ctx context.Context, s Store, r Retention, interval time.Durat
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, retentionPassTimeout)
-		n, err := s.Prune(pctx, r)
+		n, err := pass(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return // stopped mid-pass: the error is the cancellation, not worth a report
