@@ -9,12 +9,16 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -252,4 +256,189 @@ func TestChatErrors(t *testing.T) {
 			}
 		}
 	})
+}
+
+// gatedSummarizer holds every call until release is closed, then answers with err or a summary.
+type gatedSummarizer struct {
+	release chan struct{}
+	err     error
+}
+
+func (g *gatedSummarizer) Summarize(ctx context.Context, _ summarizer.Request) (summarizer.Result, error) {
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return summarizer.Result{}, ctx.Err()
+	}
+	if g.err != nil {
+		return summarizer.Result{}, g.err
+	}
+	return summarizer.Result{Summary: "GATED-SUMMARY of the earlier rounds", Model: "fake-summariser"}, nil
+}
+
+// TestChatCommittedStream: a streamed turn whose summariser is slow is committed with SSE
+// comments (which the openai SDK skips), and what follows is still Chat Completions: the
+// compaction report as a comment and the upstream's chunks when it worked, and otherwise one
+// {"error":…} chunk (which the SDK's stream decoder reports as an error) for a summariser failure
+// or an upstream error status that can no longer be sent as a status. The stream is committed
+// before the summariser is released (NewStreaming returns with the response headers), so the
+// test does not depend on timing.
+func TestChatCommittedStream(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		sumErr  error
+		header  map[string]string
+		wantErr string // "" for a normal answer
+	}{
+		{"compacted", nil, nil, ""},
+		{"summariser down", errOutage, nil, "compaction_failed"},
+		{"upstream error", nil, map[string]string{fakeupstream.HeaderStatus: "429"}, "rate_limit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sum := &gatedSummarizer{release: make(chan struct{}), err: c.sumErr}
+			h := newHarness(t, fakeupstream.Options{}, func(cfg *proxy.Config) {
+				chatPolicy(2000)(cfg)
+				cfg.Summarizer, cfg.KeepAlive = sum, time.Millisecond
+			})
+			var opts []option.RequestOption
+			for k, v := range c.header {
+				opts = append(opts, option.WithHeader(k, v))
+			}
+			var raw *http.Response
+			opts = append(opts, option.WithResponseInto(&raw))
+			p := chatParams(chatHistory(4, 600))
+			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+			s := h.client.Chat.Completions.NewStreaming(context.Background(), p, opts...)
+			close(sum.release) // the headers are in: compactd committed the stream
+			acc := openai.ChatCompletionAccumulator{}
+			for s.Next() {
+				acc.AddChunk(s.Current())
+			}
+			err := s.Err()
+			if raw == nil || raw.StatusCode != 200 || raw.Header.Get("X-Compactd-Compacted") != "" {
+				t.Fatalf("not a committed stream: %+v", raw)
+			}
+			if c.wantErr == "" {
+				if err != nil || len(acc.Choices) == 0 || !strings.HasPrefix(acc.Choices[0].Message.Content, "MOCK-REPLY") || acc.Usage.PromptTokens == 0 {
+					t.Fatalf("err %v, accumulated %+v", err, acc.ChatCompletion)
+				}
+				up := h.upstream(fakeupstream.KindChat)
+				if len(up) != 1 || !strings.Contains(string(up[0].Body), "GATED-SUMMARY") {
+					t.Error("the upstream did not get the compacted conversation")
+				}
+				return
+			}
+			var se *ssestream.StreamError
+			if !errors.As(err, &se) || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("err = %v, want a stream error with %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+// TestChatKeepAliveBytes pins the committed stream's bytes: keep-alive comments, the report
+// comment, then the upstream's chunks through data: [DONE].
+func TestChatKeepAliveBytes(t *testing.T) {
+	sum := &gatedSummarizer{release: make(chan struct{})}
+	h := newHarness(t, fakeupstream.Options{}, func(cfg *proxy.Config) {
+		chatPolicy(2000)(cfg)
+		cfg.Summarizer, cfg.KeepAlive = sum, time.Millisecond
+	})
+	p := chatParams(chatHistory(4, 600))
+	body, _ := p.MarshalJSON() // the SDK sets stream itself in NewStreaming; here it goes in the body
+	body = []byte(strings.Replace(string(body), `{`, `{"stream":true,`, 1))
+	resp, err := http.Post(h.proxyURL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	close(sum.release)
+	got, _ := io.ReadAll(resp.Body)
+	s := string(got)
+	report := strings.Index(s, ": compactd compacted the conversation: ")
+	if !strings.HasPrefix(s, ": compactd is compacting the conversation\n\n") || report < 0 ||
+		report > strings.Index(s, "data: {") || !strings.HasSuffix(s, "data: [DONE]\n\n") {
+		t.Errorf("committed stream %q", s)
+	}
+}
+
+// chatTokens is compactd's count of a Chat request's messages, exact as near a threshold.
+func chatTokens(t *testing.T, p openai.ChatCompletionNewParams) int {
+	t.Helper()
+	body, _ := p.MarshalJSON()
+	req, err := api.ParseChatRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := compact.NewCounter(compact.CounterOptions{})
+	defer c.Close()
+	est, _ := c.Request(nil, api.ChatUnits(req.Messages), nil, 0)
+	n, _ := c.Request(nil, api.ChatUnits(req.Messages), nil, est)
+	return n
+}
+
+// TestChatSpeculativeCompaction: a turn just under the chat threshold starts a summary in the
+// background; the next turn, past it, uses that summary (one summariser call in all) and keeps
+// what followed the summarised prefix verbatim behind the handoff.
+func TestChatSpeculativeCompaction(t *testing.T) {
+	msgs := chatHistory(4, 600)
+	limit := chatTokens(t, chatParams(msgs)) * 100 / 95 // the first turn is at 95% of it
+	h := newHarness(t, fakeupstream.Options{}, chatPolicy(limit))
+	ctx := context.Background()
+	r1, err := h.client.Chat.Completions.New(ctx, chatParams(msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(h.upstream(fakeupstream.KindSummary)) == 1 })
+	msgs = append(msgs, r1.Choices[0].Message.ToParam(), openai.UserMessage("U-CROSS "+strings.Repeat("more words here ", 300)))
+	var raw *http.Response
+	if _, err := h.client.Chat.Completions.New(ctx, chatParams(msgs), option.WithResponseInto(&raw)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.upstream(fakeupstream.KindSummary)); n != 1 || raw.Header.Get("X-Compactd-Compacted") == "" {
+		t.Fatalf("%d summariser calls (want 1), X-Compactd-Compacted %q", n, raw.Header.Get("X-Compactd-Compacted"))
+	}
+	// After the handoff: the messages that followed the summarised prefix, the client's bytes.
+	reqs := h.upstream(fakeupstream.KindChat)
+	up := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages").Array()
+	body, _ := chatParams(msgs).MarshalJSON()
+	sent := gjson.GetBytes(body, "messages").Array()
+	ho := -1
+	for i, m := range up {
+		if strings.HasPrefix(m.Get("content").Str, handoff.Prefix) {
+			ho = i
+		}
+	}
+	tail := up[ho+1:]
+	if ho < 0 || len(tail) < 2 {
+		t.Fatalf("handoff at %d of %d upstream messages", ho, len(up))
+	}
+	for i, m := range tail {
+		if want := sent[len(sent)-len(tail)+i].Raw; m.Raw != want {
+			t.Errorf("tail message %d = %.80s, want the client's %.80s", i, m.Raw, want)
+		}
+	}
+}
+
+// TestChatTruncatedUserMessage: a newest user message larger than the retain budget is kept
+// shortened, as a Chat user message (string content), not in the Responses shape the engine's
+// window renders it in.
+func TestChatTruncatedUserMessage(t *testing.T) {
+	h := newHarness(t, fakeupstream.Options{}, chatPolicy(2000)) // retain 1000
+	msgs := append(chatHistory(2, 600), openai.UserMessage("HUGE-HEAD "+strings.Repeat("lots of words ", 2000)+" HUGE-TAIL"))
+	if _, err := h.client.Chat.Completions.New(context.Background(), chatParams(msgs)); err != nil {
+		t.Fatal(err)
+	}
+	reqs := h.upstream(fakeupstream.KindChat)
+	up := gjson.GetBytes(reqs[0].Body, "messages").Array()
+	var huge gjson.Result
+	for _, m := range up {
+		if c := m.Get("content"); strings.HasPrefix(c.Str, "HUGE-HEAD") {
+			huge = m
+		}
+	}
+	if !huge.Exists() || huge.Get("role").Str != "user" || !strings.HasSuffix(huge.Get("content").Str, "HUGE-TAIL") ||
+		len(huge.Get("content").Str) >= len("lots of words ")*2000 || strings.Contains(string(reqs[0].Body), "input_text") {
+		t.Errorf("the newest user message was not kept shortened as a Chat message: %.200s", huge.Raw)
+	}
 }
