@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/api"
@@ -440,5 +441,18 @@ func TestChatTruncatedUserMessage(t *testing.T) {
 	if !huge.Exists() || huge.Get("role").Str != "user" || !strings.HasSuffix(huge.Get("content").Str, "HUGE-TAIL") ||
 		len(huge.Get("content").Str) >= len("lots of words ")*2000 || strings.Contains(string(reqs[0].Body), "input_text") {
 		t.Errorf("the newest user message was not kept shortened as a Chat message: %.200s", huge.Raw)
+	}
+}
+
+// TestChatCompactionMetric: a chat compaction is counted under the api label "openai" (the
+// label folds every OpenAI dialect; the route label tells chat apart) with trigger "policy".
+func TestChatCompactionMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, fakeupstream.Options{}, withRegistry(reg, chatPolicy(2000)))
+	if _, err := h.client.Chat.Completions.New(context.Background(), chatParams(chatHistory(4, 600))); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(t, reg, "compactd_compactions_total", "api", "openai", "trigger", "policy", "outcome", "ok"); got != 1 {
+		t.Errorf("compactions{api=openai,trigger=policy,outcome=ok} = %v, want 1", got)
 	}
 }

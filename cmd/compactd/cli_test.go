@@ -442,7 +442,7 @@ func TestServeOffConvention(t *testing.T) {
 	}
 }
 
-// TestServeCompactThreshold: --compact-threshold takes one number for both routes or one per
+// TestServeCompactThreshold: --compact-threshold takes one number for every route or one per
 // route, and reaches the proxy's policy.
 func TestServeCompactThreshold(t *testing.T) {
 	for _, tt := range []struct {
@@ -453,6 +453,7 @@ func TestServeCompactThreshold(t *testing.T) {
 		{nil, 0, nil},
 		{[]string{"--compact-threshold", "150000"}, 150000, nil},
 		{[]string{"--compact-threshold", "responses=150000,messages=120000"}, 0, map[string]int{"responses": 150000, "messages": 120000}},
+		{[]string{"--compact-threshold", "chat=8000,messages=120000"}, 0, map[string]int{"chat": 8000, "messages": 120000}},
 	} {
 		clearCompactdEnv(t)
 		c, _, err := parseServeFlags(tt.args)
