@@ -232,7 +232,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--retain-tokens", "0"}, "--retain-tokens must be positive"},
 		{[]string{"serve", "--archive-max-age", "-1h"}, "--archive-max-age must not be negative"},
 		{[]string{"serve", "--compact-threshold", "-1"}, "compact threshold"},
-		{[]string{"serve", "--compact-threshold", "chat=1000"}, `route "chat"`},
+		{[]string{"serve", "--compact-threshold", "completions=1000"}, `route "completions"`},
 		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
 		{[]string{"demo", "--threshold", "abc"}, "invalid value"},
 		{[]string{"keygen", "extra"}, `unexpected argument "extra"`},
