@@ -157,8 +157,15 @@ func TestChatPolicyCompaction(t *testing.T) {
 			if !strings.HasPrefix(content, "MOCK-REPLY 1: ") {
 				t.Errorf("content %q", content)
 			}
-			if got := len(h.upstream(fakeupstream.KindSummary)); got != 1 {
-				t.Errorf("%d summariser calls, want 1", got)
+			sums := h.upstream(fakeupstream.KindSummary)
+			if len(sums) != 1 {
+				t.Fatalf("%d summariser calls, want 1", len(sums))
+			}
+			// Tool calls and tool messages reach the summariser as tool calls and outputs.
+			for _, want := range []string{`[tool call] shell({\"cmd\":\"cat parse.go\"})`, "[tool output call_0] " + marker("T", 0), "[assistant] " + marker("A", 3)} {
+				if !strings.Contains(string(sums[0].Body), want) {
+					t.Errorf("the summariser's transcript lacks %q", want)
+				}
 			}
 			reqs := h.upstream(fakeupstream.KindChat)
 			if len(reqs) != 1 {
