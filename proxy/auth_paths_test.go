@@ -49,6 +49,13 @@ func TestNonCanonicalOwnPathsRefused(t *testing.T) {
 		{"/v1/responses/Compact", "/v1/responses/compact", false},
 		{"/v1/responses%2Fcompact", "/v1/responses/compact", false},
 		{"/v1/responses/resp_1/../compact", "/v1/responses/compact", false},
+		// Chat Completions is compactd's route too (its policy compacts there): a misspelling
+		// would reach the upstream uncounted and uncompacted.
+		{"/v1/chat/completions/", "/v1/chat/completions", false},
+		{"//v1/chat/completions", "/v1/chat/completions", false},
+		{"/v1/Chat/Completions", "/v1/chat/completions", false},
+		{"/v1/chat//completions", "/v1/chat/completions", false},
+		{"/v1/chat%2Fcompletions", "/v1/chat/completions", false},
 		{"/v1//messages", "/v1/messages", true},
 		{"//v1/messages", "/v1/messages", true},
 		{"/V1/messages", "/v1/messages", true},
@@ -120,7 +127,7 @@ func TestOtherPathsForwardedVerbatim(t *testing.T) {
 	for _, p := range []string{
 		"/v1/models", "/v1/models/ft:gpt-4o:org:x", "/v1/models/ft%3Agpt-4o", "/v1/files/file-AbC/content",
 		"/v1/responses/resp_123", "/v1/responses/resp_123/input_items?limit=5", "/v1/responses/resp_123/cancel",
-		"/v1/messages/batches/msgbatch_01ABC/results", "/api//generate", "/api/Chat", "/v1/chat/completions/",
+		"/v1/messages/batches/msgbatch_01ABC/results", "/api//generate", "/api/Chat", "/v1/chat/completionsx",
 		"/v1/responsesx", "/v1/messagesx", "/openai/v1/responses",
 	} {
 		rec.reset()

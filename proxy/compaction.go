@@ -15,6 +15,7 @@ import (
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/handoff"
+	"github.com/compactd/compactd/internal/sse"
 )
 
 // The proxy's side of the compaction engine: the compactions the dialect handlers ask for go
@@ -322,7 +323,22 @@ func compactionBusy() *routeError {
 const compactionHeader = "X-Compactd-Compaction"
 
 func markCompacted(w http.ResponseWriter, c *compaction) {
-	w.Header().Set(compactionHeader, fmt.Sprintf("compacted; id=%s; tokens_before=%d; tokens_after=%d", c.ID, c.Payload.TokensBefore, c.Payload.TokensAfter))
+	w.Header().Set(compactionHeader, compactedReport(c))
+}
+
+func compactedReport(c *compaction) string {
+	return fmt.Sprintf("compacted; id=%s; tokens_before=%d; tokens_after=%d", c.ID, c.Payload.TokensBefore, c.Payload.TokensAfter)
+}
+
+// markCompactedTurn is markCompacted for a turn whose stream compactd may have committed while it
+// compacted (keep-alives): the headers are gone then, so the same report goes out as an SSE
+// comment, which every stream parser skips, before the upstream's first event.
+func markCompactedTurn(w http.ResponseWriter, t *turn, c *compaction) {
+	if t.committed {
+		_, _ = w.Write(sse.AppendComment(nil, compactionHeader+": "+compactedReport(c)))
+		return
+	}
+	markCompacted(w, c)
 }
 
 func markApplied(w http.ResponseWriter, m *engine.Memory) {

@@ -98,10 +98,25 @@ func hostileCases() []hostileCase {
 				status: 400, dialect: "anthropic"},
 		)
 	}
+	deepChat := []byte(`{"model":"m","messages":[{"role":"user","content":"hi","x":` + string(nested(1001, "[", "]")) + `}]}`)
+	p := "/v1/chat/completions"
+	cs = append(cs,
+		hostileCase{name: p + " 30MB nested arrays", path: p, body: deepArrays, status: 400, dialect: "openai"},
+		hostileCase{name: p + " 30MB nested objects", path: p, body: deepObjects, status: 400, dialect: "openai"},
+		hostileCase{name: p + " message nested past the limit", path: p, body: deepChat, status: 400, dialect: "openai"},
+		hostileCase{name: p + " malformed JSON", path: p, body: []byte(`{"model":"m","messages":[`), status: 400, dialect: "openai"},
+		hostileCase{name: p + " invalid UTF-8", path: p, body: []byte("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}"), status: 400, dialect: "openai"},
+		hostileCase{name: p + " messages not an array", path: p, body: []byte(`{"model":"m","messages":{"role":"user"}}`), status: 400, dialect: "openai"},
+		hostileCase{name: p + " two messages members", path: p,
+			body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"messages":[{"role":"system","content":"other"}]}`), status: 400, dialect: "openai"},
+		hostileCase{name: p + " message with duplicate role", path: p,
+			body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi","role":"system"}]}`), status: 400, dialect: "openai"},
+	)
 	big := bytes.Repeat([]byte(" "), 33<<20) // past the 32 MiB default body limit
 	cs = append(cs,
 		hostileCase{name: "responses body over the limit", path: "/v1/responses", body: big, status: 413, dialect: "openai"},
 		hostileCase{name: "messages body over the limit", path: "/v1/messages", body: big, status: 413, dialect: "anthropic"},
+		hostileCase{name: "chat body over the limit", path: "/v1/chat/completions", body: big, status: 413, dialect: "openai"},
 	)
 	return cs
 }
@@ -229,6 +244,7 @@ func stillServing(t *testing.T, h *harness) {
 	for _, r := range []struct{ path, body string }{
 		{"/v1/responses", `{"model":"m","input":"still there?"}`},
 		{"/v1/messages", `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"still there?"}]}`},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"still there?"}]}`},
 	} {
 		resp, err := http.Post(h.proxyURL+r.path, "application/json", strings.NewReader(r.body))
 		if err != nil {

@@ -162,7 +162,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 				}
 				msgs, changed, compacted, comp = c.msgs, true, true, c
 				if transparent {
-					markCompacted(w, c)
+					markCompactedTurn(w, mt.t, c)
 				} else {
 					mt.block, mt.summary, mt.ecStr, mt.compUsage = c.item, c.Summary, c.EncryptedContent, c.Usage
 				}

@@ -137,7 +137,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			if c != nil {
 				items, changed = c.items, true
 				if transparent {
-					markCompacted(w, c)
+					markCompactedTurn(w, t, c)
 				} else {
 					t.item, t.itemID = c.item, c.ID
 				}

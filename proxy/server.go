@@ -305,6 +305,7 @@ func New(cfg Config) (*Server, error) {
 	s.routeObservability(r)
 	r.Post("/v1/responses", s.handleResponses)
 	r.Post("/v1/responses/compact", s.handleCompact)
+	r.Post("/v1/chat/completions", s.chatRoute())
 	s.routeAdmin(r)
 	// chi's Handle registers every method, so it comes first and the POST routes override it.
 	r.Handle("/v1/messages", s.forwardAnthropic)   // other methods
@@ -393,7 +394,7 @@ const (
 // forwards to the Anthropic upstream).
 var ownExact = []string{
 	"/v1/responses", "/v1/responses/compact", "/v1/messages", "/v1/messages/count_tokens",
-	"/v1/compactd", "/healthz", "/readyz", "/metrics",
+	"/v1/chat/completions", "/v1/compactd", "/healthz", "/readyz", "/metrics",
 }
 
 // ownPrefixes are compactd's namespaces: everything under /v1/messages/ goes to the Anthropic

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
@@ -109,4 +110,63 @@ func hasHandoff(items []gjson.Result) bool {
 		}
 	}
 	return false
+}
+
+// The transparent policy on Chat Completions with the openai-go chat client: a 20-turn agent
+// conversation with large tool outputs, resent whole every turn. One summariser call per
+// compaction, never two compactions in a row (the memo applies the last one), and between two
+// compactions each upstream request's messages extend the turn before's, byte for byte.
+func TestChatTransparentPolicyWithMemo(t *testing.T) {
+	h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) {
+		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteChat: 6_000}}
+		c.RetainTokens = 1_000
+		c.Speculative.Fraction = -1
+	})
+	msgs := chatHistory(2, 400)
+	msgs = msgs[:len(msgs)-1]
+	var prev []gjson.Result
+	summaries, compactions, lastState := 0, 0, ""
+	for turn := 0; turn < 20; turn++ {
+		id := fmt.Sprintf("call_t%d", turn)
+		msgs = append(msgs, openai.UserMessage(fmt.Sprintf("turn %d: run the next check", turn)),
+			openai.ChatCompletionMessageParamUnion{OfAssistant: &openai.ChatCompletionAssistantMessageParam{
+				ToolCalls: []openai.ChatCompletionMessageToolCallUnionParam{{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID: id, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: "shell", Arguments: `{"cmd":"go test"}`}}}}}},
+			openai.ToolMessage(fmt.Sprintf("T%d ", turn)+strings.Repeat("ok  pkg/parser 0.12s line ", 60), id),
+			openai.UserMessage(fmt.Sprintf("turn %d: what next?", turn)))
+		var hr *http.Response
+		cc, err := h.client.Chat.Completions.New(context.Background(), chatParams(msgs), option.WithResponseInto(&hr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs := h.upstream(fakeupstream.KindChat)
+		up := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages").Array()
+		state := hr.Header.Get("X-Compactd-Compaction")
+		n := len(h.upstream(fakeupstream.KindSummary))
+		switch {
+		case strings.HasPrefix(state, "compacted;"):
+			compactions++
+			if n != summaries+1 || strings.HasPrefix(lastState, "compacted;") {
+				t.Fatalf("turn %d: %d summariser calls after %q", turn, n-summaries, lastState)
+			}
+		case strings.HasPrefix(state, "applied;"):
+			if n != summaries {
+				t.Fatalf("turn %d re-summarised instead of applying the remembered compaction", turn)
+			}
+			for i := range prev {
+				if i >= len(up) || up[i].Raw != prev[i].Raw {
+					t.Fatalf("turn %d diverges from the turn before at messages[%d] (state %q, last %q):\n%.300s\n%.300s", turn, i, state, lastState, prev[i].Raw, up[min(i, len(up)-1)].Raw)
+				}
+			}
+		default:
+			if compactions > 0 {
+				t.Fatalf("turn %d after a compaction carries no X-Compactd-Compaction header", turn)
+			}
+		}
+		summaries, prev, lastState = n, up, state
+		msgs = append(msgs, openai.ChatCompletionMessageParamOfAssistant(cc.Choices[0].Message.Content))
+	}
+	if compactions < 2 || summaries != compactions {
+		t.Fatalf("%d compactions, %d summariser calls: want at least 2 compactions, one call each", compactions, summaries)
+	}
 }

@@ -232,7 +232,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--retain-tokens", "0"}, "--retain-tokens must be positive"},
 		{[]string{"serve", "--archive-max-age", "-1h"}, "--archive-max-age must not be negative"},
 		{[]string{"serve", "--compact-threshold", "-1"}, "compact threshold"},
-		{[]string{"serve", "--compact-threshold", "chat=1000"}, `route "chat"`},
+		{[]string{"serve", "--compact-threshold", "completions=1000"}, `route "completions"`},
 		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
 		{[]string{"demo", "--threshold", "abc"}, "invalid value"},
 		{[]string{"keygen", "extra"}, `unexpected argument "extra"`},
@@ -442,7 +442,7 @@ func TestServeOffConvention(t *testing.T) {
 	}
 }
 
-// TestServeCompactThreshold: --compact-threshold takes one number for both routes or one per
+// TestServeCompactThreshold: --compact-threshold takes one number for every route or one per
 // route, and reaches the proxy's policy.
 func TestServeCompactThreshold(t *testing.T) {
 	for _, tt := range []struct {
@@ -453,6 +453,7 @@ func TestServeCompactThreshold(t *testing.T) {
 		{nil, 0, nil},
 		{[]string{"--compact-threshold", "150000"}, 150000, nil},
 		{[]string{"--compact-threshold", "responses=150000,messages=120000"}, 0, map[string]int{"responses": 150000, "messages": 120000}},
+		{[]string{"--compact-threshold", "chat=8000,messages=120000"}, 0, map[string]int{"chat": 8000, "messages": 120000}},
 	} {
 		clearCompactdEnv(t)
 		c, _, err := parseServeFlags(tt.args)

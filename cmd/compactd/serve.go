@@ -99,7 +99,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.summarizerMaxOutput, "summarizer-max-output-tokens", summarizer.DefaultMaxOutputTokens, "summary length cap in tokens")
 	fs.DurationVar(&c.summarizerTimeout, "summarizer-timeout", summarizer.DefaultTimeout, "timeout of one summariser call")
 	fs.DurationVar(&c.compactionTimeout, "compaction-timeout", proxy.DefaultCompactionTimeout, "deadline of one whole compaction (all summariser attempts, chunks, gap check); past it the failure policy applies (0: none)")
-	fs.Var(&c.compactThreshold, "compact-threshold", "server-side policy: compact requests without context_management past this many input tokens, N for both routes or responses=N,messages=M (0 or a route left out: off)")
+	fs.Var(&c.compactThreshold, "compact-threshold", "server-side policy: compact requests without context_management past this many input tokens, N for every route or responses=N,messages=M,chat=C (0 or a route left out: off)")
 	fs.BoolVar(&c.policyOverride, "policy-override", false, "apply --compact-threshold even to requests that send their own context_management")
 	fs.IntVar(&c.defaultClientThreshold, "default-client-threshold", compact.DefaultClientThreshold, "threshold used when a client sends compact_threshold: null")
 	fs.IntVar(&c.retainTokens, "retain-tokens", compact.DefaultRetainBudget, "budget of newest user messages kept verbatim across a compaction")
@@ -448,7 +448,7 @@ func serveUntilSignal(srv *http.Server, ln net.Listener, grace time.Duration, lo
 	return err
 }
 
-// thresholdFlag is --compact-threshold: one token count for both routes, or one per route
+// thresholdFlag is --compact-threshold: one token count for every route, or one per route
 // (compact.ParseThresholds); a malformed or negative value is refused when the flag is parsed.
 type thresholdFlag struct {
 	text      string

@@ -131,7 +131,7 @@ func jsonKind(v gjson.Result) string {
 type Policy struct {
 	// Threshold compacts every request past this many input tokens; 0 turns the policy off.
 	Threshold int
-	// Routes overrides Threshold for one route ("responses", "messages"): the two APIs serve
+	// Routes overrides Threshold for one route ("responses", "messages", "chat"): the APIs serve
 	// models with different context windows, so one number rarely fits both. A route absent from
 	// it uses Threshold; 0 turns the policy off for that route.
 	Routes map[string]int
@@ -142,10 +142,13 @@ type Policy struct {
 	DefaultClientThreshold int
 }
 
-// Routes compactd applies a policy threshold to, as --compact-threshold names them.
+// Routes compactd applies a policy threshold to, as --compact-threshold names them. RouteChat
+// is POST /v1/chat/completions, where a compaction is transparent (Chat Completions has no
+// compaction item: the upstream sees the compacted conversation, the client its usual answer).
 const (
 	RouteResponses = "responses"
 	RouteMessages  = "messages"
+	RouteChat      = "chat"
 )
 
 // ForRoute is the policy as it applies to one route: Threshold is the route's own when Routes
@@ -158,8 +161,10 @@ func (p Policy) ForRoute(route string) Policy {
 	return p
 }
 
-// ParseThresholds reads --compact-threshold: "N" (both routes) or "responses=N,messages=M" (a
-// route left out gets 0, off). Thresholds must not be negative; 0 is off.
+// ParseThresholds reads --compact-threshold: "N" (every route: responses, messages and chat) or
+// "responses=N,messages=M,chat=C" (a route left out gets 0, off). Thresholds must not be
+// negative; 0 is off. Plain N covers chat too: it is the same OpenAI-compatible upstream and
+// models as responses, and an operator who sets one number means "compact past it" everywhere.
 func ParseThresholds(s string) (threshold int, routes map[string]int, err error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -180,8 +185,8 @@ func ParseThresholds(s string) (threshold int, routes map[string]int, err error)
 	for _, part := range strings.Split(s, ",") {
 		k, v, _ := strings.Cut(part, "=")
 		k = strings.TrimSpace(k)
-		if k != RouteResponses && k != RouteMessages {
-			return 0, nil, fmt.Errorf("compact threshold route %q: want responses or messages", k)
+		if k != RouteResponses && k != RouteMessages && k != RouteChat {
+			return 0, nil, fmt.Errorf("compact threshold route %q: want responses, messages or chat", k)
 		}
 		if _, dup := routes[k]; dup {
 			return 0, nil, fmt.Errorf("compact threshold route %q given twice", k)

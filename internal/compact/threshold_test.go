@@ -110,7 +110,10 @@ func TestParseThresholds(t *testing.T) {
 		{"responses = 1000 , messages=0", 0, map[string]int{RouteResponses: 1000, RouteMessages: 0}, false},
 		{"-1", 0, nil, true},
 		{"abc", 0, nil, true},
-		{"chat=1000", 0, nil, true},
+		{"chat=1000", 0, map[string]int{RouteChat: 1000}, false},
+		{"responses=2000,messages=3000,chat=1000", 0, map[string]int{RouteResponses: 2000, RouteMessages: 3000, RouteChat: 1000}, false},
+		{"chat=1000,chat=2000", 0, nil, true},
+		{"completions=1000", 0, nil, true},
 		{"messages=1000,messages=2000", 0, nil, true},
 		{"messages=-5", 0, nil, true},
 		{"messages", 0, nil, true},
@@ -142,8 +145,13 @@ func TestPolicyForRoute(t *testing.T) {
 			t.Errorf("ForRoute(%s) = %+v, want threshold %d", tt.route, got, tt.want)
 		}
 	}
-	// The single-number form applies to both routes.
-	if one := (Policy{Threshold: 5000}); one.ForRoute(RouteMessages).Threshold != 5000 || one.ForRoute(RouteResponses).Threshold != 5000 {
-		t.Error("a single threshold does not apply to both routes")
+	// The single-number form applies to every route, chat included.
+	if one := (Policy{Threshold: 5000}); one.ForRoute(RouteMessages).Threshold != 5000 || one.ForRoute(RouteResponses).Threshold != 5000 ||
+		one.ForRoute(RouteChat).Threshold != 5000 {
+		t.Error("a single threshold does not apply to every route")
+	}
+	// The per-route form leaves chat off unless it names it.
+	if _, routes, _ := ParseThresholds("responses=1000"); (Policy{Routes: routes}).ForRoute(RouteChat).Threshold != 0 {
+		t.Error("a per-route threshold that does not name chat turns chat on")
 	}
 }
