@@ -25,14 +25,11 @@ import (
 // (system and developer messages and the newest user messages kept verbatim, then one user
 // message holding the handoff, then what a speculative compaction kept behind it), and the
 // upstream's response goes back to the client untouched, JSON or SSE, usage as the upstream
-// reports it (it is what the upstream processed). What compactd did is said in response headers:
-//
-//	X-Compactd-Compacted: 182345->20311      tokens of the request before and after (compactd's count)
-//	X-Compactd-Compaction-Id: cmp_…          the compaction, as its archive segment and logs name it
-//
-// When a streamed turn waited so long on the summariser that compactd had to commit the
-// response (keep-alive comments), the headers are gone; the same facts go in one SSE comment
-// before the upstream's first chunk.
+// reports it (it is what the upstream processed). What compactd did is said in the
+// X-Compactd-Compaction response header (or, once compactd committed a stream while it waited on
+// the summariser, in an SSE comment), and the conversation memo re-applies the compaction on the
+// turns after it (viewChat), so a client that resends its whole history costs one summary per
+// compaction.
 //
 // Below the threshold, or without a policy, the request is forwarded as it came, byte for byte,
 // and so is its response. The body is skimmed either way (api.ParseChatRequest): a body compactd
