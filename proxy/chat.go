@@ -66,6 +66,12 @@ func (chatDialect) keepAlive(bool) []byte {
 }
 func (chatDialect) renderError(e *routeError) wireError { return e.openAI() }
 
+// terminal: a Chat Completions stream ends with `data: [DONE]` (an error chunk ends it too).
+func (chatDialect) terminal(data []byte) bool {
+	return bytes.Equal(data, doneMarker) || len(data) > 0 && data[0] == '{' && gjson.GetBytes(data, "error").Exists()
+}
+func (chatDialect) modifyResponse(s *Server) func(*http.Response) error { return s.modifyChatResponse }
+
 // errorEvent is a data-only chunk holding OpenAI's error envelope, {"error":{…}}: what a Chat
 // Completions stream carries when it fails (the openai SDKs' stream decoders end the stream with
 // an error on a chunk with an "error" member). No [DONE] follows it: a client that reads chunks
@@ -78,7 +84,6 @@ func chatErrorChunk(e *api.OpenAIError) []byte { return sse.AppendEvent(nil, "",
 // its ModifyResponse touches only a stream compactd committed itself.
 func (s *Server) chatRoute() http.HandlerFunc {
 	rp := s.newReverseProxy(s.cfg.Upstream, dialectChat)
-	rp.ModifyResponse = s.modifyChatResponse
 	return func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, rp) }
 }
 
@@ -284,6 +289,11 @@ func forwardChat(w http.ResponseWriter, r *http.Request, rp http.Handler, t *tur
 // the streamed request (which cannot follow the stream's comments) a 502 error chunk.
 func (s *Server) modifyChatResponse(resp *http.Response) error {
 	t := turnFrom(resp.Request.Context())
+	if t != nil {
+		// A turn compactd compacted: a stream that breaks off before [DONE] ends with an error
+		// chunk, not a cut that looks like a short answer.
+		guardChatStream(resp, false)
+	}
 	if t == nil || !t.committed {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/memo"
+	"github.com/tidwall/gjson"
 )
 
 // The dialect seam. The compaction engine (internal/engine) is the same for every API; what
@@ -20,7 +21,8 @@ import (
 
 // dialect is one API's wire format.
 type dialect interface {
-	// String names the dialect in logs, metrics and the failure policy: "openai", "anthropic".
+	// String names the dialect in logs, speculation keys and the failure policy: "openai",
+	// "anthropic", "chat" (metrics fold every OpenAI dialect into api="openai").
 	String() string
 	// policyRoute is the dialect's --compact-threshold route.
 	policyRoute() string
@@ -37,6 +39,12 @@ type dialect interface {
 	errorEvent(e *routeError, t *turn) []byte
 	// noun is what the dialect calls a compaction in messages: "item" or "block".
 	noun() string
+	// terminal reports whether an SSE event's (trimmed) data ends the dialect's stream normally,
+	// so a stream that stops before one broke off (the stream guard).
+	terminal(data []byte) bool
+	// modifyResponse is the ReverseProxy hook of the dialect's routes (nil: none): where a
+	// rewritten turn's answer is rewritten, as a stream.
+	modifyResponse(s *Server) func(*http.Response) error
 }
 
 // wireError is an error envelope that can be written as an HTTP response.
@@ -74,6 +82,14 @@ func (responsesDialect) keepAlive(bool) []byte {
 	return []byte(": compactd is compacting the conversation\n\n")
 }
 func (responsesDialect) renderError(e *routeError) wireError { return e.openAI() }
+func (responsesDialect) terminal(data []byte) bool {
+	switch eventType(data) {
+	case "response.completed", "response.failed", "response.incomplete", "error":
+		return true
+	}
+	return false
+}
+func (responsesDialect) modifyResponse(s *Server) func(*http.Response) error { return s.modifyResponse }
 func (responsesDialect) errorEvent(e *routeError, t *turn) []byte {
 	seq, id := 0, ""
 	if t != nil {
@@ -101,6 +117,16 @@ var pingEvent = api.AppendSSE(nil, "ping", []byte(`{"type": "ping"}`))
 func (messagesDialect) keepAlive(bool) []byte                    { return pingEvent }
 func (messagesDialect) renderError(e *routeError) wireError      { return e.anthropic() }
 func (messagesDialect) errorEvent(e *routeError, _ *turn) []byte { return e.anthropic().SSE() }
+func (messagesDialect) terminal(data []byte) bool {
+	switch eventType(data) {
+	case "message_stop", "error":
+		return true
+	}
+	return false
+}
+func (messagesDialect) modifyResponse(s *Server) func(*http.Response) error {
+	return s.modifyMessagesResponse
+}
 
 // routeError is an error compactd answers itself, dialect-neutral; the route's dialect renders
 // it (renderError, errorEvent). Param locates the problem in the request: OpenAI's error.param,
@@ -167,4 +193,12 @@ func (e *routeError) anthropic() *api.AnthropicError {
 	}
 	return &api.AnthropicError{Status: status, Type: typ, ErrorCode: code, Message: msg,
 		RequestID: engine.NewID("req_compactd_"), RetryAfter: e.RetryAfter}
+}
+
+// eventType is the "type" member of an event's JSON object data ("" for anything else).
+func eventType(data []byte) string {
+	if len(data) == 0 || data[0] != '{' {
+		return ""
+	}
+	return gjson.GetBytes(data, "type").Str
 }

@@ -24,7 +24,7 @@ func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReversePr
 		// SSE never sits in a buffer. A flush interval on every response would cost a plain JSON
 		// answer a separate header write, a timer goroutine and a flush per write.
 		BufferPool:     copyBuffers,
-		ModifyResponse: s.modifyResponse,
+		ModifyResponse: d.modifyResponse(s),
 		ErrorHandler:   s.upstreamError(d),
 		ErrorLog:       nil,
 	}

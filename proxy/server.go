@@ -297,7 +297,6 @@ func New(cfg Config) (*Server, error) {
 	s.startMemoRetention()
 	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
 	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
-	s.forwardAnthropic.ModifyResponse = s.modifyMessagesResponse
 
 	// Routing is on the path only: Claude Code calls /v1/messages?beta=true. Every request, on
 	// every path and method, first passes the gate (authentication, path spelling, limits).

@@ -58,6 +58,7 @@ type streamGuard struct {
 	src      io.ReadCloser
 	rd       *sse.Reader
 	ctx      context.Context
+	d        dialect // whose terminal events end the stream normally
 	validate bool
 	// fail renders the closing error events, numbered from the next sequence number; why is ""
 	// when the stream broke off, else what was wrong with the upstream's event.
@@ -147,15 +148,14 @@ func (g *streamGuard) observe(ev *sse.Event) string {
 		}
 		return ""
 	}
+	if g.d.terminal(data) {
+		g.terminal = true
+	}
 	if len(data) == 0 || data[0] != '{' {
 		return ""
 	}
 	if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() && int(sq.Int()) >= g.nextSeq {
 		g.nextSeq = int(sq.Int()) + 1
-	}
-	switch gjson.GetBytes(data, "type").Str {
-	case "response.completed", "response.failed", "response.incomplete", "error", "message_stop":
-		g.terminal = true
 	}
 	return ""
 }
@@ -172,12 +172,12 @@ func eventJSON(ev *sse.Event) (data []byte, ok bool) {
 
 // guardStream wraps a successful SSE response body in a streamGuard; any other response is left
 // alone.
-func guardStream(resp *http.Response, validate bool, fail func(seq int, why string) []byte) {
+func guardStream(resp *http.Response, d dialect, validate bool, fail func(seq int, why string) []byte) {
 	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header) {
 		return
 	}
 	resp.Body = &streamGuard{src: resp.Body, rd: sse.NewReaderSize(resp.Body, maxSSEEvent),
-		ctx: resp.Request.Context(), validate: validate, fail: fail}
+		ctx: resp.Request.Context(), d: d, validate: validate, fail: fail}
 }
 
 // upstreamInterrupted is the error a Responses stream ends with when the upstream's broke off.
@@ -194,7 +194,7 @@ func upstreamInterrupted() *routeError {
 // `response.failed`, numbered on from the upstream's sequence numbers (a rewriter above shifts
 // them like every other event).
 func guardResponsesStream(resp *http.Response, validate bool) {
-	guardStream(resp, validate, func(seq int, why string) []byte {
+	guardStream(resp, dialectOpenAI, validate, func(seq int, why string) []byte {
 		t := turnFrom(resp.Request.Context())
 		id := ""
 		if t != nil {
@@ -210,12 +210,25 @@ func guardResponsesStream(resp *http.Response, validate bool) {
 
 // guardMessagesStream guards a Messages stream: the closing error is an Anthropic `error` event.
 func guardMessagesStream(resp *http.Response, validate bool) {
-	guardStream(resp, validate, func(_ int, why string) []byte {
+	guardStream(resp, dialectAnthropic, validate, func(_ int, why string) []byte {
 		e := upstreamInterrupted()
 		if why != "" {
 			mt := msgTurnFrom(resp.Request)
 			e = invalidUpstream(dialectAnthropic, mt != nil && mt.block != nil, why)
 		}
 		return dialectAnthropic.errorEvent(e, nil)
+	})
+}
+
+// guardChatStream guards a Chat Completions stream: it ends normally at `data: [DONE]`; broken
+// off before it, it ends with an error chunk (chatDialect.errorEvent), which the openai SDKs
+// report as a stream error, instead of looking like a short, complete answer.
+func guardChatStream(resp *http.Response, validate bool) {
+	guardStream(resp, dialectChat, validate, func(_ int, why string) []byte {
+		e := upstreamInterrupted()
+		if why != "" {
+			e = invalidUpstream(dialectChat, false, why)
+		}
+		return dialectChat.errorEvent(e, nil)
 	})
 }

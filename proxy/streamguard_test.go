@@ -98,7 +98,7 @@ func TestStreamGuardLeavesOthersAlone(t *testing.T) {
 	} {
 		body := io.NopCloser(strings.NewReader("x"))
 		resp.Body = body
-		guardStream(resp, false, func(int, string) []byte { return nil })
+		guardStream(resp, dialectOpenAI, false, func(int, string) []byte { return nil })
 		if resp.Body != body {
 			t.Errorf("status %d %s: body wrapped", resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
@@ -118,6 +118,41 @@ func TestStreamGuardMessages(t *testing.T) {
 	evs := sseEvents(t, out)
 	if len(evs) != 2 || evs[1].Get("type").Str != "error" || evs[1].Get("error.type").Str != "api_error" {
 		t.Fatalf("stream = %q", out)
+	}
+}
+
+// A Chat Completions stream ends normally at [DONE]; cut before it, it ends with an error chunk
+// the openai SDKs report as a stream error; complete, it passes byte for byte.
+func TestStreamGuardChat(t *testing.T) {
+	req, _ := http.NewRequest(http.MethodPost, "http://upstream/v1/chat/completions", nil)
+	chunk := "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+	for _, tc := range []struct {
+		name   string
+		stream string
+		cut    bool
+	}{
+		{"complete", chunk + "data: [DONE]\n\n", false},
+		{"cut before [DONE]", chunk, true},
+		{"cut mid-chunk", chunk + "data: {\"id\":", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
+				Body: &brokenBody{r: strings.NewReader(tc.stream), err: io.EOF}}
+			guardChatStream(resp, false)
+			out, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.cut {
+				if string(out) != tc.stream {
+					t.Fatalf("a complete stream was changed: %q", out)
+				}
+				return
+			}
+			if !strings.HasPrefix(string(out), chunk) || !strings.Contains(string(out), `"error":{`) || strings.Contains(string(out), "[DONE]") {
+				t.Fatalf("stream = %q, want the chunk, then an error chunk and no [DONE]", out)
+			}
+		})
 	}
 }
 
