@@ -86,6 +86,7 @@ func FuzzParseResponsesRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseResponsesRequest(body)
 		checkSkimError(t, body, err)
+		sameAsTwoPass(t, body, r, err)
 		if err != nil {
 			return
 		}
