@@ -142,6 +142,13 @@ func FuzzParseResponsesRequest(f *testing.F) {
 				if dup {
 					continue
 				}
+				if string(r.Tools) != "null" {
+					// the recall tool, spliced in the same copy: as sjson would append it
+					tool := []byte(`{"type":"function","name":"recall"}`)
+					if got, want := r.Rebuild(RawItems(r.Items, idx), drop, tool), rebuildOracle(r, RawItems(r.Items, idx), drop, tool); !jsonEqual(got, want) {
+						t.Fatalf("Rebuild of %q with a tool = %q, WithInput+sjson = %q", body, got, want)
+					}
+				}
 				r2, err := ParseResponsesRequest(out)
 				if err != nil {
 					t.Fatalf("WithInput output %q does not parse: %v", out, err)

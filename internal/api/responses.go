@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/internal/jsonx"
 )
@@ -35,6 +36,9 @@ type ResponsesRequest struct {
 	Tools        []byte
 	// ContextManagement is the raw JSON value of context_management, nil when absent.
 	ContextManagement []byte
+	// ToolChoice is the raw JSON value of the first tool_choice member (the one gjson reads), nil
+	// when absent: the recall tool reads it, and looking it up again would walk the whole body.
+	ToolChoice []byte
 
 	// InputString is set when input was a bare string rather than an item array; Items then holds
 	// one synthesised user message (not a sub-slice of Body).
@@ -114,6 +118,10 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		case "tools":
 			r.Tools = raw
 			r.toolsStart, r.toolsEnd = vs, end
+		case "tool_choice":
+			if r.ToolChoice == nil {
+				r.ToolChoice = raw
+			}
 		case "context_management":
 			r.ContextManagement = raw
 			r.cmStart, r.cmEnd = memberSpan(body, prevEnd, keyStart, end)
@@ -463,8 +471,47 @@ func (r *ResponsesRequest) HasInput() bool { return r.inputEnd > r.inputStart }
 // dropContextManagement is set, the context_management member removed. Every other byte of the
 // body is kept as received, so unknown fields and cache-relevant prefixes survive.
 func (r *ResponsesRequest) WithInput(items [][]byte, dropContextManagement bool) []byte {
+	return r.Rebuild(items, dropContextManagement, nil)
+}
+
+// Rebuild is WithInput that also appends tool (raw JSON, when not nil) to the tools array, in the
+// same single copy of the body: a recall turn offers its tool on a multi-megabyte history, and
+// appending it afterwards (sjson "tools.-1") re-parsed and copied the whole body again. When the
+// body has no tools member, the tool is added as sjson adds it; "tools":null becomes the list of
+// the one tool.
+func (r *ResponsesRequest) Rebuild(items [][]byte, dropContextManagement bool, tool []byte) []byte {
+	// The edits inside the kept bytes, in body order: the context_management member to cut, the
+	// tool to insert before the tools array's closing bracket. Both are top-level members other
+	// than input, so neither overlaps input's span or the other.
+	type edit struct {
+		at, end int    // Body[at:end] is replaced by ins
+		ins     []byte // with a comma before it when comma is set
+		comma   bool
+	}
+	var edits [2]edit
+	n := 0
+	if dropContextManagement && r.ContextManagement != nil {
+		edits[n] = edit{at: r.cmStart, end: r.cmEnd}
+		n++
+	}
+	spliceTool := tool != nil && len(r.Tools) >= 2 && (r.Tools[0] == '[' || string(r.Tools) == "null")
+	if spliceTool {
+		if r.Tools[0] == '[' {
+			at := r.toolsEnd - 1 // the ']'
+			inner := bytes.TrimLeft(r.Body[r.toolsStart+1:at], " \t\r\n")
+			edits[n] = edit{at: at, end: at, ins: tool, comma: len(inner) > 0}
+		} else {
+			// "tools":null: a list of the one tool (sjson would write {"-1":tool}, which no
+			// upstream reads as a tool list).
+			edits[n] = edit{at: r.toolsStart, end: r.toolsEnd, ins: append(append([]byte{'['}, tool...), ']')}
+		}
+		n++
+		if n == 2 && edits[1].at < edits[0].at {
+			edits[0], edits[1] = edits[1], edits[0]
+		}
+	}
 	// Everything but the old input, plus the new one: one allocation of the final size.
-	size := len(r.Body) - (r.inputEnd - r.inputStart) + len(`"input":`) + 2
+	size := len(r.Body) - (r.inputEnd - r.inputStart) + len(`"input":`) + 2 + len(tool) + 1
 	for _, it := range items {
 		size += len(it) + 1
 	}
@@ -479,13 +526,20 @@ func (r *ResponsesRequest) WithInput(items [][]byte, dropContextManagement bool)
 		}
 		return append(out, ']')
 	}
-	// cut appends Body[from:to] to dst, minus the context_management span when dropping it.
+	// cut appends Body[from:to] to dst with the edits that fall in it applied.
 	cut := func(dst []byte, from, to int) []byte {
-		if !dropContextManagement || r.ContextManagement == nil || r.cmEnd <= from || r.cmStart >= to {
-			return append(dst, r.Body[from:to]...)
+		for _, e := range edits[:n] {
+			if e.at < from || e.at >= to {
+				continue
+			}
+			dst = append(dst, r.Body[from:e.at]...)
+			if e.comma {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, e.ins...)
+			from = e.end
 		}
-		dst = append(dst, r.Body[from:r.cmStart]...)
-		return append(dst, r.Body[r.cmEnd:to]...)
+		return append(dst, r.Body[from:to]...)
 	}
 	if !r.HasInput() {
 		// No input member: add one just after the opening brace.
@@ -497,11 +551,16 @@ func (r *ResponsesRequest) WithInput(items [][]byte, dropContextManagement bool)
 		if t := bytes.TrimLeft(rest, " \t\r\n"); len(t) > 0 && t[0] != '}' {
 			out = append(out, ',')
 		}
-		return append(out, rest...)
+		out = append(out, rest...)
+	} else {
+		out = cut(out, 0, r.inputStart)
+		out = appendInput(out)
+		out = cut(out, r.inputEnd, len(r.Body))
 	}
-	out = cut(out, 0, r.inputStart)
-	out = appendInput(out)
-	return cut(out, r.inputEnd, len(r.Body))
+	if tool != nil && !spliceTool {
+		out, _ = sjson.SetRawBytes(out, "tools.-1", tool)
+	}
+	return out
 }
 
 // RawItems returns the raw bytes of items[idx...] in order, for WithInput.
