@@ -204,7 +204,6 @@ func scanPartsTwoPass(arr []byte, i int, member string) error {
 	return err
 }
 
-
 // sameAsTwoPass fails unless the one-pass skim decided exactly what the two-pass one does: the
 // same refusal (kind, param, message) or the same request (fields, item spans, types, roles).
 func sameAsTwoPass(t *testing.T, body []byte, r *ResponsesRequest, err error) {
