@@ -9,7 +9,8 @@
 //
 // The package also has a small reader for documents that have passed Valid (Members, Elements,
 // End, AppendUnquoted): it finds member and element spans without decoding values, so a skim of a
-// multi-megabyte body does not copy its strings.
+// multi-megabyte body does not copy its strings; and Iter, a walk that validates as it goes, for
+// a skim that would otherwise validate a body and then walk it again (see iter.go).
 package jsonx
 
 import (
