@@ -40,7 +40,7 @@ func (s *Server) recallFor(req *api.ResponsesRequest, prev *engine.Opened, c *co
 	if conv == "" || s.cfg.Archive == nil {
 		return nil
 	}
-	rt, ok := s.recallConfig(conv, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
+	rt, ok := s.recallConfig(conv, req.Tools, req.ToolChoice) // the skim's: no second walk of the body
 	if !ok {
 		return nil
 	}
@@ -66,12 +66,15 @@ func (d *responsesRecall) api() dialect { return dialectOpenAI }
 func (d *responsesRecall) upstream() *url.URL { return d.s.cfg.Upstream }
 
 func (d *responsesRecall) request(last bool) []byte {
-	out := d.req.WithInput(d.items, true)
+	// The input and the recall tool in one copy of the body (Rebuild), not a second parse and
+	// copy of a multi-megabyte history to append the tool.
+	var tool []byte
+	if !last {
+		tool = d.rt.cfg.toolJSON()
+	}
+	out := d.req.Rebuild(d.items, true, tool)
 	if d.s.cfg.StripCodexFields {
 		out, _ = sjson.DeleteBytes(out, "client_metadata")
-	}
-	if !last {
-		out, _ = sjson.SetRawBytes(out, "tools.-1", d.rt.cfg.toolJSON())
 	}
 	return out
 }

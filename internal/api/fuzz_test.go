@@ -86,6 +86,7 @@ func FuzzParseResponsesRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseResponsesRequest(body)
 		checkSkimError(t, body, err)
+		sameAsTwoPass(t, body, r, err)
 		if err != nil {
 			return
 		}
@@ -141,6 +142,13 @@ func FuzzParseResponsesRequest(f *testing.F) {
 				if dup {
 					continue
 				}
+				if string(r.Tools) != "null" {
+					// the recall tool, spliced in the same copy: as sjson would append it
+					tool := []byte(`{"type":"function","name":"recall"}`)
+					if got, want := r.Rebuild(RawItems(r.Items, idx), drop, tool), rebuildOracle(r, RawItems(r.Items, idx), drop, tool); !jsonEqual(got, want) {
+						t.Fatalf("Rebuild of %q with a tool = %q, WithInput+sjson = %q", body, got, want)
+					}
+				}
 				r2, err := ParseResponsesRequest(out)
 				if err != nil {
 					t.Fatalf("WithInput output %q does not parse: %v", out, err)
@@ -189,7 +197,9 @@ func checkSkimError(t *testing.T, body []byte, err error) {
 	if !known {
 		t.Fatalf("error %v is of no known kind", err)
 	}
-	if deep := jsonx.CheckDepth(body, jsonx.MaxDepth) != nil; json.Valid(body) && errors.Is(err, ErrTooDeep) != deep {
+	// (encoding/json.Valid accepts invalid UTF-8, which the skim refuses in byte order: a bad
+	// string before the bracket that crosses the limit is the refusal, as in jsonx.Valid.)
+	if deep := jsonx.CheckDepth(body, jsonx.MaxDepth) != nil; json.Valid(body) && utf8.Valid(body) && errors.Is(err, ErrTooDeep) != deep {
 		t.Fatalf("valid body: ErrTooDeep = %v, deeper than the limit = %v (%v)", errors.Is(err, ErrTooDeep), deep, err)
 	}
 }

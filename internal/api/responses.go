@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/internal/jsonx"
 )
@@ -35,6 +36,9 @@ type ResponsesRequest struct {
 	Tools        []byte
 	// ContextManagement is the raw JSON value of context_management, nil when absent.
 	ContextManagement []byte
+	// ToolChoice is the raw JSON value of the first tool_choice member (the one gjson reads), nil
+	// when absent: the recall tool reads it, and looking it up again would walk the whole body.
+	ToolChoice []byte
 
 	// InputString is set when input was a bare string rather than an item array; Items then holds
 	// one synthesised user message (not a sub-slice of Body).
@@ -48,6 +52,7 @@ type ResponsesRequest struct {
 
 	inputStart, inputEnd int // byte span of the input value in Body; 0,0 when absent
 	cmStart, cmEnd       int // byte span of the context_management member (key to value) in Body
+	toolsStart, toolsEnd int // byte span of the tools value in Body; 0,0 when absent
 }
 
 // ErrInvalidJSON is returned when the body is not a JSON object.
@@ -59,66 +64,118 @@ var ErrInvalidJSON = errors.New("request body is not a valid JSON object")
 // of its content parts), or that carry a compaction item anywhere but as an item of input.
 // Everything else is left to the parts of compactd that act on a field, and to the upstream.
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
-	if err := checkBody(body); err != nil {
-		return nil, err
-	}
-	// gjson works on strings; view the body as one without copying. Body is never written to.
-	s := unsafe.String(unsafe.SliceData(body), len(body))
-	root := gjson.Parse(s)
-	if !root.IsObject() {
-		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body must be a JSON object."}
+	// One pass: the walk validates every byte it passes (jsonx.Iter checks what jsonx.Valid
+	// checks), and descends only where the skim reads: the top-level members, the items of input,
+	// their members, and the parts of their content, output and summary arrays.
+	it := jsonx.NewIter(body)
+	if it.Peek() != '{' {
+		if err := checkBody(body); err != nil {
+			return nil, err
+		}
+		return nil, notAnObject()
 	}
 	r := &ResponsesRequest{Body: body, Compaction: -1, Trigger: -1}
 	var err error
 	prevEnd := -1
 	var seen uint16 // one bit per member compactd acts on; no allocation on the hot path
-	root.ForEach(func(key, value gjson.Result) bool {
-		if bit := memberBit(key.Str); bit != 0 {
+	it.Object(func(k []byte, keyStart, vs int) bool {
+		var buf [32]byte
+		name := memberName(k, &buf)
+		if bit := memberBit(name); bit != 0 {
 			// JSON parsers disagree on duplicate keys (first wins, last wins); the upstream must
 			// not read a different input from the one compactd checked.
 			if seen&bit != 0 {
-				err = duplicateError(key.Str, key.Str)
+				err = duplicateError(string(name), string(name))
 				return false
 			}
 			seen |= bit
 		}
-		end := value.Index + len(value.Raw)
-		switch key.Str {
+		if string(name) == "input" && it.Peek() == '[' {
+			err = r.scanItems(it)
+			r.inputStart, r.inputEnd = vs, it.Pos()
+			prevEnd = it.Pos()
+			return err == nil
+		}
+		_, end, ok := it.Value()
+		if !ok {
+			return false
+		}
+		raw := body[vs:end]
+		switch string(name) {
 		case "model":
-			r.Model = value.Str
+			r.Model = strValue(raw)
 		case "stream":
-			r.Stream = value.Type == gjson.True
+			r.Stream = string(raw) == "true"
 		case "previous_response_id":
-			r.PreviousResponseID = value.Str
+			r.PreviousResponseID = strValue(raw)
 		case "prompt_cache_key":
-			r.PromptCacheKey = value.Str
+			r.PromptCacheKey = strValue(raw)
 		case "instructions":
-			if value.Type != gjson.Null {
-				r.Instructions = body[value.Index:end]
+			if string(raw) != "null" {
+				r.Instructions = raw
 				err = checkInstructions(r.Instructions)
 			}
 		case "tools":
-			r.Tools = body[value.Index:end]
+			r.Tools = raw
+			r.toolsStart, r.toolsEnd = vs, end
+		case "tool_choice":
+			if r.ToolChoice == nil {
+				r.ToolChoice = raw
+			}
 		case "context_management":
-			r.ContextManagement = body[value.Index:end]
-			r.cmStart, r.cmEnd = memberSpan(body, prevEnd, key.Index, end)
+			r.ContextManagement = raw
+			r.cmStart, r.cmEnd = memberSpan(body, prevEnd, keyStart, end)
 		case "input":
-			r.inputStart, r.inputEnd = value.Index, end
-			err = r.scanInput(value)
+			r.inputStart, r.inputEnd = vs, end
+			switch raw[0] {
+			case '"':
+				r.InputString = true
+				r.Items = []Item{{Raw: UserMessage(strValue(raw)), Type: "message", Role: "user"}}
+			case 'n':
+			default:
+				err = shapeError("input", "input must be a string or an array of items.")
+			}
 		}
 		prevEnd = end
 		return err == nil
 	})
-	if err != nil {
-		return nil, err
+	if it.Err() != nil || err != nil || !it.End() {
+		// The whole body's validity comes first, as when it was checked before the skim: a body
+		// that is not valid JSON is refused as such wherever the skim stopped, with the message
+		// and kind checkBody gives it.
+		if e := checkBody(body); e != nil {
+			return nil, e
+		}
+		var be *BodyError
+		if it.Err() == nil && errors.As(err, &be) {
+			return nil, err
+		}
+		// The walk refused what Valid accepts: cannot happen (FuzzIter), but never forward it.
+		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
 	}
 	return r, nil
 }
 
+func notAnObject() *BodyError {
+	return &BodyError{Kind: ErrInvalidJSON, Message: "The request body must be a JSON object."}
+}
+
+// strValue is the decoded JSON string raw, "" for any other value, decoded by gjson as the
+// skim always has (so a model name reads as it did).
+func strValue(raw []byte) string {
+	if len(raw) == 0 || raw[0] != '"' {
+		return ""
+	}
+	if in := raw[1 : len(raw)-1]; bytes.IndexByte(in, '\\') < 0 {
+		return unsafe.String(unsafe.SliceData(in), len(in)) // aliases Body, never written to
+	}
+	return gjson.Parse(unsafe.String(unsafe.SliceData(raw), len(raw))).Str
+}
+
 // memberBit numbers the top-level members whose duplicates ParseResponsesRequest refuses: every
 // member compactd reads, rewrites or strips.
-func memberBit(key string) uint16 {
-	switch key {
+func memberBit(key []byte) uint16 {
+	switch string(key) {
 	case "input":
 		return 1
 	case "context_management":
@@ -275,23 +332,12 @@ func memberSpan(body []byte, prevEnd, keyStart, valueEnd int) (int, int) {
 	return keyStart, valueEnd
 }
 
-func (r *ResponsesRequest) scanInput(value gjson.Result) error {
-	switch {
-	case value.Type == gjson.String:
-		r.InputString = true
-		r.Items = []Item{{Raw: UserMessage(value.Str), Type: "message", Role: "user"}}
-		return nil
-	case value.Type == gjson.Null:
-		return nil
-	case !value.IsArray():
-		return shapeError("input", "input must be a string or an array of items.")
-	}
-	arr := r.Body[value.Index : value.Index+len(value.Raw)]
+// scanItems walks the input array at it, item by item (see scanItem).
+func (r *ResponsesRequest) scanItems(it *jsonx.Iter) error {
 	var err error
-	i := 0
-	jsonx.Elements(arr, func(s, e int) bool {
+	it.Array(func(i, s int) bool {
 		var item Item
-		if item, err = scanItem(arr[s:e], i); err != nil {
+		if item, err = scanItem(it, r.Body, i, s); err != nil {
 			return false
 		}
 		switch item.Type {
@@ -303,25 +349,26 @@ func (r *ResponsesRequest) scanInput(value gjson.Result) error {
 			}
 		}
 		r.Items = append(r.Items, item)
-		i++
 		return true
 	})
 	return err
 }
 
-// scanItem reads input[i]: its type and role, with every member compactd reads checked for
-// duplicates, and its content parts (content, output or summary arrays) checked the same way and
-// for compaction items, which are only valid as items. One pass over the item's bytes; values
-// are skipped, not decoded.
-func scanItem(raw []byte, i int) (Item, error) {
-	item := Item{Raw: raw}
-	if raw[0] != '{' {
-		return item, shapeError(fmt.Sprintf("input[%d]", i), "each item of input must be an object.")
+// scanItem reads input[i], which starts at body[s]: its type and role, with every member
+// compactd reads checked for duplicates, and its content parts (content, output or summary
+// arrays) checked the same way and for compaction items, which are only valid as items. The
+// walk validates the item as it goes; values are skipped, not decoded. A duplicate member is
+// refused first, then the parts of content, output and summary in that order (as the two-pass
+// skim did: see twopass_test.go).
+func scanItem(it *jsonx.Iter, body []byte, i, s int) (Item, error) {
+	if it.Peek() != '{' {
+		return Item{}, shapeError(fmt.Sprintf("input[%d]", i), "each item of input must be an object.")
 	}
 	var seen uint16
-	var typ, role, content, output, summary []byte
+	var typ, role []byte
 	var err error
-	jsonx.Members(raw, func(k []byte, s, e int) bool {
+	var parts [3]error // content, output, summary
+	ok := it.Object(func(k []byte, _, vs int) bool {
 		var buf [32]byte
 		name := memberName(k, &buf)
 		bit := itemBit(name)
@@ -334,51 +381,63 @@ func scanItem(raw []byte, i int) (Item, error) {
 		}
 		seen |= bit
 		switch bit {
-		case itemType:
-			typ = raw[s:e]
-		case itemRole:
-			role = raw[s:e]
+		case itemType, itemRole:
+			_, e, ok := it.Value()
+			if bit == itemType {
+				typ = body[vs:e]
+			} else {
+				role = body[vs:e]
+			}
+			return ok
 		case itemContent:
-			content = raw[s:e]
+			parts[0] = scanParts(it, body, i, "content")
 		case itemOutput:
-			output = raw[s:e]
+			parts[1] = scanParts(it, body, i, "output")
 		case itemSummary:
-			summary = raw[s:e]
+			parts[2] = scanParts(it, body, i, "summary")
 		}
 		return true
 	})
 	if err != nil {
-		return item, err
+		return Item{}, err
 	}
-	item.Type = str(typ)
+	if !ok {
+		return Item{}, it.Err()
+	}
+	item := Item{Raw: body[s:it.Pos()], Type: str(typ)}
 	if typ == nil || item.Type == "message" {
 		item.Role = str(role)
 		if typ == nil && role != nil {
 			item.Type = "message" // easy input message: {"role":"user","content":"…"}
 		}
 	}
-	if err = scanParts(content, i, "content"); err == nil {
-		if err = scanParts(output, i, "output"); err == nil {
-			err = scanParts(summary, i, "summary")
+	for _, e := range parts {
+		if e != nil {
+			return item, e
 		}
 	}
-	return item, err
+	return item, nil
 }
 
-// scanParts checks the parts of an item's content (or output, or summary) array: no duplicate
-// member compactd reads, and no compaction item, which the upstream would read but compactd
-// never opens there. Anything but an array is left alone.
-func scanParts(arr []byte, i int, member string) error {
-	if len(arr) == 0 || arr[0] != '[' {
-		return nil
+// scanParts walks an item's content (or output, or summary) value at it. When it is an array,
+// each part is checked: no duplicate member compactd reads, and no compaction item, which the
+// upstream would read but compactd never opens there. It returns the first refusal, and walks
+// (validates) the rest of the array regardless, so the item's own members are still checked.
+func scanParts(it *jsonx.Iter, body []byte, i int, member string) error {
+	if it.Peek() != '[' {
+		return nil // anything else is left alone (and validated by the caller's walk)
 	}
 	var err error
-	j := 0
-	jsonx.Elements(arr, func(s, e int) bool {
-		part := arr[s:e]
+	it.Array(func(j, _ int) bool {
+		if err != nil || it.Peek() != '{' {
+			return true
+		}
 		var seen uint16
 		var typ []byte
-		jsonx.Members(part, func(k []byte, vs, ve int) bool {
+		it.Object(func(k []byte, _, vs int) bool {
+			if err != nil {
+				return true
+			}
 			var buf [32]byte
 			name := memberName(k, &buf)
 			bit := partBit(name)
@@ -387,19 +446,20 @@ func scanParts(arr []byte, i int, member string) error {
 			}
 			if seen&bit != 0 {
 				err = duplicateError(fmt.Sprintf("input[%d].%s[%d].%s", i, member, j, string(name)), string(name))
-				return false
+				return true
 			}
 			seen |= bit
 			if bit == 1 {
-				typ = part[vs:ve]
+				_, e, ok := it.Value()
+				typ = body[vs:e]
+				return ok
 			}
 			return true
 		})
 		if t := str(typ); err == nil && isCompactionType(t) {
 			err = misplacedItem(fmt.Sprintf("input[%d].%s[%d]", i, member, j), t, fmt.Sprintf("the %s of input[%d]", member, i))
 		}
-		j++
-		return err == nil
+		return true
 	})
 	return err
 }
@@ -411,8 +471,47 @@ func (r *ResponsesRequest) HasInput() bool { return r.inputEnd > r.inputStart }
 // dropContextManagement is set, the context_management member removed. Every other byte of the
 // body is kept as received, so unknown fields and cache-relevant prefixes survive.
 func (r *ResponsesRequest) WithInput(items [][]byte, dropContextManagement bool) []byte {
+	return r.Rebuild(items, dropContextManagement, nil)
+}
+
+// Rebuild is WithInput that also appends tool (raw JSON, when not nil) to the tools array, in the
+// same single copy of the body: a recall turn offers its tool on a multi-megabyte history, and
+// appending it afterwards (sjson "tools.-1") re-parsed and copied the whole body again. When the
+// body has no tools member, the tool is added as sjson adds it; "tools":null becomes the list of
+// the one tool.
+func (r *ResponsesRequest) Rebuild(items [][]byte, dropContextManagement bool, tool []byte) []byte {
+	// The edits inside the kept bytes, in body order: the context_management member to cut, the
+	// tool to insert before the tools array's closing bracket. Both are top-level members other
+	// than input, so neither overlaps input's span or the other.
+	type edit struct {
+		at, end int    // Body[at:end] is replaced by ins
+		ins     []byte // with a comma before it when comma is set
+		comma   bool
+	}
+	var edits [2]edit
+	n := 0
+	if dropContextManagement && r.ContextManagement != nil {
+		edits[n] = edit{at: r.cmStart, end: r.cmEnd}
+		n++
+	}
+	spliceTool := tool != nil && len(r.Tools) >= 2 && (r.Tools[0] == '[' || string(r.Tools) == "null")
+	if spliceTool {
+		if r.Tools[0] == '[' {
+			at := r.toolsEnd - 1 // the ']'
+			inner := bytes.TrimLeft(r.Body[r.toolsStart+1:at], " \t\r\n")
+			edits[n] = edit{at: at, end: at, ins: tool, comma: len(inner) > 0}
+		} else {
+			// "tools":null: a list of the one tool (sjson would write {"-1":tool}, which no
+			// upstream reads as a tool list).
+			edits[n] = edit{at: r.toolsStart, end: r.toolsEnd, ins: append(append([]byte{'['}, tool...), ']')}
+		}
+		n++
+		if n == 2 && edits[1].at < edits[0].at {
+			edits[0], edits[1] = edits[1], edits[0]
+		}
+	}
 	// Everything but the old input, plus the new one: one allocation of the final size.
-	size := len(r.Body) - (r.inputEnd - r.inputStart) + len(`"input":`) + 2
+	size := len(r.Body) - (r.inputEnd - r.inputStart) + len(`"input":`) + 2 + len(tool) + 1
 	for _, it := range items {
 		size += len(it) + 1
 	}
@@ -427,13 +526,20 @@ func (r *ResponsesRequest) WithInput(items [][]byte, dropContextManagement bool)
 		}
 		return append(out, ']')
 	}
-	// cut appends Body[from:to] to dst, minus the context_management span when dropping it.
+	// cut appends Body[from:to] to dst with the edits that fall in it applied.
 	cut := func(dst []byte, from, to int) []byte {
-		if !dropContextManagement || r.ContextManagement == nil || r.cmEnd <= from || r.cmStart >= to {
-			return append(dst, r.Body[from:to]...)
+		for _, e := range edits[:n] {
+			if e.at < from || e.at >= to {
+				continue
+			}
+			dst = append(dst, r.Body[from:e.at]...)
+			if e.comma {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, e.ins...)
+			from = e.end
 		}
-		dst = append(dst, r.Body[from:r.cmStart]...)
-		return append(dst, r.Body[r.cmEnd:to]...)
+		return append(dst, r.Body[from:to]...)
 	}
 	if !r.HasInput() {
 		// No input member: add one just after the opening brace.
@@ -445,11 +551,16 @@ func (r *ResponsesRequest) WithInput(items [][]byte, dropContextManagement bool)
 		if t := bytes.TrimLeft(rest, " \t\r\n"); len(t) > 0 && t[0] != '}' {
 			out = append(out, ',')
 		}
-		return append(out, rest...)
+		out = append(out, rest...)
+	} else {
+		out = cut(out, 0, r.inputStart)
+		out = appendInput(out)
+		out = cut(out, r.inputEnd, len(r.Body))
 	}
-	out = cut(out, 0, r.inputStart)
-	out = appendInput(out)
-	return cut(out, r.inputEnd, len(r.Body))
+	if tool != nil && !spliceTool {
+		out, _ = sjson.SetRawBytes(out, "tools.-1", tool)
+	}
+	return out
 }
 
 // RawItems returns the raw bytes of items[idx...] in order, for WithInput.

@@ -3,6 +3,8 @@ package api_test
 import (
 	"testing"
 
+	"github.com/tidwall/sjson"
+
 	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
 	"github.com/compactd/compactd/internal/api"
@@ -59,5 +61,42 @@ func BenchmarkWithInput(b *testing.B) {
 			}
 			cputime.Report(b, c0)
 		})
+	}
+}
+
+// BenchmarkRecallRebuild is the body of a recall turn: the items written back and the recall
+// tool appended, in one copy (Rebuild) against the two it took before (WithInput, then sjson
+// appending to tools, which re-parses the new body).
+func BenchmarkRecallRebuild(b *testing.B) {
+	tool := []byte(`{"type":"function","name":"compactd_recall","description":"Look up earlier turns.","strict":true,"parameters":{"type":"object","properties":{"query":{"type":"string"}},"required":["query"],"additionalProperties":false}}`)
+	for _, bs := range benchSizes {
+		body := workload.Request(bs.size, workload.BodyOptions{Stream: true, CompactThreshold: 1 << 30})
+		r, err := api.ParseResponsesRequest(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw := make([][]byte, len(r.Items))
+		for i, it := range r.Items {
+			raw[i] = it.Raw
+		}
+		for _, mode := range []string{"Rebuild", "WithInput+sjson"} {
+			b.Run(bs.name+"/"+mode, func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				c0 := cputime.Process()
+				for b.Loop() {
+					var out []byte
+					if mode == "Rebuild" {
+						out = r.Rebuild(raw, true, tool)
+					} else {
+						out, _ = sjson.SetRawBytes(r.WithInput(raw, true), "tools.-1", tool)
+					}
+					if len(out) < len(tool) {
+						b.Fatal("no body")
+					}
+				}
+				cputime.Report(b, c0)
+			})
+		}
 	}
 }

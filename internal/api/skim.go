@@ -49,7 +49,10 @@ func (e *BodyError) Error() string {
 
 func (e *BodyError) Unwrap() error { return e.Kind }
 
-// checkBody runs the one validation pass every skim starts with: valid JSON, bounded depth.
+// checkBody is the validation every skim's refusals rest on: valid JSON, bounded depth, strict
+// UTF-8, as a *BodyError. The Messages skim runs it first; the Responses skim validates in its
+// own walk (jsonx.Iter) and runs it only once it has something to refuse, so that a body that is
+// not valid JSON is refused as such, with these messages, wherever the walk stopped.
 func checkBody(body []byte) error {
 	switch err := jsonx.Valid(body); {
 	case err == nil:

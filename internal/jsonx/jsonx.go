@@ -9,13 +9,15 @@
 //
 // The package also has a small reader for documents that have passed Valid (Members, Elements,
 // End, AppendUnquoted): it finds member and element spans without decoding values, so a skim of a
-// multi-megabyte body does not copy its strings.
+// multi-megabyte body does not copy its strings; and Iter, a walk that validates as it goes, for
+// a skim that would otherwise validate a body and then walk it again (see iter.go).
 package jsonx
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -92,20 +94,38 @@ func CheckDepth(b []byte, limit int) error {
 // That also makes it faster than gjson.ValidBytes on agent bodies, which are mostly long strings
 // (see BenchmarkValid).
 func Valid(b []byte) error {
+	i, err := scanValue(b, 0, 0)
+	if err != nil {
+		return err
+	}
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	if i != len(b) {
+		return ErrInvalid
+	}
+	return nil
+}
+
+// scanValue validates the one value that starts at b[i] (after optional whitespace) inside base
+// open brackets, and returns the index just past it (trailing whitespace not included). The depth
+// bound counts the base brackets, so a value checked this way inside a walk (Iter) is refused at
+// the same bracket, with the same offset, as Valid refuses it in the whole document.
+func scanValue(b []byte, i, base int) (int, error) {
 	var objects [(MaxDepth + 63) / 64]uint64 // bit d-1 set: the bracket open at depth d is '{'
-	depth, i, n := 0, 0, len(b)
+	depth, n := base, len(b)
 	var ok bool
 value:
 	for i < n && isSpace(b[i]) {
 		i++
 	}
 	if i == n {
-		return ErrInvalid
+		return i, ErrInvalid
 	}
 	switch b[i] {
 	case '{':
 		if depth == MaxDepth {
-			return &DepthError{Offset: i, Limit: MaxDepth}
+			return i, &DepthError{Offset: i, Limit: MaxDepth}
 		}
 		objects[depth>>6] |= 1 << (depth & 63)
 		depth++
@@ -119,7 +139,7 @@ value:
 		goto key
 	case '[':
 		if depth == MaxDepth {
-			return &DepthError{Offset: i, Limit: MaxDepth}
+			return i, &DepthError{Offset: i, Limit: MaxDepth}
 		}
 		objects[depth>>6] &^= 1 << (depth & 63)
 		depth++
@@ -133,40 +153,37 @@ value:
 		goto value
 	case '"':
 		if i, ok = skipString(b, i+1); !ok {
-			return stringError(b, i)
+			return i, stringError(b, i)
 		}
 	case 't':
 		if !hasLiteral(b, i, "true") {
-			return ErrInvalid
+			return i, ErrInvalid
 		}
 		i += 4
 	case 'f':
 		if !hasLiteral(b, i, "false") {
-			return ErrInvalid
+			return i, ErrInvalid
 		}
 		i += 5
 	case 'n':
 		if !hasLiteral(b, i, "null") {
-			return ErrInvalid
+			return i, ErrInvalid
 		}
 		i += 4
 	default:
 		if i, ok = skipNumber(b, i); !ok {
-			return ErrInvalid
+			return i, ErrInvalid
 		}
 	}
 after:
+	if depth == base {
+		return i, nil
+	}
 	for i < n && isSpace(b[i]) {
 		i++
 	}
-	if depth == 0 {
-		if i == n {
-			return nil
-		}
-		return ErrInvalid
-	}
 	if i == n {
-		return ErrInvalid
+		return i, ErrInvalid
 	}
 	if objects[(depth-1)>>6]&(1<<((depth-1)&63)) != 0 {
 		switch b[i] {
@@ -179,7 +196,7 @@ after:
 			depth--
 			goto after
 		}
-		return ErrInvalid
+		return i, ErrInvalid
 	}
 	switch b[i] {
 	case ',':
@@ -190,19 +207,19 @@ after:
 		depth--
 		goto after
 	}
-	return ErrInvalid
+	return i, ErrInvalid
 key:
 	if i == n || b[i] != '"' {
-		return ErrInvalid
+		return i, ErrInvalid
 	}
 	if i, ok = skipString(b, i+1); !ok {
-		return stringError(b, i)
+		return i, stringError(b, i)
 	}
 	for i < n && isSpace(b[i]) {
 		i++
 	}
 	if i == n || b[i] != ':' {
-		return ErrInvalid
+		return i, ErrInvalid
 	}
 	i++
 	goto value
@@ -225,22 +242,31 @@ const (
 	hi = 0x8080808080808080
 )
 
-// special reports whether any of the 8 bytes in x is '"', '\\', a control character or a
-// non-ASCII byte (checked as UTF-8), the bytes a string scan must stop at. Each term is the exact
-// "has a zero byte" / "has a byte < n" test; x&hi is "has a byte >= 0x80".
-func special(x uint64) bool {
+// special returns a word with the high bit set in each of the 8 bytes of x (little endian) that
+// is '"', '\\', a control character or a non-ASCII byte: the bytes a string scan must stop at.
+// Each term is the classic "has a zero byte" / "has a byte < n" test; x&hi is "has a byte >=
+// 0x80". The terms can also flag a byte above a flagged one (a borrow carries upward), never one
+// below, so the lowest set bit is exact: bits.TrailingZeros64(m)/8 is the first byte to stop at.
+func special(x uint64) uint64 {
 	q := x ^ (lo * '"')
 	s := x ^ (lo * '\\')
-	return ((q-lo)&^q|(s-lo)&^s|(x-lo*0x20)&^x|x)&hi != 0
+	return ((q-lo)&^q | (s-lo)&^s | (x-lo*0x20)&^x | x) & hi
 }
 
 // skipString returns the index just past the closing quote of the string whose contents start
 // at b[i], and whether the string is valid: no raw control characters, only the escapes JSON
-// defines. Eight plain bytes are checked at a time; agent bodies are mostly string contents.
+// defines, valid UTF-8. Agent bodies are mostly string contents, so this is the hot loop of every
+// skim: plain bytes are passed 8 at a time, the word holding a byte to stop at jumps straight to
+// it, and a run of non-ASCII bytes is checked as a whole by utf8.Valid (valid UTF-8 sequences are
+// made of bytes >= 0x80 only, so a string is valid UTF-8 exactly when each such run is).
 func skipString(b []byte, i int) (int, bool) {
 	n := len(b)
 	for {
-		for i+8 <= n && !special(binary.LittleEndian.Uint64(b[i:])) {
+		for i+8 <= n {
+			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			i += 8
 		}
 		if i >= n {
@@ -267,11 +293,14 @@ func skipString(b []byte, i int) (int, bool) {
 		case c < 0x20:
 			return i, false
 		case c >= utf8.RuneSelf:
-			r, size := utf8.DecodeRune(b[i:])
-			if r == utf8.RuneError && size == 1 {
+			j := i + 1
+			for j < n && b[j] >= utf8.RuneSelf {
+				j++
+			}
+			if !utf8.Valid(b[i:j]) {
 				return i, false // stringError tells this apart from other failures
 			}
-			i += size
+			i = j
 		default:
 			i++
 		}
