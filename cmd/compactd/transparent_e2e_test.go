@@ -307,6 +307,7 @@ func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
 			t.Errorf("upstream request %d carries %d input tokens, past the threshold %d", i, n, transparentThreshold)
 		}
 	}
+	t.Logf("usage Claude Code was told of, per assistant message: %v", s.usages(t))
 	for i, u := range s.usages(t) {
 		if u >= min(transparentThreshold, claudeAutoCompactTok) {
 			t.Errorf("Claude Code was told of %d input tokens (message %d), past the threshold", u, i)
@@ -422,7 +423,7 @@ func TestClaudeCodeAutoCompactControl(t *testing.T) {
 	for _, u := range s.usages(t) {
 		peak = max(peak, u)
 	}
-	t.Logf("Claude Code compacted %d times on its own; the largest usage it was told of was %d tokens", agent, peak)
+	t.Logf("Claude Code compacted %d times on its own; usage it was told of, per assistant message: %v (peak %d)", agent, s.usages(t), peak)
 }
 
 // checkHiddenRecallFact is checkHiddenRecall for another fact: the recall tool was offered
