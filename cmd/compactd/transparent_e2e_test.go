@@ -38,8 +38,10 @@ const (
 // The policy threshold (compactd's estimate of the upstream request) and Claude Code's own
 // auto-compact trigger. Claude Code 2.1.332 resolves its trigger as
 // min(window·pct/100, window−13000), window = CLAUDE_CODE_AUTO_COMPACT_WINDOW (at least 100000)
-// minus min(max output tokens, 20000), and compares it with the usage of its last response plus
-// its estimate of what it appended since: 100000 and 40% make 32000. The session below grows
+// minus min(max output tokens, 20000), and compares it with the usage of its last response
+// (input + cache tokens + output; of the last `message` entry of usage.iterations when there is
+// one, so a recall turn's usage summed over its hidden rounds is not counted twice) plus its
+// estimate of what it appended since: 100000 and 40% make 32000. The session below grows
 // Claude Code's own history to about 50000 tokens (of the fake's count, text bytes / 4), so
 // without compactd's compaction Claude Code must compact on its own.
 const (
@@ -288,6 +290,8 @@ func (s ccSession) usages(t *testing.T) []int64 {
 //     TestClaudeCodeAutoCompactControl shows it does without the policy).
 func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
 	claude := claudeBin(t)
+	// Speculation off: a background summary of a prefix no later turn uses would be a summariser
+	// call without a compaction, and this test counts them.
 	s := runClaudeCodeSession(t, claude, "--compact-threshold", fmt.Sprintf("messages=%d", transparentThreshold), "--speculative-fraction", "0")
 
 	// (1) Bounded: the upstream's view, against what Claude Code sent.
