@@ -41,14 +41,14 @@ const (
 // minus min(max output tokens, 20000), and compares it with the usage of its last response
 // (input + cache tokens + output; of the last `message` entry of usage.iterations when there is
 // one, so a recall turn's usage summed over its hidden rounds is not counted twice) plus its
-// estimate of what it appended since: 100000 and 40% make 32000. The session below grows
-// Claude Code's own history to about 50000 tokens (of the fake's count, text bytes / 4), so
+// estimate of what it appended since: 100000 and 50% make 40000. The session below grows
+// Claude Code's own history to about 55000 tokens (of the fake's count, text bytes / 4), so
 // without compactd's compaction Claude Code must compact on its own.
 const (
-	transparentThreshold = 25000
-	claudeAutoCompactPct = "40"
-	claudeAutoCompactTok = 32000
-	bigFiles, bigFileLen = 6, 24000
+	transparentThreshold = 35000
+	claudeAutoCompactPct = "50"
+	claudeAutoCompactTok = 40000
+	bigFiles, bigFileLen = 7, 24000
 )
 
 // writeBigFiles writes n files of about size bytes each into dir, every line distinct; the fact
@@ -256,23 +256,30 @@ func (s ccSession) summaries() int {
 	return n
 }
 
-// usages are the usage.input_tokens (+ cache tokens) of every assistant message in Claude
-// Code's transcript: what compactd reported to it, and what it decides auto-compaction from.
+// usages are the context sizes Claude Code reads from the usage of every assistant message in
+// its transcript, what it decides auto-compaction from: input + cache tokens of the last
+// `message` entry of usage.iterations when there is one (a recall turn's top-level usage is
+// summed over its hidden rounds; 2.1.332 counts the last round), else of the top level.
 func (s ccSession) usages(t *testing.T) []int64 {
 	t.Helper()
 	var out []int64
 	for _, l := range transcriptLines(t, s.e, s.id) {
-		if u := gjson.Get(l, "message.usage"); u.Exists() && gjson.Get(l, "type").Str == "assistant" {
-			out = append(out, u.Get("input_tokens").Int()+u.Get("cache_creation_input_tokens").Int()+u.Get("cache_read_input_tokens").Int())
+		u := gjson.Get(l, "message.usage")
+		if !u.Exists() || gjson.Get(l, "type").Str != "assistant" {
+			continue
 		}
+		if it := u.Get(`iterations.#(type=="message")#|@reverse|0`); it.Exists() {
+			u = it
+		}
+		out = append(out, u.Get("input_tokens").Int()+u.Get("cache_creation_input_tokens").Int()+u.Get("cache_read_input_tokens").Int())
 	}
 	return out
 }
 
 // TestClaudeCodeTransparentPolicyEndToEnd runs the real Claude Code through `compactd serve
-// --compact-threshold messages=25000` in front of the fake upstream: a -p turn and --resume
-// turns, each reading a 24 KB file, so Claude Code's own history grows to about twice the
-// threshold; then a turn in which the fake model calls compactd's recall tool for a fact that
+// --compact-threshold messages=35000` in front of the fake upstream: a -p turn and --resume
+// turns, each reading a 24 KB file, so Claude Code's own history grows to about 1.6 times
+// the threshold; then a turn in which the fake model calls compactd's recall tool for a fact that
 // was only in the first file.
 //
 //   - Upstream input stays bounded: every upstream request is under the threshold, while what
@@ -285,7 +292,7 @@ func (s ccSession) usages(t *testing.T) []int64 {
 //   - The recall turn gets the fact back from the archive in Claude Code's answer.
 //   - Claude Code never sees a compaction block or a recall call (its transcript), its own tool
 //     calls work (every Read has its result), and every turn exits 0.
-//   - Claude Code's auto-compact trigger is set to 32000 tokens: it never sends its own
+//   - Claude Code's auto-compact trigger is set to 40000 tokens: it never sends its own
 //     summarisation request, because the usage it is told stays under it (the control in
 //     TestClaudeCodeAutoCompactControl shows it does without the policy).
 func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
@@ -302,7 +309,7 @@ func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
 			t.Errorf("a Claude Code request got status %d", tt.status)
 		}
 	}
-	if sentMax < 2*transparentThreshold*3/4 {
+	if sentMax < transparentThreshold*7/5 {
 		t.Fatalf("Claude Code's own requests grew only to %d tokens: the session is too short to show anything", sentMax)
 	}
 	bodies := messagesBodies(s.fake)
@@ -362,6 +369,15 @@ func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
 		if !strings.Contains(first, "Another language model worked on this conversation") {
 			continue // before the first compaction
 		}
+		// The current turn is kept verbatim behind the handoff: the prompt Claude Code is
+		// answering reaches the model as the user wrote it, not only as a line of the summary.
+		rest := ""
+		for _, m := range gjson.Get(b, "messages").Array()[1:] {
+			rest += m.Raw
+		}
+		if !strings.Contains(rest, "of the audit: read the next data file") && !strings.Contains(rest, "Which bucket did the first data file name?") {
+			t.Errorf("upstream request %d: the current turn's prompt is not behind the handoff", i)
+		}
 		prefix := gjson.Get(b, "system").Raw + gjson.Get(b, "tools").Raw + first
 		if first != prevHandoff {
 			handoffs++
@@ -392,7 +408,7 @@ func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
 }
 
 // TestClaudeCodeAutoCompactControl is the control of the auto-compact finding: the same
-// session, the same Claude Code settings (auto-compact trigger 32000), and no policy. Claude
+// session, the same Claude Code settings (auto-compact trigger 40000), and no policy. Claude
 // Code's history passes its trigger and it compacts on its own: its summarisation request is
 // answered by compactd's agent-compaction upgrade (X-Compactd-Agent-Compaction: claude-code,
 // trigger "agent"), never reaching the upstream. With the policy on
