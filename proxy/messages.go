@@ -148,9 +148,16 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 				Total: total, Limit: limit})
 		}
 		if total >= limit {
-			in := s.messagesCompactIn(r, req, msgs, view.prev)
+			head, keep := msgs, []api.Message(nil)
+			if transparent {
+				head, keep = s.splitCurrentTurn(msgs, limit)
+			}
+			in := s.messagesCompactIn(r, req, head, view.prev)
+			if len(keep) > 0 {
+				in.finish = keepCurrentTurn(s, req, in.finish, keep)
+			}
 			in.Instructions, in.TokensBefore, in.Speculate = instructions, total, true
-			in.Memory, in.Covers = mem, covers
+			in.Memory, in.Covers = mem, covers-len(keep)
 			c, answered := s.thresholdCompaction(w, r, mt.t, trigger, in)
 			if answered {
 				return

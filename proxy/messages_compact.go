@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/tidwall/gjson"
 
@@ -146,6 +147,47 @@ func memoHandoffMessages(msgs []api.Message, n int, o *engine.Opened) []api.Mess
 	hm := api.NewMessage("user", []api.Block{{Raw: api.TextBlock(handoff.MessagesText(o.Summary, o.Payload.Ledger)), Type: api.BlockText}})
 	hm.Handoff = true
 	return append([]api.Message{hm}, msgs[n-tail:]...)
+}
+
+// splitCurrentTurn splits a transparent turn's messages (after any handoff the memo applied) at
+// the current turn: its last user prompt (a user message that is not the handoff and carries no
+// tool_result) and everything after it. A client that asked for no compaction (Claude Code) has
+// just sent that prompt, or is in the middle of answering it with tool calls; summarising it away
+// would leave the model only a summary of what it is being asked right now, so the transparent
+// policy keeps the current turn verbatim behind the handoff (tool_use and tool_result pairs
+// complete, since it starts at a prompt) and summarises what came before. keep is nil — the
+// whole conversation is compacted, as with Anthropic's own compaction — when there is no such
+// prompt, nothing of the client's before it, or the current turn alone would take half the
+// threshold.
+func (s *Server) splitCurrentTurn(msgs []api.Message, limit int) (head, keep []api.Message) {
+	k := -1
+	for i := len(msgs) - 1; i >= 0 && k < 0; i-- {
+		if m := msgs[i]; m.Role == "user" && !m.Handoff && !hasToolResult(m) {
+			k = i
+		}
+	}
+	if k <= 0 || !slices.ContainsFunc(msgs[:k], func(m api.Message) bool { return !m.Handoff }) {
+		return msgs, nil
+	}
+	if kept, _ := s.cfg.Counter.Request(nil, api.CountItems(msgs[k:]), nil, 0); 2*kept > limit {
+		return msgs, nil
+	}
+	return msgs[:k], msgs[k:]
+}
+
+func hasToolResult(m api.Message) bool {
+	return slices.ContainsFunc(m.Blocks, func(b api.Block) bool { return b.Type == "tool_result" })
+}
+
+// keepCurrentTurn wraps a compaction's finish so that the compacted context the upstream sees
+// ends with keep (the current turn, verbatim), counted in the tokens after.
+func keepCurrentTurn(s *Server, req *api.MessagesRequest, finish func(*compaction) (int, int), keep []api.Message) func(*compaction) (int, int) {
+	return func(c *compaction) (int, int) {
+		_, replaced := finish(c)
+		c.msgs = append(c.msgs, keep...)
+		after, _ := s.cfg.Counter.Request(req.System, api.CountItems(c.msgs), req.Tools, 0)
+		return after, replaced
+	}
 }
 
 func withoutCompaction(blocks []api.Block) []api.Block {

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // Claude Code compacts by asking the model itself for a summary: its last user message holds
@@ -35,4 +37,13 @@ func (c *call) claudeCodeCompactReply() (string, bool) {
 		return "", false
 	}
 	return "<analysis>mock analysis</analysis>\n<summary>" + ClaudeCodeSummary + "</summary>", true
+}
+
+// InputTokens is the input_tokens the fake reports for a request body (text bytes of system,
+// tools and messages / 4): what an end-to-end test compares the upstream's view against.
+func InputTokens(body []byte) int64 {
+	if jsonx.Valid(body) != nil {
+		return 0
+	}
+	return estimateTokens(topFields(gjson.ParseBytes(body)))
 }
