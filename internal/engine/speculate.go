@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/memo"
 )
 
 // Speculative compaction. A summary takes a model seconds to write, and the turn that crosses the
@@ -57,7 +59,13 @@ type specEntry struct {
 type speculator struct {
 	cfg  SpeculativeConfig
 	seed maphash.Seed
-	sem  chan struct{}
+	// canon, when set, is the dialect's canonical form of an item (the memo's), which the
+	// prefix hashes are taken over instead of the raw bytes: a client that respells an earlier
+	// item between turns (Claude Code moves cache_control to the newest message every request)
+	// still finds the summary prepared for the same conversation. Keyed per model string, so
+	// one speculator serves every dialect: a dialect without canonical forms hashes raw bytes.
+	canon func(key string) memo.Dialect
+	sem   chan struct{}
 
 	mu      sync.Mutex
 	entries map[uint64]*specEntry
@@ -89,24 +97,43 @@ func newSpeculator(cfg SpeculativeConfig) *speculator {
 	}
 	base, stopAll := context.WithCancel(context.Background())
 	return &speculator{
-		cfg: cfg, seed: maphash.MakeSeed(), sem: make(chan struct{}, cfg.MaxConcurrent),
+		cfg: cfg, seed: maphash.MakeSeed(), sem: make(chan struct{}, cfg.MaxConcurrent), canon: specCanon,
 		entries: map[uint64]*specEntry{}, order: list.New(), lengths: map[int]int{}, now: time.Now,
 		base: base, stopAll: stopAll,
 	}
 }
 
-// prefixHashes returns h[i] = hash of items[:i] (and the model), for every i.
-func (sp *speculator) prefixHashes(model string, items []api.Item) []uint64 {
+// prefixHashes returns h[i] = hash of items[:i] (and the key: dialect and model), for every i:
+// over each item's canonical form when the key's dialect has one (an item that has none ends the
+// chain: the hashes past it are of no prefix any turn can match), else over its raw bytes.
+func (sp *speculator) prefixHashes(key string, items []api.Item) []uint64 {
 	out := make([]uint64, len(items)+1)
 	var h maphash.Hash
 	h.SetSeed(sp.seed)
-	h.WriteString(model)
+	h.WriteString(key)
 	out[0] = h.Sum64()
+	var chain *memo.Chain
+	if sp.canon != nil {
+		if d := sp.canon(key); d != "" {
+			chain = memo.NewChain(d)
+		}
+	}
 	var n [8]byte
 	for i, it := range items {
-		binary.LittleEndian.PutUint64(n[:], uint64(len(it.Raw)))
-		h.Write(n[:])
-		h.Write(it.Raw)
+		if chain != nil {
+			c, err := chain.Add(it.Raw)
+			if err != nil {
+				for j := i + 1; j < len(out); j++ {
+					out[j] = ^uint64(0) - uint64(j) // matches nothing a valid prefix hashes to, in practice
+				}
+				return out
+			}
+			h.Write(c[:])
+		} else {
+			binary.LittleEndian.PutUint64(n[:], uint64(len(it.Raw)))
+			h.Write(n[:])
+			h.Write(it.Raw)
+		}
 		out[i+1] = h.Sum64()
 	}
 	return out
@@ -260,7 +287,18 @@ func (e *Engine) Speculating(total, limit int) bool {
 
 // specKey keys speculation by dialect and model: two dialects' prefixes are different bytes, and
 // a summary written for one is never used by the other.
-func specKey(dialect, model string) string { return dialect + "\x00" + model }
+// The key also names the dialect's canonical form (memo.Dialect), which the prefix hashes are
+// taken over (specCanon).
+func specKey(d Dialect, model string) string {
+	return d.Name + "\x00" + string(d.Memo) + "\x00" + model
+}
+
+// specCanon is the canonical form a specKey names ("" for none).
+func specCanon(key string) memo.Dialect {
+	_, rest, _ := strings.Cut(key, "\x00")
+	d, _, _ := strings.Cut(rest, "\x00")
+	return memo.Dialect(d)
+}
 
 // SpecRequest is a below-threshold turn that may start a background summary.
 type SpecRequest struct {
@@ -284,7 +322,7 @@ func (e *Engine) Speculate(r SpecRequest) {
 	if !e.Speculating(r.Total, r.Limit) {
 		return
 	}
-	started := e.spec.start(specKey(r.Dialect.Name, r.Model), r.Units, func(ctx context.Context, p []api.Item) (specResult, error) {
+	started := e.spec.start(specKey(r.Dialect, r.Model), r.Units, func(ctx context.Context, p []api.Item) (specResult, error) {
 		items := p
 		if r.Prefix != nil {
 			items = r.Prefix(len(p))
@@ -313,7 +351,7 @@ func (e *Engine) useSpeculation(ctx context.Context, in Request, items []api.Ite
 	if e.spec == nil {
 		return 0, specResult{}
 	}
-	n, en := e.spec.lookup(specKey(in.Dialect.Name, in.Model), items)
+	n, en := e.spec.lookup(specKey(in.Dialect, in.Model), items)
 	if en == nil {
 		if n, out := e.sharedSpeculation(ctx, in.Dialect, in.Tenant, in.Model, items); n > 0 {
 			e.obs.Speculative("hit")

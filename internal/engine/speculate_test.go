@@ -8,6 +8,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/memo"
 )
 
 func specItems(texts ...string) []api.Item {
@@ -127,7 +128,7 @@ func TestSpeculatorBoundsConcurrency(t *testing.T) {
 func TestUseSpeculationFailedJobFallsBack(t *testing.T) {
 	s := &Engine{spec: newSpeculator(SpeculativeConfig{}), obs: nopObserver{}}
 	items := specItems("u1", "a1", "u2")
-	s.spec.start(specKey("", "m"), items, func(context.Context, []api.Item) (specResult, error) {
+	s.spec.start(specKey(Dialect{}, "m"), items, func(context.Context, []api.Item) (specResult, error) {
 		return specResult{}, errors.New("summariser down")
 	})
 	if n, _ := s.useSpeculation(context.Background(), Request{Model: "m"}, append(items, specItems("a2", "u3")...)); n != 0 {
@@ -177,4 +178,35 @@ func TestSpeculatorStop(t *testing.T) {
 			t.Errorf("second stop: %v", err)
 		}
 	})
+}
+
+// A client that respells an earlier message between turns — Claude Code moves cache_control to
+// the newest message every request — still finds the summary speculated for the same
+// conversation: prefix hashes are over the dialect's canonical form (the memo's).
+func TestSpeculationKeysAreCanonical(t *testing.T) {
+	msg := func(role, text, extra string) api.Item {
+		return api.Item{Raw: []byte(`{"role":"` + role + `","content":[{"type":"text","text":"` + text + `"` + extra + `}]}`), Type: "message", Role: role}
+	}
+	then := []api.Item{msg("user", "u1", `,"cache_control":{"type":"ephemeral"}`), msg("assistant", "a1", ""), msg("user", "u2", "")}
+	now := []api.Item{msg("user", "u1", ""), msg("assistant", "a1", ""), msg("user", "u2", `,"cache_control":{"type":"ephemeral"}`), msg("assistant", "a2", ""), msg("user", "u3", "")}
+	for _, tc := range []struct {
+		d    Dialect
+		want bool
+	}{
+		{Dialect{Name: "anthropic", Memo: memo.Messages}, true},
+		{Dialect{Name: "raw"}, false}, // no canonical form: the respelt prefix is another prefix
+	} {
+		sp := newSpeculator(SpeculativeConfig{})
+		done := make(chan struct{})
+		sp.start(specKey(tc.d, "m"), then, func(context.Context, []api.Item) (specResult, error) {
+			close(done)
+			return specResult{res: summarizer.Result{Summary: "s"}}, nil
+		})
+		<-done
+		if n, e := sp.lookup(specKey(tc.d, "m"), now); (e != nil) != tc.want || (tc.want && n != 2) {
+			t.Errorf("%s: lookup = %d, %v; want a hit %v on the 2-message prefix", tc.d.Name, n, e != nil, tc.want)
+		}
+		sp.close()
+		_ = sp.stop(context.Background())
+	}
 }
