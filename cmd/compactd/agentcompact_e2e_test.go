@@ -31,20 +31,8 @@ func TestClaudeCodeCompactionUpgradedEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real Claude Code")
 	}
-	claude := npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")
-	fake := fakeupstream.New(fakeupstream.Options{})
-	baseURL, stop, err := fake.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	key, err := crypto.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := filepath.Join(t.TempDir(), "archive.db")
-	r := startReplica(t, "compactd", baseURL, key.String(), "--anthropic-upstream", baseURL, "--archive", db)
-	e := newAgentEnv(t, "http://"+r.addr)
+	rig := newClaudeRig(t)
+	claude, fake, key, db, r, e := rig.claude, rig.fake, rig.key, rig.db, rig.r, rig.e
 
 	id := e.claudeTurn(t, claude, e.readPrompt())
 	e.claudeTurn(t, claude, "--resume", id, "/compact")

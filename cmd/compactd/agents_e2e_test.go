@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -356,4 +357,35 @@ supports_websockets = false
 			}
 		})
 	}
+}
+
+// claudeRig is the real Claude Code pointed at a `compactd serve` process (SQLite archive, one
+// fresh key) in front of the fake upstream, which serves both APIs.
+type claudeRig struct {
+	claude string // the Claude Code binary
+	fake   *fakeupstream.Server
+	key    crypto.Key
+	db     string // the archive
+	r      *replica
+	e      agentEnv
+}
+
+// newClaudeRig starts the fake upstream and compactd (extra: more serve flags) and prepares
+// Claude Code's environment; everything stops when the test ends.
+func newClaudeRig(t *testing.T, extra ...string) *claudeRig {
+	t.Helper()
+	c := &claudeRig{claude: npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")}
+	c.fake = fakeupstream.New(fakeupstream.Options{})
+	baseURL, stop, err := c.fake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	if c.key, err = crypto.GenerateKey(); err != nil {
+		t.Fatal(err)
+	}
+	c.db = filepath.Join(t.TempDir(), "archive.db")
+	c.r = startReplica(t, "compactd", baseURL, c.key.String(), append([]string{"--anthropic-upstream", baseURL, "--archive", c.db}, extra...)...)
+	c.e = newAgentEnv(t, "http://"+c.r.addr)
+	return c
 }

@@ -16,9 +16,6 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
-
-	"github.com/compactd/compactd/internal/crypto"
-	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // TestClaudeCodeMCPRecallCurrentSessionEndToEnd: two real Claude Code sessions, each of which read
@@ -31,20 +28,8 @@ func TestClaudeCodeMCPRecallCurrentSessionEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real Claude Code")
 	}
-	claude := npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")
-	fake := fakeupstream.New(fakeupstream.Options{})
-	baseURL, stop, err := fake.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	key, err := crypto.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := filepath.Join(t.TempDir(), "archive.db")
-	r := startReplica(t, "compactd", baseURL, key.String(), "--anthropic-upstream", baseURL, "--archive", db)
-	e := newAgentEnv(t, "http://"+r.addr)
+	rig := newClaudeRig(t)
+	claude, fake, key, db, r, e := rig.claude, rig.fake, rig.key, rig.db, rig.r, rig.e
 	const otherFact = "OTHER_FACT_PORT=9999"
 	if err := os.WriteFile(filepath.Join(e.work, "other.txt"), []byte("listen_port: 9999 ("+otherFact+")\n"), 0o644); err != nil {
 		t.Fatal(err)
