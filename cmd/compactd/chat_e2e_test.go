@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,12 +63,15 @@ func npmModule(t *testing.T, dir, pkg, version string) string {
 // about the port is answered from the context when the fact is in it, else by searching for it
 // with the recall tool (which the fake calls when compactd offers one). Chat compaction puts the
 // handoff after the newest user messages, so the question is looked for anywhere in the context.
+// The fact counts as known only as the whole line the file holds: compactd's ledger keeps
+// identifiers such as SECRET_FACT_PORT=7431 in the handoff, and this test is about the verbatim
+// history coming back through recall.
 func chatPortAnswer(_, context string) (string, string, bool) {
 	if !strings.Contains(context, "Which port?") {
 		return "", "", false
 	}
-	if strings.Contains(context, agentFact) {
-		return "The port is " + agentFact, "", true
+	if strings.Contains(context, agentFactLine) {
+		return "The port line reads: " + agentFactLine, "", true
 	}
 	return "", "SECRET_FACT_PORT", true
 }
@@ -173,7 +179,7 @@ func TestNodeOpenAIChatSessionEndToEnd(t *testing.T) {
 			t.Errorf("request %d (stream %v): no usage reported: %s", i, q.Stream, q.Usage)
 		}
 	}
-	if !strings.Contains(report.Final.Text, agentFact) {
+	if !strings.Contains(report.Final.Text, agentFactLine) {
 		t.Errorf("the last turn's answer %q lacks the fact from the first tool output", report.Final.Text)
 	}
 	const bound = 30_000
@@ -181,4 +187,157 @@ func TestNodeOpenAIChatSessionEndToEnd(t *testing.T) {
 		t.Fatalf("the client's history is only %d bytes: the session is too short to show a bound", report.ClientBytes)
 	}
 	chatSessionChecks(t, fake, compactions, bound)
+}
+
+// metricSum is the sum of r's /metrics samples whose line starts with prefix and contains every
+// one of labels.
+func metricSum(t *testing.T, r *replica, prefix string, labels ...string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + r.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	n := 0
+lines:
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue lines
+			}
+		}
+		var v float64
+		if _, err := fmt.Sscanf(line[strings.LastIndexByte(line, ' ')+1:], "%g", &v); err == nil {
+			n += int(v)
+		}
+	}
+	return n
+}
+
+// qwenSettings keeps Qwen Code's background model calls (memory extraction and consolidation,
+// skill review) and its update checks and statistics off: every model request is then one of
+// the session's turns, in order.
+const qwenSettings = `{
+  "privacy": {"usageStatisticsEnabled": false},
+  "general": {"enableAutoUpdate": false},
+  "telemetry": {"enabled": false},
+  "memory": {"enableManagedAutoMemory": false, "enableManagedAutoDream": false, "enableAutoSkill": false}
+}`
+
+// TestQwenCodeEndToEnd runs Qwen Code non-interactively (`qwen -p`, then `--continue` turns) as a
+// Chat Completions client of compactd (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL, auth type
+// openai), in front of the fake upstream, with a Chat policy low enough that its session of
+// large file reads compacts: every model request goes through /v1/chat/completions, compactions
+// happen and the memo re-applies them, one summary per compaction, the upstream's requests stay
+// bounded while Qwen's own history grows, and the fact from the first file read comes back in
+// the last turn through the recall tool, which Qwen never sees. Qwen exits 0 on every turn.
+func TestQwenCodeEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the real Qwen Code")
+	}
+	qwen := npmAgent(t, "qwen", "@qwen-code/qwen-code", qwenCodeVersion, "qwen", "COMPACTD_QWEN_BIN")
+	fake := fakeupstream.New(fakeupstream.Options{Answer: chatPortAnswer})
+	baseURL, stop, err := fake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	r := startReplica(t, "compactd", baseURL, newKey(t, "k1").String(), "--compact-threshold", "chat="+strconv.Itoa(qwenThreshold),
+		"--speculative-fraction", "0") // one summariser call per compaction, as in the Node test
+
+	e := newAgentEnv(t, "http://127.0.0.1:9") // no Anthropic traffic: Qwen speaks OpenAI here
+	qhome := filepath.Join(e.home, ".qwen")
+	if err := os.MkdirAll(qhome, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(qhome, "settings.json"), []byte(qwenSettings), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.env = append(e.env, "OPENAI_BASE_URL=http://"+r.addr+"/v1", "OPENAI_API_KEY=sk-qwen-e2e-not-a-real-key",
+		"OPENAI_MODEL=fake-model", "QWEN_HOME="+qhome, "QWEN_USAGE_STATISTICS_ENABLED=false", "QWEN_TELEMETRY_ENABLED=false")
+	files := []string{"notes.txt"}
+	if err := os.WriteFile(filepath.Join(e.work, "notes.txt"), []byte(agentFactLine+"\n"+qwenFiller("notes")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range qwenReads {
+		name := fmt.Sprintf("part%d.go", i)
+		files = append(files, name)
+		if err := os.WriteFile(filepath.Join(e.work, name), []byte(qwenFiller(name)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	turn := func(args ...string) string {
+		return e.run(t, qwen, append([]string{"--auth-type", "openai", "--approval-mode", "yolo"}, args...)...)
+	}
+	read := func(name string) string {
+		return fmt.Sprintf(`Step: please read the next file and tell me what it holds [[call:read_file {"file_path":%q}]]`, filepath.Join(e.work, name))
+	}
+	turn("-p", read(files[0]))
+	for _, f := range files[1:] {
+		turn("--continue", "-p", read(f))
+	}
+	answer := turn("--continue", "-p", "Which port? Look it up if you have to.")
+	if !strings.Contains(answer, agentFactLine) {
+		t.Errorf("Qwen's last answer lacks the fact from the first file read:\n%s", answer)
+	}
+
+	for _, q := range fake.Requests() {
+		if q.Kind != fakeupstream.KindChat && q.Kind != fakeupstream.KindSummary {
+			t.Errorf("Qwen made a %s request to %s: want every model request on /v1/chat/completions", q.Kind, q.Path)
+		}
+	}
+	// Without compactd the last request would carry Qwen's first one (its prompt and tools) and
+	// every file it read: the bound below must be well under that to show anything.
+	readBytes := len(fake.Requests()[0].Body)
+	for _, f := range files {
+		st, _ := os.Stat(filepath.Join(e.work, f))
+		readBytes += int(st.Size())
+	}
+	if readBytes < qwenBound*3/2 {
+		t.Fatalf("the session reads only %d bytes: too short to show the %d-byte bound", readBytes, qwenBound)
+	}
+	compactions := metricSum(t, r, "compactd_compactions_total{", `outcome="ok"`)
+	if hits := metricSum(t, r, "compactd_memo_total{", `outcome="hit"`); hits == 0 {
+		t.Error("no memo hit: Qwen's next requests did not get the remembered compaction")
+	}
+	chatSessionChecks(t, fake, compactions, qwenBound)
+	// What Qwen saw: the session it recorded (for --continue) holds no recall call or result.
+	recorded := 0
+	_ = filepath.WalkDir(qhome, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".jsonl") {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
+		recorded++
+		for _, s := range []string{`"compactd_recall"`, "Verbatim excerpts from this conversation's archived history"} {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("Qwen's recorded session %s holds %s", filepath.Base(path), s)
+			}
+		}
+		return nil
+	})
+	if recorded == 0 {
+		t.Errorf("no recorded Qwen session under %s: the --continue turns did not continue one", qhome)
+	}
+}
+
+// The Qwen session's shape: the threshold is above Qwen's own system prompt and tools (about
+// 60 KB of a first request, kept verbatim), each file read adds about qwenFillerLines lines.
+const (
+	qwenThreshold   = 22000
+	qwenReads       = 6
+	qwenFillerLines = 250
+	qwenBound       = 100_000
+)
+
+func qwenFiller(name string) string {
+	var b strings.Builder
+	for k := range qwenFillerLines {
+		fmt.Fprintf(&b, "func %s_%d(x int) int { return x + %d } // %s\n", strings.NewReplacer(".", "_").Replace(name), k, k, name)
+	}
+	return b.String()
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 func openaiClient(base string, opts ...option.RequestOption) openai.Client {
@@ -383,5 +385,40 @@ func TestChatRecallBehaviour(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// compactd's handoff on the Chat route is a user message after the newest user messages it kept:
+// the fake reads it as context and acts on the request before it (a directive there still calls
+// its tool), not on the handoff.
+func TestChatHandoffIsNotTheRequest(t *testing.T) {
+	_, base := start(t, Options{})
+	client := openaiClient(base)
+	for _, stream := range []bool{false, true} {
+		p := openai.ChatCompletionNewParams{Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.UserMessage(`read it [[call:read_file {"path":"a.go"}]]`),
+			openai.UserMessage(handoff.Text("the summary", "")),
+		}}
+		var choice openai.ChatCompletionChoice
+		if stream {
+			s := client.Chat.Completions.NewStreaming(context.Background(), p)
+			acc := openai.ChatCompletionAccumulator{}
+			for s.Next() {
+				acc.AddChunk(s.Current())
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			choice = acc.Choices[0]
+		} else {
+			cc, err := client.Chat.Completions.New(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			choice = cc.Choices[0]
+		}
+		if tc := choice.Message.ToolCalls; len(tc) != 1 || tc[0].Function.Name != "read_file" {
+			t.Errorf("stream=%v: %+v %q, want the read_file call of the request before the handoff", stream, choice.Message.ToolCalls, choice.Message.Content)
+		}
 	}
 }

@@ -8,7 +8,7 @@ const { OpenAI } = require(process.env.OPENAI_PKG);
 
 const client = new OpenAI({ baseURL: process.env.BASE_URL, apiKey: 'sk-test', maxRetries: 0 });
 const turns = parseInt(process.env.TURNS, 10);
-const filler = (i) => Array.from({ length: 120 }, (_, k) => `func step${i}_${k}(x int) int { return x + ${k} } // file ${i}`).join('\n');
+const filler = (i) => Array.from({ length: 120 }, (_, k) => `the parser reads one more line here and keeps going through the whole input, line ${k}`).join('\n');
 const tools = [{ type: 'function', function: { name: 'read_file', description: 'Read a file',
   parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } } }];
 const messages = [{ role: 'system', content: 'You are a careful coding agent.' }];
