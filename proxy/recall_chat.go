@@ -45,6 +45,7 @@ type chatRecall struct {
 	usage    chatUsageSum
 	id       string // the first round's chunk id: the id of every chunk the client gets
 	hasUsage bool   // the client asked for stream_options.include_usage
+	sawUsage bool   // some streamed round reported usage
 
 	// The streamed round being read.
 	text     strings.Builder
@@ -292,8 +293,10 @@ func (d *chatRecall) streamRound() ([]recallItem, string) {
 	switch {
 	case d.usageRaw != nil:
 		d.usage.add(gjson.GetBytes(d.usageRaw, "usage"))
+		d.sawUsage = true
 	case gjson.GetBytes(d.finish, "usage").IsObject(): // an upstream that puts it on the finish chunk
 		d.usage.add(gjson.GetBytes(d.finish, "usage"))
+		d.sawUsage = true
 	}
 	msg := []byte(`{"role":"assistant","content":null}`)
 	if d.text.Len() > 0 {
@@ -329,9 +332,10 @@ func (d *chatRecall) finalStream(visible [][]byte) []byte {
 		fin, _ = sjson.SetRawBytes(fin, "usage", d.usage.object(gjson.GetBytes(fin, "usage")))
 	}
 	out := d.render("", fin)
-	if d.hasUsage && !gjson.GetBytes(fin, "usage").IsObject() {
+	// An upstream that ignores include_usage reports nothing, and neither does compactd.
+	if d.hasUsage && d.sawUsage && !gjson.GetBytes(fin, "usage").IsObject() {
 		u := d.usageRaw
-		if u == nil { // the upstream ignored include_usage: the sum stands on the finish chunk's frame
+		if u == nil { // the final round's usage came on an earlier round's chunks only
 			u, _ = sjson.SetRawBytes(fin, "choices", []byte("[]"))
 		}
 		u, _ = sjson.SetRawBytes(u, "usage", d.usage.object(gjson.GetBytes(u, "usage")))

@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -347,6 +349,154 @@ func TestChatRecallClientCancelCancelsUpstream(t *testing.T) {
 			}
 			if n := calls.Load(); n != 1 {
 				t.Errorf("%d second rounds started, want 1", n)
+			}
+		})
+	}
+}
+
+// scriptedChat is a Chat Completions upstream that answers round i with rounds[i] (the
+// assistant's text, then raw tool calls), in JSON or in chunks (a role chunk, the text, each tool
+// call's head and arguments, the finish chunk, the usage chunk when asked and usage is on), with
+// an id of its own per round, and records the request bodies.
+type scriptedChat struct {
+	rounds  []chatRound
+	noUsage bool // ignore stream_options.include_usage, as some OpenAI-compatible servers do
+	mu      sync.Mutex
+	bodies  [][]byte
+}
+
+type chatRound struct {
+	text  string
+	calls []string
+}
+
+func (s *scriptedChat) requests() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bodies
+}
+
+func (s *scriptedChat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body := new(bytes.Buffer)
+	_, _ = body.ReadFrom(r.Body)
+	s.mu.Lock()
+	s.bodies = append(s.bodies, body.Bytes())
+	n := len(s.bodies)
+	round := s.rounds[min(n, len(s.rounds))-1]
+	s.mu.Unlock()
+	id := "chatcmpl-r" + strconv.Itoa(n)
+	finish := "stop"
+	if len(round.calls) > 0 {
+		finish = "tool_calls"
+	}
+	usage := `{"prompt_tokens":100,"completion_tokens":10,"total_tokens":110,"prompt_tokens_details":{"cached_tokens":40}}`
+	if !gjson.GetBytes(body.Bytes(), "stream").Bool() {
+		msg := `{"role":"assistant","content":` + strconv.Quote(round.text) + `,"refusal":null}`
+		if len(round.calls) > 0 {
+			msg, _ = sjson.SetRaw(msg, "tool_calls", "["+strings.Join(round.calls, ",")+"]")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"` + id + `","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":` + msg +
+			`,"logprobs":null,"finish_reason":"` + finish + `"}],"usage":` + usage + `}`))
+		return
+	}
+	withUsage := gjson.GetBytes(body.Bytes(), "stream_options.include_usage").Bool() && !s.noUsage
+	w.Header().Set("Content-Type", "text/event-stream")
+	chunk := func(delta, finish string) {
+		c := `{"id":"` + id + `","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":` + delta +
+			`,"logprobs":null,"finish_reason":` + finish + `}]`
+		if withUsage {
+			c += `,"usage":null`
+		}
+		_, _ = w.Write([]byte("data: " + c + "}\n\n"))
+	}
+	chunk(`{"role":"assistant","content":""}`, "null")
+	if round.text != "" {
+		chunk(`{"content":`+strconv.Quote(round.text)+`}`, "null")
+	}
+	for i, c := range round.calls {
+		tc := gjson.Parse(c)
+		head := `{"index":` + strconv.Itoa(i) + `,"id":` + tc.Get("id").Raw + `,"type":"function","function":{"name":` + tc.Get("function.name").Raw + `,"arguments":""}}`
+		chunk(`{"tool_calls":[`+head+`]}`, "null")
+		chunk(`{"tool_calls":[{"index":`+strconv.Itoa(i)+`,"function":{"arguments":`+tc.Get("function.arguments").Raw+`}}]}`, "null")
+	}
+	chunk(`{}`, `"`+finish+`"`)
+	if withUsage {
+		_, _ = w.Write([]byte(`data: {"id":"` + id + `","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":` + usage + "}\n\n"))
+	}
+	_, _ = w.Write([]byte("data: [DONE]\n\n"))
+}
+
+// A round that says something, then calls one of the client's tools and the recall tool: the
+// text reaches the client (streamed live), the client's call does not — the model is asked
+// again with the recall result, and the history it gets holds the round's text and the recall
+// call, not the client's call, which has no result. Every chunk carries the first round's id;
+// usage is summed; an upstream that ignores include_usage ends its rounds with [DONE], and the
+// client then gets no usage chunk.
+func TestChatRecallBesideAClientToolCall(t *testing.T) {
+	const (
+		read   = `{"id":"call_read","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"config.yaml\"}"}}`
+		recall = `{"id":"call_rec","type":"function","function":{"name":"compactd_recall","arguments":"{\"query\":\"ZETA-PLANT port\"}"}}`
+	)
+	cases := []struct {
+		name                   string
+		stream, usage, noUsage bool
+	}{
+		{"json", false, false, false},
+		{"sse", true, false, false},
+		{"sse+usage", true, true, false},
+		{"sse+usage, upstream without usage", true, true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &scriptedChat{noUsage: tc.noUsage, rounds: []chatRound{
+				{text: "Let me check.", calls: []string{read, recall}},
+				{text: "The port is 8443."},
+			}}
+			ts := httptest.NewServer(up)
+			defer ts.Close()
+			u, _ := url.Parse(ts.URL)
+			h := newHarness(t, fakeupstream.Options{}, withArchive(t, func(c *proxy.Config) {
+				chatPolicy(2000)(c)
+				c.Upstream = u
+			}))
+			ct, err := sendChat(t, h, context.Background(), chatParams(chatRecallHistory("Which port?")), tc.stream, tc.usage, chatRecallSession)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ct.choice.Message.Content; got != "Let me check.The port is 8443." || ct.choice.FinishReason != "stop" || len(ct.choice.Message.ToolCalls) != 0 {
+				t.Errorf("answer %q (finish %q, %d tool calls), want the text of both rounds and no tool call", got, ct.choice.FinishReason, len(ct.choice.Message.ToolCalls))
+			}
+			checkNoRecallSeen(t, ct)
+			reqs := up.requests()
+			if len(reqs) != 2 {
+				t.Fatalf("%d upstream rounds, want 2", len(reqs))
+			}
+			msgs := gjson.GetBytes(reqs[1], "messages").Array()
+			call, res := msgs[len(msgs)-2], msgs[len(msgs)-1]
+			if call.Get("content").Str != "Let me check." || len(call.Get("tool_calls").Array()) != 1 || call.Get("tool_calls.0.id").Str != "call_rec" ||
+				call.Get("tool_calls.0.function.arguments").Str != `{"query":"ZETA-PLANT port"}` ||
+				res.Get("role").Str != "tool" || res.Get("tool_call_id").Str != "call_rec" || !strings.Contains(res.Get("content").Str, plantedFact) {
+				t.Errorf("round 2 ends with\n%s\n%s\nwant the text and the recall call alone, then its result", call.Raw, res.Raw)
+			}
+			if tc.stream {
+				for _, raw := range ct.raws {
+					if id := gjson.Get(raw, "id").Str; id != "chatcmpl-r1" {
+						t.Errorf("chunk id %q, want the first round's: %.200s", id, raw)
+					}
+				}
+			}
+			switch {
+			case !tc.stream || tc.usage && !tc.noUsage:
+				if ct.usage.PromptTokens != 200 || ct.usage.CompletionTokens != 20 || ct.usage.TotalTokens != 220 || ct.usage.PromptTokensDetails.CachedTokens != 80 {
+					t.Errorf("usage %+v, want the two rounds' sum 200+20=220, 80 cached", ct.usage)
+				}
+			default:
+				for _, raw := range ct.raws {
+					if gjson.Get(raw, "usage").IsObject() {
+						t.Errorf("a usage chunk the upstream never reported: %s", raw)
+					}
+				}
 			}
 		})
 	}
