@@ -153,37 +153,46 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 			Auth: s.summariserAuth(r), Units: units, Prefix: func(n int) []api.Item { items, _ := api.ChatItems(msgs[:n]); return items },
 			Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		if v.prev != nil {
+			if d := s.chatRecallFor(req, v.prev, nil); d != nil {
+				s.forwardChatRecall(w, r, nil, d, chatRaw(v.msgs)) // recall_chat.go
+				return
+			}
 			body = req.WithMessages(chatRaw(v.msgs)) // the remembered compaction, applied
 		}
 		forwardChat(w, r, rp, nil, body)
 		return
 	}
 	t := &turn{stream: req.Stream}
-	out, answered := s.compactChat(w, r, t, trigger, req, v, total)
+	msgs, c, answered := s.compactChat(w, r, t, trigger, req, v, total)
 	if answered {
 		return
 	}
-	if out == nil {
-		out = body // nothing to compact, or forwarded uncompacted under the passthrough policy
-		if v.prev != nil {
-			out = req.WithMessages(chatRaw(v.msgs))
-		}
+	if msgs == nil && v.prev != nil {
+		msgs = chatRaw(v.msgs)
+	}
+	if d := s.chatRecallFor(req, v.prev, c); d != nil && msgs != nil {
+		s.forwardChatRecall(w, r, t, d, msgs)
+		return
+	}
+	out := body // nothing to compact, or forwarded uncompacted under the passthrough policy
+	if msgs != nil {
+		out = req.WithMessages(msgs)
 	}
 	forwardChat(w, r, rp, t, out)
 }
 
-// compactChat compacts a turn past the threshold and returns the body the upstream gets (nil:
-// the turn goes on as it came). answered reports that the client has been answered (a failure).
+// compactChat compacts a turn past the threshold and returns the messages the upstream gets and
+// the compaction (nil: the turn goes on as it came). answered reports that the client has been answered (a failure).
 // A successful compaction is reported to the client here, and it is where the memo will record
 // it (the compacted prefix of v.msgs → the compaction), so the next turn applies it in viewChat.
-func (s *Server) compactChat(w http.ResponseWriter, r *http.Request, t *turn, trigger string, req *api.ChatRequest, v chatView, total int) ([]byte, bool) {
+func (s *Server) compactChat(w http.ResponseWriter, r *http.Request, t *turn, trigger string, req *api.ChatRequest, v chatView, total int) ([][]byte, *compaction, bool) {
 	var msgs [][]byte
 	c, answered := s.thresholdCompaction(w, r, t, trigger, s.chatCompactIn(r, req, v, total, &msgs))
 	if c == nil {
-		return nil, answered
+		return nil, nil, answered
 	}
 	markCompactedTurn(w, t, c)
-	return req.WithMessages(msgs), false
+	return msgs, c, false
 }
 
 // chatCompactIn is the engine's view of compacting a Chat conversation: its neutral items

@@ -111,7 +111,8 @@ func (s *Server) recallConfig(conversation string, tools, toolChoice []byte) (*r
 	}
 	clash := false
 	gjson.ParseBytes(tools).ForEach(func(_, t gjson.Result) bool {
-		clash = t.Get("name").Str == cfg.ToolName
+		// Responses and Messages name a tool at its top; Chat Completions in its function.
+		clash = t.Get("name").Str == cfg.ToolName || t.Get("function.name").Str == cfg.ToolName
 		return !clash
 	})
 	if clash {
@@ -251,6 +252,11 @@ type recallDialect interface {
 	writeError(w http.ResponseWriter, r *http.Request, f recallFailure)
 	errorEvents(f recallFailure) []byte
 }
+
+// doneStopper is a dialect whose streams end with [DONE]: doneStops reports whether the round
+// seen so far is complete, so that [DONE] is its evStop (Chat Completions, when the upstream
+// sends no usage chunk).
+type doneStopper interface{ doneStops() bool }
 
 // runRecall runs a turn that offers the recall tool: up to MaxRounds hidden rounds, then the
 // answer the client sees. r's context cancels every round; committed says compactd already sent
@@ -473,7 +479,12 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 			}
 			data, valid := eventJSON(&ev)
 			if len(data) == 0 || bytes.Equal(data, doneMarker) {
-				continue // comments, keep-alives, [DONE]: the stream's own framing
+				// comments, keep-alives, [DONE]: the stream's own framing, which ends a Chat
+				// Completions stream whose upstream sent no usage chunk (doneStopper).
+				if ds, ok := d.(doneStopper); ok && len(data) > 0 && ds.doneStops() {
+					stopped = true
+				}
+				continue
 			}
 			if !valid {
 				// A garbled event: never splice into it, end the stream instead.

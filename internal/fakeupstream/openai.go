@@ -3,7 +3,10 @@ package fakeupstream
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync/atomic"
+
+	"github.com/tidwall/gjson"
 )
 
 // Wire types of the OpenAI Responses API, trimmed to what a completed text or function-call turn
@@ -348,7 +351,7 @@ func (c *call) serveChat() {
 		c.badRequest("We could not parse the JSON body of your request.")
 		return
 	}
-	text, fc := c.reply(&c.srv.nChat)
+	text, fc := c.chatReply()
 	id := c.id("chatcmpl-", "chat")
 	usage := &chatUsage{PromptTokens: c.in.inputToks}
 	var tc chatToolCall
@@ -432,6 +435,60 @@ func (c *call) serveChat() {
 		}
 	}
 	s.raw("", []byte("[DONE]"))
+}
+
+// chatReply is reply with the fake model's tool behaviour on Chat Completions, as messagesReply
+// on Messages: tool_choice "none" is honoured, "[[call-always:NAME {args}]]" calls NAME on every
+// turn tool results or not (unless tool_choice forbids it), and after the result of a recall
+// tool (a "tool" message answering an assistant tool call whose name contains "recall") the reply
+// quotes it: "MOCK-REPLY n: …" then "\nRecalled with NAME: " and the result's text.
+func (c *call) chatReply() (string, *toolCall) {
+	text, fc := c.reply(&c.srv.nChat)
+	if c.in.summary {
+		return text, fc
+	}
+	if fc == nil {
+		fc = callAlways(c.in.lastUser)
+	}
+	if fc != nil && c.in.top["tool_choice"].Str == "none" {
+		fc = nil
+	}
+	if fc != nil {
+		return "", fc
+	}
+	if text == "" {
+		text = replyText(c.srv.nChat.Load(), c.in.lastUser)
+	}
+	if name, result, ok := c.chatRecallResult(); ok && c.srv.opt.Answer == nil {
+		text += "\nRecalled with " + name + ": " + firstRunes(result, 4000)
+	}
+	return text, nil
+}
+
+// chatRecallResult returns the recall tool's name and result when the conversation ends with an
+// assistant message calling it and the "tool" messages answering it.
+func (c *call) chatRecallResult() (name, result string, ok bool) {
+	msgs := c.in.top["messages"].Array()
+	i := len(msgs) - 1
+	for i >= 0 && msgs[i].Get("role").Str == "tool" {
+		i--
+	}
+	if i < 0 || i == len(msgs)-1 || msgs[i].Get("role").Str != "assistant" {
+		return "", "", false
+	}
+	names := map[string]string{}
+	msgs[i].Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		if n := tc.Get("function.name").Str; strings.Contains(n, "recall") {
+			names[tc.Get("id").Str] = n
+		}
+		return true
+	})
+	for _, m := range msgs[i+1:] {
+		if n, found := names[m.Get("tool_call_id").Str]; found {
+			return n, contentText(m.Get("content")), true
+		}
+	}
+	return "", "", false
 }
 
 // chunkJSON encodes a chunk; "usage" is present (null until the last chunk) only when the client

@@ -11,6 +11,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 func openaiClient(base string, opts ...option.RequestOption) openai.Client {
@@ -301,5 +303,122 @@ func TestDelayedSummaryStream(t *testing.T) {
 	}
 	if r := s.Requests(); len(r) != 1 || r[0].Kind != KindSummary {
 		t.Errorf("log %+v", r)
+	}
+}
+
+// The Chat fake's tool behaviour for compactd's recall tests, in the real Chat wire format: it
+// calls the recall tool on a directive (tool_calls, finish_reason tool_calls), answers from the
+// "tool" message of that call (quoting it), honours tool_choice "none", and with call-always
+// keeps calling after results; JSON and SSE alike.
+func TestChatRecallBehaviour(t *testing.T) {
+	_, base := start(t, Options{Deltas: 3})
+	client := openaiClient(base)
+	recallTool := openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "compactd_recall",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"query": map[string]any{"type": "string"}}}})
+	params := func(ask string) openai.ChatCompletionNewParams {
+		return openai.ChatCompletionNewParams{Model: "gpt-test", Tools: []openai.ChatCompletionToolUnionParam{recallTool},
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(ask)}}
+	}
+	withResult := func(ask, name, result string) openai.ChatCompletionNewParams {
+		p := params(ask)
+		call := openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+			ID: "call_1", Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: name, Arguments: `{"query":"port"}`}}}
+		p.Messages = append(p.Messages,
+			openai.ChatCompletionMessageParamUnion{OfAssistant: &openai.ChatCompletionAssistantMessageParam{ToolCalls: []openai.ChatCompletionMessageToolCallUnionParam{call}}},
+			openai.ToolMessage(result, "call_1"))
+		return p
+	}
+	none := func(p openai.ChatCompletionNewParams) openai.ChatCompletionNewParams {
+		p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")}
+		return p
+	}
+	cases := []struct {
+		name              string
+		p                 openai.ChatCompletionNewParams
+		wantTool          string // a tool call of this name, else text
+		wantText, notText string // contained (not contained) in the text
+	}{
+		{"directive calls the tool", params(`port? [[call:compactd_recall {"query":"port"}]]`), "compactd_recall", "", ""},
+		{"answers from the recall result", withResult(`port? [[call:compactd_recall {"query":"port"}]]`, "compactd_recall", "[1] port: 8443"),
+			"", "Recalled with compactd_recall: [1] port: 8443", ""},
+		{"other tools' results are not quoted", withResult("port?", "bash", "secret output"), "", "MOCK-REPLY", "secret output"},
+		{"tool_choice none answers", none(params(`port? [[call:compactd_recall {"query":"port"}]]`)), "", "MOCK-REPLY", ""},
+		{"call-always calls after a result", withResult(`port? [[call-always:compactd_recall {"query":"port"}]]`, "compactd_recall", "r"),
+			"compactd_recall", "", ""},
+		{"call-always yields to tool_choice none", none(withResult(`port? [[call-always:compactd_recall {"query":"port"}]]`, "compactd_recall", "r")),
+			"", "Recalled with compactd_recall: r", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, stream := range []bool{false, true} {
+				var choice openai.ChatCompletionChoice
+				if stream {
+					s := client.Chat.Completions.NewStreaming(context.Background(), tc.p)
+					acc := openai.ChatCompletionAccumulator{}
+					for s.Next() {
+						if !acc.AddChunk(s.Current()) {
+							t.Fatalf("accumulator refused %s", s.Current().RawJSON())
+						}
+					}
+					if err := s.Err(); err != nil {
+						t.Fatal(err)
+					}
+					choice = acc.Choices[0]
+				} else {
+					cc, err := client.Chat.Completions.New(context.Background(), tc.p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					choice = cc.Choices[0]
+				}
+				if tc.wantTool != "" {
+					if tcs := choice.Message.ToolCalls; len(tcs) != 1 || tcs[0].Function.Name != tc.wantTool ||
+						tcs[0].Function.Arguments != `{"query":"port"}` || tcs[0].ID == "" || choice.FinishReason != "tool_calls" {
+						t.Errorf("stream=%v: %+v (finish %q), want a call of %s", stream, choice.Message.ToolCalls, choice.FinishReason, tc.wantTool)
+					}
+					continue
+				}
+				text := choice.Message.Content
+				if len(choice.Message.ToolCalls) > 0 || !strings.Contains(text, tc.wantText) || (tc.notText != "" && strings.Contains(text, tc.notText)) ||
+					choice.FinishReason != "stop" {
+					t.Errorf("stream=%v: %q (finish %q), want text with %q", stream, text, choice.FinishReason, tc.wantText)
+				}
+			}
+		})
+	}
+}
+
+// compactd's handoff on the Chat route is a user message after the newest user messages it kept:
+// the fake reads it as context and acts on the request before it (a directive there still calls
+// its tool), not on the handoff.
+func TestChatHandoffIsNotTheRequest(t *testing.T) {
+	_, base := start(t, Options{})
+	client := openaiClient(base)
+	for _, stream := range []bool{false, true} {
+		p := openai.ChatCompletionNewParams{Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.UserMessage(`read it [[call:read_file {"path":"a.go"}]]`),
+			openai.UserMessage(handoff.Text("the summary", "")),
+		}}
+		var choice openai.ChatCompletionChoice
+		if stream {
+			s := client.Chat.Completions.NewStreaming(context.Background(), p)
+			acc := openai.ChatCompletionAccumulator{}
+			for s.Next() {
+				acc.AddChunk(s.Current())
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			choice = acc.Choices[0]
+		} else {
+			cc, err := client.Chat.Completions.New(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			choice = cc.Choices[0]
+		}
+		if tc := choice.Message.ToolCalls; len(tc) != 1 || tc[0].Function.Name != "read_file" {
+			t.Errorf("stream=%v: %+v %q, want the read_file call of the request before the handoff", stream, choice.Message.ToolCalls, choice.Message.Content)
+		}
 	}
 }

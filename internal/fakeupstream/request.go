@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/jsonx"
 )
 
@@ -108,11 +109,13 @@ func responsesUsers(input gjson.Result) (users []string, toolAfter bool) {
 }
 
 // chatUsers does the same for Chat Completions `messages`; a "tool" message is a tool result.
+// compactd's handoff (a user message after the newest user messages it kept verbatim) is context
+// to the model, not the user's request: the model acts on the newest request before it.
 func chatUsers(msgs gjson.Result) (users []string, toolAfter bool) {
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").Str {
 		case "user":
-			if t := contentText(m.Get("content")); t != "" {
+			if t := contentText(m.Get("content")); t != "" && !strings.HasPrefix(t, handoff.Prefix) {
 				users = append(users, t)
 				toolAfter = false
 			}
