@@ -17,7 +17,7 @@ import (
 )
 
 // codexVersion is the Codex CLI release these tests pin (wire-contracts.md §1.7).
-const codexVersion = "0.169.0"
+const codexVersion = "0.171.0"
 
 // codexBinary finds the real Codex CLI: $COMPACTD_CODEX_BIN, the copy .ci/run installs under
 // .cache/codex, or a fresh `npm install` there. Without Node/npm the test is skipped locally;

@@ -22,7 +22,7 @@ import (
 const claudeCodeVersion = "2.1.332"
 
 // codexE2EVersion is the pinned Codex CLI (as in proxy/codex_e2e_test.go).
-const codexE2EVersion = "0.169.0"
+const codexE2EVersion = "0.171.0"
 
 // agentFact lives only in a file the agent reads: it reaches the conversation as a tool output.
 const (
