@@ -269,6 +269,11 @@ func startSideEnv(ctx context.Context, o SideOptions, dataDir string) (*sideEnv,
 		"--data-dir", dataDir, "--archive", "off", "--log-format", "text"}
 	if o.InflightBudget > 0 {
 		args = append(args, "--max-inflight-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
+		if o.InflightBudget < 32<<20 {
+			// A budget below serve's default body limit (the --quick run's) would be refused:
+			// no body over the budget could ever be served. Bodies are bounded by it instead.
+			args = append(args, "--max-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
+		}
 	}
 	args = append(args, o.ServeArgs...)
 	serveBin := o.Binary
