@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
@@ -280,11 +279,7 @@ func forwardChat(w http.ResponseWriter, r *http.Request, rp http.Handler, t *tur
 	if t != nil {
 		ctx = withTurn(ctx, t)
 	}
-	out := r.Clone(ctx)
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out := withBody(r, ctx, body)
 	var rw http.ResponseWriter = w
 	if t != nil && t.committed {
 		rw = committedWriter{w}

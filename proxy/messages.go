@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"strconv"
 
 	"github.com/tidwall/gjson"
 
@@ -298,11 +296,7 @@ func (s *Server) forwardMessages(w http.ResponseWriter, r *http.Request, mt *msg
 		ctx = withTurn(ctx, mt.t)
 		ctx = contextWithMsgTurn(ctx, mt)
 	}
-	out := r.Clone(ctx)
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out := withBody(r, ctx, body)
 	var rw http.ResponseWriter = w
 	if mt != nil {
 		drop := []string{api.BetaCompact, api.BetaCompactOnDemand}

@@ -76,11 +76,7 @@ func rewriteTo(target *url.URL, decode bool) func(*httputil.ProxyRequest) {
 // call. The ReverseProxy is given the response's headers only, and the ones it would pass on to
 // the client become resp.Header; the body stays with the caller.
 func (s *Server) upstreamRoundTrip(r *http.Request, target *url.URL, body []byte) (*http.Response, error) {
-	in := r.Clone(r.Context())
-	in.Body = io.NopCloser(bytes.NewReader(body))
-	in.ContentLength = int64(len(body))
-	in.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	in.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	in := withBody(r, r.Context(), body)
 	var resp *http.Response
 	var rtErr error
 	rp := &httputil.ReverseProxy{
@@ -166,4 +162,16 @@ func upstreamUnavailable(d dialect) *routeError {
 	return &routeError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
 		AnthropicType: "api_error", AnthropicCode: "-",
 		Message: "compactd could not reach the upstream API; check the " + which + " and that it is reachable, then retry"}
+}
+
+// withBody is r for the upstream with body in place of the client's (compactd read the client's
+// whole; a rewritten turn sends its own) under ctx: length declared, and replayable, as the
+// transport needs for a retry on a fresh connection.
+func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
+	out := r.Clone(ctx)
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return out
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -165,11 +164,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 
 // forwardBody sends body to the upstream in place of the client's and relays the answer.
 func (s *Server) forwardBody(w http.ResponseWriter, r *http.Request, t *turn, body []byte) {
-	out := r.Clone(withTurn(r.Context(), t))
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out := withBody(r, withTurn(r.Context(), t), body)
 	var rw http.ResponseWriter = w
 	if t.committed {
 		rw = committedWriter{w}
