@@ -299,6 +299,7 @@ func (s *Server) forwardMessages(w http.ResponseWriter, r *http.Request, mt *msg
 	out := withBody(r, ctx, body)
 	var rw http.ResponseWriter = w
 	if mt != nil {
+		out.Header = out.Header.Clone() // edited below; withBody shares the client's
 		drop := []string{api.BetaCompact, api.BetaCompactOnDemand}
 		if s.cfg.AnthropicApplyEdits {
 			drop = append(drop, api.BetaContextManagement)

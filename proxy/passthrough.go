@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"sync"
 )
 
@@ -167,11 +166,15 @@ func upstreamUnavailable(d dialect) *routeError {
 // withBody is r for the upstream with body in place of the client's (compactd read the client's
 // whole; a rewritten turn sends its own) under ctx: length declared, and replayable, as the
 // transport needs for a retry on a fresh connection.
+//
+// It is a shallow copy: the ReverseProxy clones the request (headers included) before it changes
+// anything, and the transport writes Content-Length from ContentLength, never from the header,
+// so a deep Clone here only copied every header map once more per request. A caller that edits
+// headers clones them first (forwardMessages).
 func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
-	out := r.Clone(ctx)
+	out := r.WithContext(ctx)
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	return out
 }
