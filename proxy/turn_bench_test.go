@@ -13,8 +13,10 @@ import (
 
 	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/bench/workload"
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/tidwall/gjson"
 )
 
 // cannedUpstream answers every request in-process with a small Responses JSON object after
@@ -38,8 +40,9 @@ func (cannedUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 // BenchmarkTurn is one whole /v1/responses turn through compactd's handler with an in-process
 // upstream: "pass-through" (no context_management: skim, forward), "below-threshold" (skim,
 // count, splice out context_management, forward) with a history seen before plus one new item per
-// request — the steady state of an agent session. bodies/op is allocation in units of the body
-// size (the issue's budget is 2).
+// request — the steady state of an agent session; "handoff" carries a compaction item compactd
+// sealed after the first half of the history (open, verify, window, handoff message, splice).
+// bodies/op is allocation in units of the body size (the issue's budget is 2).
 func BenchmarkTurn(b *testing.B) {
 	key, _ := crypto.GenerateKey()
 	ring, _ := crypto.NewKeyring(key)
@@ -50,9 +53,14 @@ func BenchmarkTurn(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, size := range []int{10 << 10, 1 << 20, 2 << 20, 4 << 20} {
-		for _, mode := range []string{"pass-through", "below-threshold"} {
+		for _, mode := range []string{"pass-through", "below-threshold", "handoff"} {
 			b.Run(fmt.Sprintf("%s/%s", sizeLabel(size), mode), func(b *testing.B) {
-				bodies := turnBodies(size, mode == "below-threshold", counter)
+				var bodies [][]byte
+				if mode == "handoff" {
+					bodies = handoffBodies(b, s, size, counter)
+				} else {
+					bodies = turnBodies(size, mode == "below-threshold", counter)
+				}
 				b.SetBytes(int64(len(bodies[0])))
 				b.ReportAllocs()
 				i := 0
@@ -89,6 +97,36 @@ func turnBodies(size int, threshold bool, counter *compact.Counter) [][]byte {
 	}
 	marker := []byte(`{"type":"bench_marker"}`)
 	whole := workload.Body(append(hist[:len(hist):len(hist)], marker), o)
+	at := bytes.Index(whole, marker)
+	prefix, suffix := whole[:at], whole[at+len(marker):]
+	for _, it := range hist {
+		counter.Item(it)
+	}
+	bodies := make([][]byte, 16)
+	for i := range bodies {
+		it := workload.NewItem(i)
+		bodies[i] = append(append(append(make([]byte, 0, len(prefix)+len(it)+len(suffix)), prefix...), it...), suffix...)
+	}
+	return bodies
+}
+
+// handoffBodies are turnBodies whose history holds, after its first half, a compaction item s
+// sealed over that half: each turn opens it and renders the handoff.
+func handoffBodies(b *testing.B, s *Server, size int, counter *compact.Counter) [][]byte {
+	hist := workload.Items(size - 1200)
+	half := hist[:len(hist)/2]
+	items := make([]api.Item, len(half))
+	for i, raw := range half {
+		items[i] = api.Item{Raw: raw, Type: gjson.GetBytes(raw, "type").Str, Role: gjson.GetBytes(raw, "role").Str}
+	}
+	r := httptest.NewRequest(http.MethodPost, "/v1/responses", nil)
+	c, err := s.compactItems(r.Context(), r, compactRequest{model: "bench", items: items, allowEmpty: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	withItem := append(append(append([][]byte{}, half...), c.item), hist[len(hist)/2:]...)
+	marker := []byte(`{"type":"bench_marker"}`)
+	whole := workload.Body(append(withItem, marker), workload.BodyOptions{})
 	at := bytes.Index(whole, marker)
 	prefix, suffix := whole[:at], whole[at+len(marker):]
 	for _, it := range hist {
