@@ -165,12 +165,7 @@ func claudeE2E(t *testing.T) (claude, exe string, fake *fakeupstream.Server, e a
 	}
 	claude = npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")
 	exe = buildCompactd(t)
-	fake = fakeupstream.New(fakeupstream.Options{})
-	baseURL, stop, err := fake.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	fake, baseURL := startFake(t)
 	return claude, exe, fake, newAgentEnv(t, baseURL)
 }
 
@@ -375,12 +370,9 @@ type claudeRig struct {
 func newClaudeRig(t *testing.T, extra ...string) *claudeRig {
 	t.Helper()
 	c := &claudeRig{claude: npmAgent(t, "claude", "@anthropic-ai/claude-code", claudeCodeVersion, "claude", "COMPACTD_CLAUDE_BIN")}
-	c.fake = fakeupstream.New(fakeupstream.Options{})
-	baseURL, stop, err := c.fake.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	var baseURL string
+	c.fake, baseURL = startFake(t)
+	var err error
 	if c.key, err = crypto.GenerateKey(); err != nil {
 		t.Fatal(err)
 	}
@@ -388,4 +380,17 @@ func newClaudeRig(t *testing.T, extra ...string) *claudeRig {
 	c.r = startReplica(t, "compactd", baseURL, c.key.String(), append([]string{"--anthropic-upstream", baseURL, "--archive", c.db}, extra...)...)
 	c.e = newAgentEnv(t, "http://"+c.r.addr)
 	return c
+}
+
+// startFake starts a fake upstream with the default options for one test (stopped at cleanup)
+// and returns it with its base URL.
+func startFake(t *testing.T) (*fakeupstream.Server, string) {
+	t.Helper()
+	fake := fakeupstream.New(fakeupstream.Options{})
+	baseURL, stop, err := fake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return fake, baseURL
 }

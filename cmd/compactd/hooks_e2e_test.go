@@ -204,12 +204,7 @@ func codexE2E(t *testing.T) (codex, exe string, fake *fakeupstream.Server, e age
 	}
 	codex = npmAgent(t, "codex", "@openai/codex", codexE2EVersion, "codex", "COMPACTD_CODEX_BIN")
 	exe = builtBinary(t)
-	fake = fakeupstream.New(fakeupstream.Options{})
-	baseURL, stop, err := fake.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	fake, baseURL := startFake(t)
 	e = newAgentEnv(t, baseURL)
 	codexHome := filepath.Join(e.home, ".codex")
 	if err := os.MkdirAll(codexHome, 0o700); err != nil {
