@@ -156,10 +156,18 @@ func TestReplicasShareMemo(t *testing.T) {
 				input = next
 			}
 		}
+		// Wait until every speculation replica 0 started is shared: the crossing turn cannot
+		// await a job still running on another replica, and which of the started jobs it finds
+		// (it tries the prefixes before its last few user messages) must not depend on timing.
 		deadline := time.Now().Add(30 * time.Second)
-		for metric(t, rs[0], `compactd_memo_total{outcome="spec_shared"}`) == "0" {
+		for {
+			started := metric(t, rs[0], `compactd_speculative_compactions_total{outcome="started"}`)
+			shared := metric(t, rs[0], `compactd_memo_total{outcome="spec_shared"}`)
+			if started != "" && started != "0" && shared == started {
+				break
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("replica 0 shared no speculative summary:\n%s", rs[0].log)
+				t.Fatalf("replica 0 started %s speculative summaries and shared %s:\n%s", started, shared, rs[0].log)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
