@@ -111,6 +111,15 @@ func (o *obsConfig) serveOps(s *proxy.Server, log *slog.Logger) (stop func(), er
 // default limit is 90% of the cgroup's.
 const memoryLimitHeadroom = 10
 
+// budgetMemoryHeadroom is what the default memory limit adds to the in-flight body budget when
+// nothing else sets a limit (no GOMEMLIMIT, no --memory-limit, no cgroup limit): the Go heap's
+// room for everything that is not a request body (caches, connections, stacks). Without a limit
+// the runtime lets the heap grow to twice what is live (GOGC=100) before it collects, so freed
+// bodies of a burst stay resident while the next burst is read, and a budget of bodies does not
+// bound RSS; with it, the collector runs early instead. The limit is soft: a heap that needs more
+// still gets it (the runtime caps the collector's share of CPU), so it never fails a request.
+const budgetMemoryHeadroom = 64 << 20
+
 // memConfig is --memory-limit and --max-inflight-body-bytes, each "auto" or a size.
 type memConfig struct {
 	memoryLimit   string
@@ -118,7 +127,7 @@ type memConfig struct {
 }
 
 func (m *memConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&m.memoryLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (bytes, or KiB/MiB/GiB); auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit, else none (0: none)")
+	fs.StringVar(&m.memoryLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (bytes, or KiB/MiB/GiB); auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit, else the in-flight body budget plus 64 MiB (0: none)")
 	fs.StringVar(&m.inflightBytes, "max-inflight-body-bytes", "auto", "bytes of request bodies compactd holds at once across all requests (the routes it parses); past it a request gets a 503 with Retry-After in its API's dialect (auto: a quarter of the memory limit, 1 GiB without one, at least --max-body-bytes; 0: no budget)")
 }
 
@@ -144,12 +153,14 @@ func (m *memConfig) check(maxBody int64) error {
 // none) and what was decided, for the startup log.
 func (m *memConfig) apply(maxBody int64) (budget int64, attrs []any, err error) {
 	limit, source := int64(0), "none"
+	autoNone := false // auto, and nothing sets a limit
 	switch v := strings.TrimSpace(m.memoryLimit); v {
 	case "auto", "":
+		autoNone = true
 		if os.Getenv("GOMEMLIMIT") != "" {
-			limit, source = debug.SetMemoryLimit(-1), "GOMEMLIMIT" // the runtime read it at start
+			limit, source, autoNone = debug.SetMemoryLimit(-1), "GOMEMLIMIT", false // the runtime read it at start
 		} else if cg := cgroupMemoryLimit(); cg > 0 {
-			limit, source = cg/100*(100-memoryLimitHeadroom), "cgroup"
+			limit, source, autoNone = cg/100*(100-memoryLimitHeadroom), "cgroup", false
 			debug.SetMemoryLimit(limit)
 		}
 	default:
@@ -176,6 +187,11 @@ func (m *memConfig) apply(maxBody int64) (budget int64, attrs []any, err error) 
 		if n == 0 {
 			budget = -1
 		}
+	}
+	if autoNone && budget > 0 {
+		// auto found no limit: bound the heap by the budget plus room for the rest.
+		limit, source = budget+budgetMemoryHeadroom, "budget"
+		debug.SetMemoryLimit(limit)
 	}
 	return budget, []any{"memory_limit", limit, "memory_limit_source", source, "max_inflight_body_bytes", max(budget, 0)}, nil
 }
