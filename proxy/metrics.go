@@ -174,7 +174,7 @@ func newMetrics(cfg Config) *metrics {
 		recallSearches: counter("compactd_recall_searches_total", "Recall tool searches of the archive, by outcome (ok, failed).", "outcome"),
 		recallHits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_recall_hits_total", Help: "Archive entries returned by recall searches."}),
 
-		speculativeOutcomes: counter("compactd_speculative_compactions_total", "Speculative compaction: background summaries started, and crossing turns that found one ready (hit), found none (miss), or found a failed one (failed).", "outcome"),
+		speculativeOutcomes: counter("compactd_speculative_compactions_total", "Speculative compaction: background summaries started, turns past the fraction that started none because a recent summary of their conversation covers them (covered), and crossing turns that found one ready (hit), found none (miss), or found a failed one (failed).", "outcome"),
 		memoOutcomes:        counter("compactd_memo_total", "Conversation memo: turns whose prefix had a recorded compaction (hit), had none (miss), had one that no longer opens (stale), or could not be looked up (error); compactions recorded (recorded, record_error); speculative summaries shared between replicas (spec_shared) and used from another replica (spec_hit).", "outcome"),
 		authFailures:        prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_auth_failures_total", Help: "Requests refused for a missing or unknown compactd client key (tenants configured)."}),
 		fallbacks:           counter("compactd_summariser_fallbacks_total", "Summariser failures handled by a failure policy instead of failing the turn, by API and policy (passthrough, extractive).", "api", "policy"),
@@ -207,7 +207,7 @@ func newMetrics(cfg Config) *metrics {
 		}
 		return m.genAITokens.WithLabelValues(k.op, k.provider, k.model, k.tokenType)
 	}
-	for _, o := range []string{"started", "hit", "miss", "failed"} {
+	for _, o := range []string{"started", "covered", "hit", "miss", "failed"} {
 		m.speculativeOutcomes.WithLabelValues(o)
 	}
 	for _, o := range []string{"hit", "miss", "stale", "error", "recorded", "record_error", "spec_shared", "spec_hit"} {
@@ -537,7 +537,7 @@ func (m *metrics) memo(outcome string) {
 	m.memoOutcomes.WithLabelValues(label(outcome)).Inc()
 }
 
-// speculative counts speculative-compaction outcomes: started, hit, miss, failed.
+// speculative counts speculative-compaction outcomes: started, covered, hit, miss, failed.
 func (m *metrics) speculative(outcome string) {
 	if m == nil {
 		return

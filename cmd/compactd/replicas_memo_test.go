@@ -171,6 +171,11 @@ func TestReplicasShareMemo(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		// Turns past the fraction that grew the conversation by less than --speculative-min-growth
+		// (auto: a quarter of the threshold here) start no summary of their own.
+		if v := metric(t, rs[0], `compactd_speculative_compactions_total{outcome="covered"}`); v == "0" || v == "" {
+			t.Errorf("covered = %q: every turn past the fraction started a summary of its own", v)
+		}
 		before := summaries()
 		// The crossing turn on replica 1 uses replica 0's summary: no summariser call of its own.
 		input = append(input, map[string]any{"type": "message", "role": "user", "content": "cross " + filler(200, 1200)})

@@ -132,6 +132,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.speculative.Fraction, "speculative-fraction", defaultSpeculativeFraction, "start summarising in the background past this fraction of the threshold (0: off)")
 	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", defaultSpeculativeMaxConcurrent, "background summarisations at once")
 	fs.DurationVar(&c.speculative.TTL, "speculative-ttl", defaultSpeculativeTTL, "how long an unused speculative summary is kept")
+	fs.Float64Var(&c.speculative.MinGrowth, "speculative-min-growth", 0, "share of the threshold a conversation must grow by before another background summary of it is started (0: half the room between --speculative-fraction and the threshold; negative: one every turn)")
 	fs.StringVar(&c.failurePolicy, "summarizer-failure-policy", string(proxy.PolicyFail), "when the summariser fails: fail, passthrough or extractive, or per route: responses=…,messages=…")
 	fs.IntVar(&c.resilience.MaxAttempts, "summarizer-attempts", summarizer.DefaultMaxAttempts, "attempts per summarisation, the first included (retries on 429/5xx with exponential backoff and jitter, honouring Retry-After; 1: no retries)")
 	deprecate(fs, "summarizer-retries", "summarizer-attempts")

@@ -36,6 +36,13 @@ type SpeculativeConfig struct {
 	MaxConcurrent int
 	// TTL is how long an unused summary is kept (default 15m).
 	TTL time.Duration
+	// MinGrowth is how much a conversation must have grown, as a share of its threshold, since
+	// the newest summary this replica holds (or is writing) for a prefix of it, before another
+	// is started (default: half the room between Fraction and the threshold). Every turn past
+	// the fraction would otherwise start a summary of its own, slightly longer prefix, and all
+	// but the last are paid for and never used; with it, the crossing turn uses a summary at
+	// most MinGrowth behind and keeps what followed verbatim. Negative: a summary every turn.
+	MinGrowth float64
 }
 
 // specResult is what a background job prepares: the summary and its facts ledger, so the
@@ -48,6 +55,7 @@ type specResult struct {
 type specEntry struct {
 	key     uint64
 	n       int // length of the prefix (in items) the summary covers
+	total   int // tokens of the turn that started it (MinGrowth)
 	done    chan struct{}
 	out     specResult
 	err     error
@@ -94,6 +102,9 @@ func newSpeculator(cfg SpeculativeConfig) *speculator {
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = 15 * time.Minute
+	}
+	if cfg.MinGrowth == 0 && cfg.Fraction < 1 {
+		cfg.MinGrowth = (1 - cfg.Fraction) / 2
 	}
 	base, stopAll := context.WithCancel(context.Background())
 	return &speculator{
@@ -155,32 +166,44 @@ func speculationPrefix(items []api.Item) int {
 	return 0
 }
 
-// start begins summarising items[:n] in the background unless it is already known, the pool is
-// full, or the prefix is empty. run does the summarising with a context the speculator cancels.
-func (sp *speculator) start(model string, items []api.Item, run func(ctx context.Context, prefix []api.Item) (specResult, error)) (started bool) {
+// start begins summarising items[:n] in the background unless it is already known, a summary
+// of a shorter prefix is recent enough (less than minGrowth tokens behind total, the turn's
+// tokens: covered), the pool is full, or the prefix is empty. run does the summarising with a
+// context the speculator cancels.
+func (sp *speculator) start(model string, items []api.Item, total, minGrowth int, run func(ctx context.Context, prefix []api.Item) (specResult, error)) (started, covered bool) {
 	n := speculationPrefix(items)
 	if n == 0 {
-		return false
+		return false, false
 	}
-	key := sp.prefixHashes(model, items[:n])[n]
+	hashes := sp.prefixHashes(model, items[:n])
+	key := hashes[n]
 	sp.mu.Lock()
 	if sp.closed {
 		sp.mu.Unlock()
-		return false
+		return false, false
 	}
 	sp.expireLocked()
 	if _, ok := sp.entries[key]; ok {
 		sp.mu.Unlock()
-		return false
+		return false, false
+	}
+	for m := range sp.lengths {
+		if m >= n {
+			continue
+		}
+		if e, ok := sp.entries[hashes[m]]; ok && e.n == m && total-e.total < minGrowth && !e.failed() {
+			sp.mu.Unlock()
+			return false, true
+		}
 	}
 	select {
 	case sp.sem <- struct{}{}:
 	default:
 		sp.mu.Unlock()
-		return false
+		return false, false
 	}
 	ctx, cancel := context.WithCancel(sp.base)
-	e := &specEntry{key: key, n: n, done: make(chan struct{}), cancel: cancel, expires: sp.now().Add(sp.cfg.TTL)}
+	e := &specEntry{key: key, n: n, total: total, done: make(chan struct{}), cancel: cancel, expires: sp.now().Add(sp.cfg.TTL)}
 	e.elem = sp.order.PushFront(e)
 	sp.entries[key] = e
 	sp.lengths[n]++
@@ -196,7 +219,17 @@ func (sp *speculator) start(model string, items []api.Item, run func(ctx context
 		e.out, e.err = run(ctx, prefix)
 		close(e.done)
 	}()
-	return true
+	return true, false
+}
+
+// failed reports whether the job has finished without a summary (a running job has not failed).
+func (e *specEntry) failed() bool {
+	select {
+	case <-e.done:
+		return e.err != nil || e.out.res.Summary == ""
+	default:
+		return false
+	}
 }
 
 // lookup finds a summary of the longest known prefix of items. It returns the prefix length and
@@ -322,7 +355,8 @@ func (e *Engine) Speculate(r SpecRequest) {
 	if !e.Speculating(r.Total, r.Limit) {
 		return
 	}
-	started := e.spec.start(specKey(r.Dialect, r.Model), r.Units, func(ctx context.Context, p []api.Item) (specResult, error) {
+	minGrowth := int(e.spec.cfg.MinGrowth * float64(r.Limit))
+	started, covered := e.spec.start(specKey(r.Dialect, r.Model), r.Units, r.Total, minGrowth, func(ctx context.Context, p []api.Item) (specResult, error) {
 		items := p
 		if r.Prefix != nil {
 			items = r.Prefix(len(p))
@@ -339,8 +373,11 @@ func (e *Engine) Speculate(r SpecRequest) {
 		e.shareSpeculation(ctx, r.Dialect, r.Tenant, r.Model, p, out)
 		return out, nil
 	})
-	if started {
+	switch {
+	case started:
 		e.obs.Speculative("started")
+	case covered:
+		e.obs.Speculative("covered")
 	}
 }
 

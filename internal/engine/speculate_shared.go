@@ -17,8 +17,11 @@ import (
 
 // sharedSpecCandidates bounds the prefixes a crossing turn asks the memo about: a speculation
 // covers everything before the newest user message of the turn that started it, so the crossing
-// turn tries the positions of its last few user messages, newest (longest prefix) first.
-const sharedSpecCandidates = 4
+// turn tries the positions of its last user messages, newest (longest prefix) first. Since a
+// replica starts a new summary only once the conversation has grown by MinGrowth, the newest one
+// may be several user messages back. A lookup is one indexed read, and only a turn that compacts
+// makes them.
+const sharedSpecCandidates = 16
 
 // sharedSpec is the memo's blob of a speculative summary.
 type sharedSpec struct {
