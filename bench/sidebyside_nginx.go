@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -302,7 +302,6 @@ func (l LoadAvg) String() string {
 	}
 	return fmt.Sprintf("%.2f, %.2f, %.2f", l[0], l[1], l[2])
 }
-
 
 func get(ctx context.Context, c *http.Client, url string) (int, []byte) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
