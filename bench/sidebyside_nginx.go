@@ -220,11 +220,14 @@ func (n *nginxProc) stop() {
 	os.RemoveAll(n.dir)
 }
 
-// cpu is the CPU time so far of the master and its workers, listed afresh each time.
+// pids are the master and its workers, listed afresh (a worker that died was replaced).
+func (n *nginxProc) pids() []int { return append([]int{n.pid()}, childPIDs(n.pid())...) }
+
+// cpu is the CPU time so far of the master and its workers.
 func (n *nginxProc) cpu() time.Duration {
-	d := procCPU(n.pid())
-	for _, c := range childPIDs(n.pid()) {
-		d += procCPU(c)
+	var d time.Duration
+	for _, p := range n.pids() {
+		d += procCPU(p)
 	}
 	return d
 }
