@@ -444,7 +444,9 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		return nil, err
 	}
 	defer e.close()
-	if e.nginx, rep.Nginx = startNginx(ctx, o.Nginx, "http://"+e.fake.addr); e.nginx != nil {
+	if o.HugeOnly {
+		rep.Nginx = "not run: --huge-only (nginx has no peak-RSS row)"
+	} else if e.nginx, rep.Nginx = startNginx(ctx, o.Nginx, "http://"+e.fake.addr); e.nginx != nil {
 		rep.Targets = append(rep.Targets, SideNginx)
 	}
 	fmt.Fprintf(progress, "nginx: %s\n", rep.Nginx)

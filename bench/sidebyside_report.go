@@ -25,42 +25,22 @@ func (r *SideReport) Markdown(w io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(w, "Machine: %d CPUs (GOMAXPROCS %d), %s, %s %s/%s; load average (1, 5, 15 min, as uptime prints it) %s at start, %s at end.\n",
 		m.NumCPU, m.GOMAXPROCS, m.CPUModel, m.GoVersion, m.OS, m.Arch, r.LoadStart, r.LoadEnd)
-	fmt.Fprintf(w, "Run: each target its own process (fake upstream, bare proxy, compactd serve with metrics and access log on and the archive off, a second compactd serve with a SQLite archive for the recall row alone, nginx when run), load from the bench process; %d interleaved rounds of %v per target and row, medians; CPU per request from /proc/PID/stat of the proxy's processes; in-flight body budget %s.\n\n",
-		r.Options.Rounds, r.Options.Duration, fmtBytes(r.Options.InflightBudget))
+	procs := "fake upstream, bare proxy (httputil.ReverseProxy), compactd serve with metrics and access log on and the archive off"
+	if r.RecallCheck != "" {
+		procs += ", a second compactd serve with a SQLite archive for the recall row alone"
+	}
+	if r.NginxRan() {
+		procs += ", nginx (master and workers)"
+	}
+	fmt.Fprintf(w, "Run: each target its own process (%s), load from the bench process; %d interleaved rounds of %v per target and row, medians; CPU per request from /proc/PID/stat of the proxy's processes; in-flight body budget %s.\n\n",
+		procs, r.Options.Rounds, r.Options.Duration, fmtBytes(r.Options.InflightBudget))
 	fmt.Fprintf(w, "nginx: %s.\n\n", r.Nginx)
 	if r.RecallCheck != "" {
 		fmt.Fprintf(w, "Recall row, checked before measuring: %s.\n\n", r.RecallCheck)
 	}
-	fmt.Fprintln(w, "| path | conns | req/s direct | req/s bare | req/s nginx | req/s compactd | compactd / bare | p50 direct | added p50 bare | added p50 nginx | added p50 compactd | p99 bare | p99 nginx | p99 compactd | CPU/req bare | CPU/req nginx | CPU/req compactd | compactd / bare CPU | compactd / nginx CPU | errors direct/bare/nginx/compactd | 1-min load start→end |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, row := range r.Rows {
-		d, _ := row.Cell(SideDirect)
-		b, _ := row.Cell(SideBare)
-		c, _ := row.Cell(SideCompactd)
-		n, nok := row.Cell(SideNginx)
-		ttfb := strings.Contains(row.Name, "first byte")
-		p50 := func(x SideCell) time.Duration {
-			if ttfb {
-				return x.TTFB50
-			}
-			return x.P50
-		}
-		ng := func(f func() string) string {
-			if !nok {
-				return notRun
-			}
-			return f()
-		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d/%s/%d | %.2f→%.2f |\n",
-			row.Name, row.Conc, d.RPS, b.RPS, ng(func() string { return fmt.Sprintf("%.0f", n.RPS) }), c.RPS, ratio(c.RPS, b.RPS),
-			fmtDur(p50(d)), fmtDelta(p50(b)-p50(d)), ng(func() string { return fmtDelta(p50(n) - p50(d)) }), fmtDelta(p50(c)-p50(d)),
-			fmtDur(b.P99), ng(func() string { return fmtDur(n.P99) }), fmtDur(c.P99),
-			fmtDur(b.CPUPerReq), ng(func() string { return fmtDur(n.CPUPerReq) }), fmtDur(c.CPUPerReq),
-			ratio(float64(c.CPUPerReq), float64(b.CPUPerReq)), ng(func() string { return ratio(float64(c.CPUPerReq), float64(n.CPUPerReq)) }),
-			d.Errors, b.Errors, ng(func() string { return fmt.Sprint(n.Errors) }), c.Errors, row.LoadStart, row.LoadEnd)
+	if len(r.Rows) > 0 {
+		r.latencyTable(w)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "p50 is time to first byte on the SSE row (p99 is still to the last byte); direct is the fake upstream without a proxy, so \"added\" is what a proxy adds; the recall row's compactd is the second serve process (archive on), its other columns the same history without the item, as on the handoff row.")
 	if len(r.Huge) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| concurrent bodies | target | RSS before | peak RSS | served | refused 503 (in dialect) | other |")
@@ -146,4 +126,38 @@ func (r *SideReport) Verdicts() []Verdict {
 			Met:    r.Options.InflightBudget > 0 && h.RSSPeak <= limit && h.Bad == 0})
 	}
 	return out
+}
+
+// latencyTable is the table: one row per path and connection count.
+func (r *SideReport) latencyTable(w io.Writer) {
+	fmt.Fprintln(w, "| path | conns | req/s direct | req/s bare | req/s nginx | req/s compactd | compactd / bare | p50 direct | added p50 bare | added p50 nginx | added p50 compactd | p99 bare | p99 nginx | p99 compactd | CPU/req bare | CPU/req nginx | CPU/req compactd | compactd / bare CPU | compactd / nginx CPU | errors direct/bare/nginx/compactd | 1-min load start→end |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, row := range r.Rows {
+		d, _ := row.Cell(SideDirect)
+		b, _ := row.Cell(SideBare)
+		c, _ := row.Cell(SideCompactd)
+		n, nok := row.Cell(SideNginx)
+		ttfb := strings.Contains(row.Name, "first byte")
+		p50 := func(x SideCell) time.Duration {
+			if ttfb {
+				return x.TTFB50
+			}
+			return x.P50
+		}
+		ng := func(f func() string) string {
+			if !nok {
+				return notRun
+			}
+			return f()
+		}
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d/%s/%d | %.2f→%.2f |\n",
+			row.Name, row.Conc, d.RPS, b.RPS, ng(func() string { return fmt.Sprintf("%.0f", n.RPS) }), c.RPS, ratio(c.RPS, b.RPS),
+			fmtDur(p50(d)), fmtDelta(p50(b)-p50(d)), ng(func() string { return fmtDelta(p50(n) - p50(d)) }), fmtDelta(p50(c)-p50(d)),
+			fmtDur(b.P99), ng(func() string { return fmtDur(n.P99) }), fmtDur(c.P99),
+			fmtDur(b.CPUPerReq), ng(func() string { return fmtDur(n.CPUPerReq) }), fmtDur(c.CPUPerReq),
+			ratio(float64(c.CPUPerReq), float64(b.CPUPerReq)), ng(func() string { return ratio(float64(c.CPUPerReq), float64(n.CPUPerReq)) }),
+			d.Errors, b.Errors, ng(func() string { return fmt.Sprint(n.Errors) }), c.Errors, row.LoadStart, row.LoadEnd)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "p50 is time to first byte on the SSE row (p99 is still to the last byte); direct is the fake upstream without a proxy, so \"added\" is what a proxy adds; the recall row's compactd is the second serve process (archive on), its other columns the same history without the item, as on the handoff row.")
 }

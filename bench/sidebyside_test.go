@@ -299,3 +299,19 @@ func TestBareProxyStreams(t *testing.T) {
 		t.Errorf("stream through the bare proxy: %q, %v; want the event %s", got, err, want)
 	}
 }
+
+// TestSideMarkdownHugeOnly: a --huge-only run has no latency rows, so no empty latency table and
+// no mention of the processes it did not start.
+func TestSideMarkdownHugeOnly(t *testing.T) {
+	r := &SideReport{Options: SideQuick(), Targets: slices3(false), Nginx: "not run: --huge-only (nginx has no peak-RSS row)",
+		Huge: []HugeResult{{Target: SideCompactd, Conc: 4, Size: 1 << 20, RSSBefore: 1 << 20, RSSPeak: 2 << 20, Served: 4}}}
+	var buf bytes.Buffer
+	r.Markdown(&buf)
+	md := buf.String()
+	CheckTables(t, md, 2)
+	for _, avoid := range []string{"| path | conns |", "second compactd serve", "nginx (master and workers)", "Recall row"} {
+		if strings.Contains(md, avoid) {
+			t.Errorf("huge-only report has %q:\n%s", avoid, md)
+		}
+	}
+}
