@@ -26,15 +26,11 @@ func ServeBareProxy(listen, upstream string) error {
 	if err != nil {
 		return err
 	}
-	rp := &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.Out.URL.RawQuery = pr.In.URL.RawQuery },
-		Transport: proxy.DefaultTransport(),
-	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: bareProxy(u), ReadHeaderTimeout: 10 * time.Second}
 	slog.New(slog.NewTextHandler(os.Stderr, nil)).Info("bare proxy listening", "addr", ln.Addr().String())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -46,4 +42,24 @@ func ServeBareProxy(listen, upstream string) error {
 		return err
 	}
 	return nil
+}
+
+// bareProxy is the floor's handler: httputil.ReverseProxy to u, in full duplex.
+func bareProxy(u *url.URL) http.Handler {
+	rp := &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.Out.URL.RawQuery = pr.In.URL.RawQuery },
+		Transport: proxy.DefaultTransport(),
+	}
+	// Full duplex: by default an HTTP/1 server drains and closes the request body when the
+	// handler writes the response headers, and the transport, still streaming the body upstream,
+	// reads it once more after Content-Length (to check it ends there), fails on the closed body
+	// and tears down the upstream connection in the middle of the response it is relaying
+	// (golang/go#40747). An SSE response, whose headers ReverseProxy flushes at once, lost that
+	// race on a few percent of 128 KB requests: the floor cut streams ("unexpected EOF") and its
+	// figures left those requests out. compactd reads the body whole before it forwards it, so
+	// it never races.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
 }

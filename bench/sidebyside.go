@@ -51,6 +51,9 @@ type SideOptions struct {
 	// InflightBudget is compactd's --max-inflight-body-bytes in the run (0 leaves serve's
 	// default).
 	InflightBudget int64
+	// Nginx is the nginx executable of the optional nginx column: "" looks nginx up in PATH.
+	// When there is none, or it does not start, the column says "not run" and the run goes on.
+	Nginx string
 }
 
 // SideDefaults is the full run for BENCHMARKS.md (about five minutes on two cores).
@@ -68,8 +71,10 @@ const (
 	SideDirect   = "direct"
 	SideBare     = "bare proxy"
 	SideCompactd = "compactd"
+	SideNginx    = "nginx"
 )
 
+// sideTargets are the targets every run has, in cell order; nginx, when it runs, comes last.
 var sideTargets = []string{SideDirect, SideBare, SideCompactd}
 
 // SideCell is one target in one row: medians over the rounds.
@@ -86,7 +91,20 @@ type SideCell struct {
 type SideRow struct {
 	Name  string
 	Conc  int
-	Cells []SideCell // in sideTargets order
+	Cells []SideCell // in SideReport.Targets order
+	// LoadStart and LoadEnd are the 1-minute load average when the row started and ended: on a
+	// shared machine they say which rows ran on a busy one.
+	LoadStart, LoadEnd float64
+}
+
+// Cell is the row's cell of target (ok false: the target did not run).
+func (r SideRow) Cell(target string) (SideCell, bool) {
+	for _, c := range r.Cells {
+		if c.Target == target {
+			return c, true
+		}
+	}
+	return SideCell{Target: target}, false
 }
 
 // HugeResult is one peak-RSS row: Conc concurrent Size bodies at once through a proxy.
@@ -101,9 +119,20 @@ type HugeResult struct {
 type SideReport struct {
 	Machine Machine
 	Options SideOptions
-	Rows    []SideRow
-	Huge    []HugeResult
+	// Uptime load averages (1, 5, 15 minutes) when the run started and ended.
+	LoadStart, LoadEnd LoadAvg
+	Targets            []string // the targets measured, in cell order
+	// Nginx says how the nginx column was run ("not run: …" when it was not).
+	Nginx string
+	// RecallCheck is what the check request before the recall row found in the body the
+	// upstream received.
+	RecallCheck string
+	Rows        []SideRow
+	Huge        []HugeResult
 }
+
+// NginxRan reports whether the run has an nginx column with figures in it.
+func (r *SideReport) NginxRan() bool { return slices.Contains(r.Targets, SideNginx) }
 
 // proc is one spawned process.
 type proc struct {
@@ -207,30 +236,50 @@ func procRSS(pid int) int64 {
 	return 0
 }
 
-// sideEnv is the three processes of a run.
+// sideEnv is the processes of a run: the fake upstream, the bare proxy, compactd, and the
+// optional nginx and compactd with an archive (the recall row's).
 type sideEnv struct {
 	fake, bare, cd *proc
+	cdRecall       *proc // compactd with an archive, for the recall row alone
+	nginx          *nginxProc
+	env            []string // the environment of the spawned compactd processes, key included
+	serveBin       string
+	serveArgs      func(upstream, dataDir, archive string) []string
 }
 
 func (e *sideEnv) close() {
-	for _, p := range []*proc{e.cd, e.bare, e.fake} {
+	if e.nginx != nil {
+		e.nginx.stop()
+	}
+	for _, p := range []*proc{e.cdRecall, e.cd, e.bare, e.fake} {
 		if p != nil {
 			p.stop()
 		}
 	}
 }
 
-func (e *sideEnv) url(target string) string {
+// compactd is the compactd process a case measures.
+func (e *sideEnv) compactd(c *sideCase) *proc {
+	if c != nil && c.recall {
+		return e.cdRecall
+	}
+	return e.cd
+}
+
+func (e *sideEnv) url(target string, c *sideCase) string {
 	switch target {
 	case SideBare:
 		return "http://" + e.bare.addr
 	case SideCompactd:
-		return "http://" + e.cd.addr
+		return "http://" + e.compactd(c).addr
+	case SideNginx:
+		return "http://" + e.nginx.addr
 	}
 	return "http://" + e.fake.addr
 }
 
-// proxyPID is the process whose CPU a target's requests cost beyond going direct (0: none).
+// proxyPID is the process whose CPU and RSS a Go proxy target costs (0: direct, or nginx, whose
+// CPU is that of several processes: proxyCPU).
 func (e *sideEnv) proxyPID(target string) int {
 	switch target {
 	case SideBare:
@@ -239,6 +288,22 @@ func (e *sideEnv) proxyPID(target string) int {
 		return e.cd.pid()
 	}
 	return 0
+}
+
+// proxyCPU reads the CPU time so far of the processes a target's requests cost beyond going
+// direct: nil for direct; for nginx its master and every worker.
+func (e *sideEnv) proxyCPU(target string, c *sideCase) func() time.Duration {
+	switch target {
+	case SideBare, SideCompactd:
+		p := e.bare
+		if target == SideCompactd {
+			p = e.compactd(c)
+		}
+		return func() time.Duration { return procCPU(p.pid()) }
+	case SideNginx:
+		return e.nginx.cpu
+	}
+	return nil
 }
 
 func startSideEnv(ctx context.Context, o SideOptions, dataDir string) (*sideEnv, error) {
@@ -264,23 +329,27 @@ func startSideEnv(ctx context.Context, o SideOptions, dataDir string) (*sideEnv,
 		return nil, err
 	}
 	// compactd as a user runs it: observability on (metrics, the access log at info), the
-	// default memory settings but for the budget, which the report names.
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--upstream", up, "--anthropic-upstream", up,
-		"--data-dir", dataDir, "--archive", "off", "--log-format", "text"}
-	if o.InflightBudget > 0 {
-		args = append(args, "--max-inflight-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
-		if o.InflightBudget < 32<<20 {
-			// A budget below serve's default body limit (the --quick run's) would be refused:
-			// no body over the budget could ever be served. Bodies are bounded by it instead.
-			args = append(args, "--max-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
+	// default memory settings but for the budget, which the report names. The archive is off
+	// but for the recall row's process (startRecall), so that no other row pays for it.
+	e.serveArgs = func(upstream, dataDir, archive string) []string {
+		args := []string{"serve", "--listen", "127.0.0.1:0", "--upstream", upstream, "--anthropic-upstream", upstream,
+			"--data-dir", dataDir, "--archive", archive, "--log-format", "text"}
+		if o.InflightBudget > 0 {
+			args = append(args, "--max-inflight-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
+			if o.InflightBudget < 32<<20 {
+				// A budget below serve's default body limit (the --quick run's) would be refused:
+				// no body over the budget could ever be served. Bodies are bounded by it instead.
+				args = append(args, "--max-body-bytes", strconv.FormatInt(o.InflightBudget, 10))
+			}
 		}
+		return append(args, o.ServeArgs...)
 	}
-	args = append(args, o.ServeArgs...)
-	serveBin := o.Binary
+	e.serveBin = o.Binary
 	if o.ServeBinary != "" {
-		serveBin = o.ServeBinary
+		e.serveBin = o.ServeBinary
 	}
-	if e.cd, err = startProc(ctx, serveBin, append(env, "COMPACTD_KEYS="+key.String()), args...); err != nil {
+	e.env = append(env, "COMPACTD_KEYS="+key.String())
+	if e.cd, err = startProc(ctx, e.serveBin, e.env, e.serveArgs(up, dataDir, "off")...); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -295,10 +364,11 @@ type sideCase struct {
 	conc   int
 	bodies map[string][]byte
 	ttfb   bool // the row's figure is time to first byte
+	recall bool // compactd's cell is served by the compactd with an archive (the recall tool)
 }
 
 func sameBody(b []byte) map[string][]byte {
-	return map[string][]byte{SideDirect: b, SideBare: b, SideCompactd: b}
+	return map[string][]byte{SideDirect: b, SideBare: b, SideCompactd: b, SideNginx: b}
 }
 
 // messagesBody is an Anthropic Messages request of about size bytes.
@@ -321,13 +391,13 @@ func messagesBody(size int) []byte {
 	return b
 }
 
-// handoffBodies are the 2 MB history behind a compaction item for compactd, which opens it and
-// forwards the handoff in its place, and the same history without the item for the others (the
-// fake upstream, like any backend without compaction, refuses the item): what reaches the
-// upstream is comparable in size.
-func handoffBodies(ctx context.Context, e *sideEnv, size int) (map[string][]byte, error) {
+// handoffBodies are the 2 MB history behind a compaction item for compactd (the one at base),
+// which opens it and forwards the handoff in its place, and the same history without the item for
+// the others (the fake upstream, like any backend without compaction, refuses the item): what
+// reaches the upstream is comparable in size.
+func handoffBodies(ctx context.Context, base string, size int) (map[string][]byte, error) {
 	small := workload.Request(8<<10, workload.BodyOptions{})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url(SideCompactd)+"/v1/responses/compact", bytes.NewReader(small))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/responses/compact", bytes.NewReader(small))
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +419,7 @@ func handoffBodies(ctx context.Context, e *sideEnv, size int) (map[string][]byte
 	hist := workload.Items(size - 1200)
 	with := workload.Body(append(prefix, hist...), workload.BodyOptions{})
 	without := workload.Body(hist, workload.BodyOptions{})
-	return map[string][]byte{SideDirect: without, SideBare: without, SideCompactd: with}, nil
+	return map[string][]byte{SideDirect: without, SideBare: without, SideNginx: without, SideCompactd: with}, nil
 }
 
 // RunSideBySide performs a whole side-by-side run.
@@ -368,19 +438,32 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	rep := &SideReport{Machine: machine(), Options: o}
+	rep := &SideReport{Machine: machine(), Options: o, LoadStart: uptimeLoad(), Targets: slices.Clone(sideTargets)}
 	e, err := startSideEnv(ctx, o, dir)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
+	if o.HugeOnly {
+		rep.Nginx = "not run: --huge-only (nginx has no peak-RSS row)"
+	} else if e.nginx, rep.Nginx = startNginx(ctx, o.Nginx, "http://"+e.fake.addr); e.nginx != nil {
+		rep.Targets = append(rep.Targets, SideNginx)
+	}
+	fmt.Fprintf(progress, "nginx: %s\n", rep.Nginx)
 
 	small := workload.Request(o.Small, workload.BodyOptions{})
 	large := workload.Request(o.Large, workload.BodyOptions{})
 	largeSSE := workload.Request(o.Large, workload.BodyOptions{Stream: true})
-	handoff, err := handoffBodies(ctx, e, o.Large)
+	handoff, err := handoffBodies(ctx, e.url(SideCompactd, nil), o.Large)
 	if err != nil {
 		return nil, err
+	}
+	var recall map[string][]byte
+	if !o.HugeOnly {
+		if recall, rep.RecallCheck, err = e.startRecall(ctx, dir, o.Large); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "recall row check: %s\n", rep.RecallCheck)
 	}
 	cases := []sideCase{
 		{name: "Responses " + sizeName(o.Small), method: "POST", path: "/v1/responses", conc: 32, bodies: sameBody(small)},
@@ -392,42 +475,45 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		{name: sizeName(o.Large) + " agent history", method: "POST", path: "/v1/responses", conc: 4, bodies: sameBody(large)},
 		{name: sizeName(o.Large) + " agent history", method: "POST", path: "/v1/responses", conc: 1, bodies: sameBody(large)},
 		{name: sizeName(o.Large) + " with a compaction item (handoff)", method: "POST", path: "/v1/responses", conc: 1, bodies: handoff},
+		{name: sizeName(o.Large) + " handoff + recall tool", method: "POST", path: "/v1/responses", conc: 1, bodies: recall, recall: true},
 		{name: "SSE " + sizeName(o.Large) + " request, time to first byte", method: "POST", path: "/v1/responses", conc: 1, bodies: sameBody(largeSSE), ttfb: true},
 	}
 	clients := map[string]*http.Client{}
-	for _, t := range sideTargets {
+	for _, t := range rep.Targets {
 		clients[t] = newClient(64)
 	}
 	if o.HugeOnly {
 		cases = nil
 	}
-	for _, c := range cases {
-		row := SideRow{Name: c.name, Conc: c.conc}
+	for i := range cases {
+		c := &cases[i]
+		row := SideRow{Name: c.name, Conc: c.conc, LoadStart: loadAvg()}
 		reqs := map[string]*requester{}
-		for _, t := range sideTargets {
+		for _, t := range rep.Targets {
 			body := c.bodies[t]
-			reqs[t] = &requester{client: clients[t], method: c.method, url: e.url(t) + c.path, body: func(int) []byte { return body }}
+			reqs[t] = &requester{client: clients[t], method: c.method, url: e.url(t, c) + c.path, body: func(int) []byte { return body }}
 			// Warm the connections, compactd's token-count cache and the allocators.
 			closedLoop(ctx, &collector{}, reqs[t], c.conc, min(300*time.Millisecond, o.Duration))
 		}
 		rounds := map[string][]roundResult{}
 		for r := range o.Rounds {
-			for k := range sideTargets {
-				t := sideTargets[(r+k)%len(sideTargets)] // rotate who goes first
-				rounds[t] = append(rounds[t], measureRound(ctx, reqs[t], c.conc, o.Duration, e.proxyPID(t)))
+			for k := range rep.Targets {
+				t := rep.Targets[(r+k)%len(rep.Targets)] // rotate who goes first
+				rounds[t] = append(rounds[t], measureRound(ctx, reqs[t], c.conc, o.Duration, e.proxyCPU(t, c)))
 			}
 			if err := ctx.Err(); err != nil {
 				return rep, err
 			}
 		}
-		for _, t := range sideTargets {
+		row.LoadEnd = loadAvg()
+		for _, t := range rep.Targets {
 			cell := medianCell(t, rounds[t])
 			row.Cells = append(row.Cells, cell)
-			fmt.Fprintf(progress, "%-44s c=%-3d %-10s %8.0f req/s p50 %-9v ttfb %-9v cpu/req %v\n", c.name, c.conc, t, cell.RPS, cell.P50, cell.TTFB50, cell.CPUPerReq)
+			fmt.Fprintf(progress, "%-44s c=%-3d %-10s %8.0f req/s p50 %-9v ttfb %-9v cpu/req %-9v load %.2f→%.2f\n", c.name, c.conc, t, cell.RPS, cell.P50, cell.TTFB50, cell.CPUPerReq, row.LoadStart, row.LoadEnd)
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
-	for _, t := range sideTargets {
+	for _, t := range rep.Targets {
 		clients[t].CloseIdleConnections()
 	}
 
@@ -441,6 +527,7 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		}
 	}
 	rep.Machine.LoadEnd = loadAvg()
+	rep.LoadEnd = uptimeLoad()
 	return rep, ctx.Err()
 }
 
@@ -452,17 +539,19 @@ type roundResult struct {
 	n, errs  int
 }
 
-func measureRound(ctx context.Context, r *requester, conc int, d time.Duration, pid int) roundResult {
+// measureRound runs one round of one target; cpu (nil: none) reads the CPU time of the
+// target's processes.
+func measureRound(ctx context.Context, r *requester, conc int, d time.Duration, cpu func() time.Duration) roundResult {
 	col := &collector{}
 	var cpu0 time.Duration
-	if pid > 0 {
-		cpu0 = procCPU(pid)
+	if cpu != nil {
+		cpu0 = cpu()
 	}
 	elapsed := closedLoop(ctx, col, r, conc, d)
 	res := roundResult{n: col.n, errs: col.errs}
 	ok := col.n - col.errs
-	if pid > 0 && ok > 0 {
-		res.cpu = (procCPU(pid) - cpu0) / time.Duration(ok)
+	if cpu != nil && ok > 0 {
+		res.cpu = (cpu() - cpu0) / time.Duration(ok)
 	}
 	res.rps = float64(ok) / elapsed.Seconds()
 	res.p50, res.p99, res.ttfb50 = col.lat.Quantile(.5), col.lat.Quantile(.99), col.ttfb.Quantile(.5)
@@ -535,7 +624,7 @@ func hugeBodies(ctx context.Context, e *sideEnv, target string, body []byte, n i
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			status, respBody := post(ctx, client, e.url(target)+"/v1/responses", body)
+			status, respBody := post(ctx, client, e.url(target, nil)+"/v1/responses", body)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

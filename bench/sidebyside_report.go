@@ -14,30 +14,32 @@ const (
 	TargetLargeAddedP50  = 3 * time.Millisecond
 	TargetLargeCPURatio  = 1.5       // 2 MB: compactd CPU per request / bare, at most
 	TargetHugeRSSHeadway = 100 << 20 // peak RSS over the budget, at most
+	TargetNginxCPURatio  = 2.0       // stretch, 2 KB pass-through: compactd CPU per request / nginx, at most
 )
+
+// notRun fills the cells of a target that did not run.
+const notRun = "not run"
 
 // Markdown writes the side-by-side report as tables for BENCHMARKS.md.
 func (r *SideReport) Markdown(w io.Writer) {
 	m := r.Machine
-	fmt.Fprintf(w, "Machine: %d CPUs (GOMAXPROCS %d), %s, %s %s/%s; 1-min load average %.1f at start, %.1f at end.\n",
-		m.NumCPU, m.GOMAXPROCS, m.CPUModel, m.GoVersion, m.OS, m.Arch, m.LoadStart, m.LoadEnd)
-	fmt.Fprintf(w, "Run: three processes (fake upstream, bare proxy, compactd serve with metrics and access log on), load from a fourth; %d interleaved rounds of %v per target and row, medians; CPU per request from /proc/PID/stat of the proxy process; in-flight body budget %s.\n\n",
-		r.Options.Rounds, r.Options.Duration, fmtBytes(r.Options.InflightBudget))
-	fmt.Fprintln(w, "| path | conns | req/s direct | req/s bare | req/s compactd | compactd / bare | p50 direct | added p50 bare | added p50 compactd | p99 bare | p99 compactd | CPU/req bare | CPU/req compactd | compactd / bare | errors |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, row := range r.Rows {
-		d, b, c := row.Cells[0], row.Cells[1], row.Cells[2]
-		p50 := func(x SideCell) time.Duration {
-			if strings.Contains(row.Name, "first byte") {
-				return x.TTFB50
-			}
-			return x.P50
-		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d/%d |\n",
-			row.Name, row.Conc, d.RPS, b.RPS, c.RPS, ratio(c.RPS, b.RPS),
-			fmtDur(p50(d)), fmtDelta(p50(b)-p50(d)), fmtDelta(p50(c)-p50(d)), fmtDur(b.P99), fmtDur(c.P99),
-			fmtDur(b.CPUPerReq), fmtDur(c.CPUPerReq), ratio(float64(c.CPUPerReq), float64(b.CPUPerReq)),
-			d.Errors, b.Errors, c.Errors)
+	fmt.Fprintf(w, "Machine: %d CPUs (GOMAXPROCS %d), %s, %s %s/%s; load average (1, 5, 15 min, as uptime prints it) %s at start, %s at end.\n",
+		m.NumCPU, m.GOMAXPROCS, m.CPUModel, m.GoVersion, m.OS, m.Arch, r.LoadStart, r.LoadEnd)
+	procs := "fake upstream, bare proxy (httputil.ReverseProxy), compactd serve with metrics and access log on and the archive off"
+	if r.RecallCheck != "" {
+		procs += ", a second compactd serve with a SQLite archive for the recall row alone"
+	}
+	if r.NginxRan() {
+		procs += ", nginx (master and workers)"
+	}
+	fmt.Fprintf(w, "Run: each target its own process (%s), load from the bench process; %d interleaved rounds of %v per target and row, medians; CPU per request from /proc/PID/stat of the proxy's processes; in-flight body budget %s.\n\n",
+		procs, r.Options.Rounds, r.Options.Duration, fmtBytes(r.Options.InflightBudget))
+	fmt.Fprintf(w, "nginx: %s.\n\n", r.Nginx)
+	if r.RecallCheck != "" {
+		fmt.Fprintf(w, "Recall row, checked before measuring: %s.\n\n", r.RecallCheck)
+	}
+	if len(r.Rows) > 0 {
+		r.latencyTable(w)
 	}
 	if len(r.Huge) > 0 {
 		fmt.Fprintln(w)
@@ -52,7 +54,11 @@ func (r *SideReport) Markdown(w io.Writer) {
 	fmt.Fprintln(w, "| target | figure | met |")
 	fmt.Fprintln(w, "|---|---|---|")
 	for _, v := range r.Verdicts() {
-		fmt.Fprintf(w, "| %s | %s | %s |\n", v.Target, v.Figure, yesNo(v.Met))
+		met := yesNo(v.Met)
+		if v.NotRun {
+			met = notRun
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", v.Target, v.Figure, met)
 	}
 }
 
@@ -60,40 +66,98 @@ func (r *SideReport) Markdown(w io.Writer) {
 type Verdict struct {
 	Target, Figure string
 	Met            bool
+	NotRun         bool // the run could not check it (nginx absent): neither met nor missed
+}
+
+// isSmall reports whether a row is a 2 KB pass-through row or GET.
+func isSmall(name string) bool {
+	return name == "GET /v1/models" || strings.HasPrefix(name, "Responses ") || strings.HasPrefix(name, "Messages ")
 }
 
 // Verdicts checks the targets against the run.
 func (r *SideReport) Verdicts() []Verdict {
 	var out []Verdict
 	for _, row := range r.Rows {
-		d, b, c := row.Cells[0], row.Cells[1], row.Cells[2]
+		d, _ := row.Cell(SideDirect)
+		b, _ := row.Cell(SideBare)
+		c, _ := row.Cell(SideCompactd)
 		name := fmt.Sprintf("%s, %d conn", row.Name, row.Conc)
 		switch {
 		case strings.Contains(row.Name, "first byte"):
-			out = append(out, Verdict{name + ": TTFB no worse than bare's + 1 ms",
-				fmt.Sprintf("added TTFB %s vs bare %s", fmtDelta(c.TTFB50-d.TTFB50), fmtDelta(b.TTFB50-d.TTFB50)),
-				c.TTFB50 <= b.TTFB50+time.Millisecond})
-		case row.Name == "GET /v1/models" || strings.HasPrefix(row.Name, "Responses ") || strings.HasPrefix(row.Name, "Messages "):
+			out = append(out, Verdict{Target: name + ": TTFB no worse than bare's + 1 ms",
+				Figure: fmt.Sprintf("added TTFB %s vs bare %s", fmtDelta(c.TTFB50-d.TTFB50), fmtDelta(b.TTFB50-d.TTFB50)),
+				Met:    c.TTFB50 <= b.TTFB50+time.Millisecond})
+		case isSmall(row.Name):
 			rr, cr := c.RPS/b.RPS, float64(c.CPUPerReq)/float64(b.CPUPerReq)
-			out = append(out, Verdict{name + ": req/s ≥ 1.0× bare, CPU/req ≤ bare's",
-				fmt.Sprintf("%.2f× req/s, %.2f× CPU/req", rr, cr), rr >= TargetSmallRPSRatio && cr <= TargetSmallCPURatio})
+			out = append(out, Verdict{Target: name + ": req/s ≥ 1.0× bare, CPU/req ≤ bare's",
+				Figure: fmt.Sprintf("%.2f× req/s, %.2f× CPU/req", rr, cr), Met: rr >= TargetSmallRPSRatio && cr <= TargetSmallCPURatio})
 		case row.Conc == 1:
 			added, cr := c.P50-d.P50, float64(c.CPUPerReq)/float64(b.CPUPerReq)
-			out = append(out, Verdict{name + ": added p50 ≤ 3 ms, CPU/req ≤ 1.5× bare",
-				fmt.Sprintf("%s, %.2f× CPU/req", fmtDelta(added), cr), added <= TargetLargeAddedP50 && cr <= TargetLargeCPURatio})
+			out = append(out, Verdict{Target: name + ": added p50 ≤ 3 ms, CPU/req ≤ 1.5× bare",
+				Figure: fmt.Sprintf("%s, %.2f× CPU/req", fmtDelta(added), cr), Met: added <= TargetLargeAddedP50 && cr <= TargetLargeCPURatio})
 		default:
 			cr := float64(c.CPUPerReq) / float64(b.CPUPerReq)
-			out = append(out, Verdict{name + ": CPU/req ≤ 1.5× bare", fmt.Sprintf("%.2f× CPU/req, %.2f× req/s", cr, c.RPS/b.RPS), cr <= TargetLargeCPURatio})
+			out = append(out, Verdict{Target: name + ": CPU/req ≤ 1.5× bare", Figure: fmt.Sprintf("%.2f× CPU/req, %.2f× req/s", cr, c.RPS/b.RPS), Met: cr <= TargetLargeCPURatio})
 		}
+	}
+	// The stretch target: the 2 KB pass-through rows (not GET, which has no body to skim).
+	for _, row := range r.Rows {
+		if !strings.HasPrefix(row.Name, "Responses ") && !strings.HasPrefix(row.Name, "Messages ") {
+			continue
+		}
+		v := Verdict{Target: fmt.Sprintf("%s, %d conn (stretch): CPU/req ≤ 2× nginx's", row.Name, row.Conc)}
+		c, _ := row.Cell(SideCompactd)
+		if n, ok := row.Cell(SideNginx); !ok {
+			v.Figure, v.NotRun = "nginx "+notRun, true
+		} else {
+			cr := float64(c.CPUPerReq) / float64(n.CPUPerReq)
+			v.Figure = fmt.Sprintf("%.2f× nginx's CPU/req (%s vs %s)", cr, fmtDur(c.CPUPerReq), fmtDur(n.CPUPerReq))
+			v.Met = n.CPUPerReq > 0 && cr <= TargetNginxCPURatio
+		}
+		out = append(out, v)
 	}
 	for _, h := range r.Huge {
 		if h.Target != SideCompactd {
 			continue
 		}
 		limit := r.Options.InflightBudget + TargetHugeRSSHeadway
-		out = append(out, Verdict{fmt.Sprintf("%d × %s: peak RSS ≤ budget + 100 MiB, every request served or refused in dialect", h.Conc, sizeName(h.Size)),
-			fmt.Sprintf("peak %s (limit %s), %d served, %d refused, %d other", fmtBytes(h.RSSPeak), fmtBytes(limit), h.Served, h.Refused, h.Bad),
-			r.Options.InflightBudget > 0 && h.RSSPeak <= limit && h.Bad == 0})
+		out = append(out, Verdict{Target: fmt.Sprintf("%d × %s: peak RSS ≤ budget + 100 MiB, every request served or refused in dialect", h.Conc, sizeName(h.Size)),
+			Figure: fmt.Sprintf("peak %s (limit %s), %d served, %d refused, %d other", fmtBytes(h.RSSPeak), fmtBytes(limit), h.Served, h.Refused, h.Bad),
+			Met:    r.Options.InflightBudget > 0 && h.RSSPeak <= limit && h.Bad == 0})
 	}
 	return out
+}
+
+// latencyTable is the table: one row per path and connection count.
+func (r *SideReport) latencyTable(w io.Writer) {
+	fmt.Fprintln(w, "| path | conns | req/s direct | req/s bare | req/s nginx | req/s compactd | compactd / bare | p50 direct | added p50 bare | added p50 nginx | added p50 compactd | p99 bare | p99 nginx | p99 compactd | CPU/req bare | CPU/req nginx | CPU/req compactd | compactd / bare CPU | compactd / nginx CPU | errors direct/bare/nginx/compactd | 1-min load start→end |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, row := range r.Rows {
+		d, _ := row.Cell(SideDirect)
+		b, _ := row.Cell(SideBare)
+		c, _ := row.Cell(SideCompactd)
+		n, nok := row.Cell(SideNginx)
+		ttfb := strings.Contains(row.Name, "first byte")
+		p50 := func(x SideCell) time.Duration {
+			if ttfb {
+				return x.TTFB50
+			}
+			return x.P50
+		}
+		ng := func(f func() string) string {
+			if !nok {
+				return notRun
+			}
+			return f()
+		}
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d/%s/%d | %.2f→%.2f |\n",
+			row.Name, row.Conc, d.RPS, b.RPS, ng(func() string { return fmt.Sprintf("%.0f", n.RPS) }), c.RPS, ratio(c.RPS, b.RPS),
+			fmtDur(p50(d)), fmtDelta(p50(b)-p50(d)), ng(func() string { return fmtDelta(p50(n) - p50(d)) }), fmtDelta(p50(c)-p50(d)),
+			fmtDur(b.P99), ng(func() string { return fmtDur(n.P99) }), fmtDur(c.P99),
+			fmtDur(b.CPUPerReq), ng(func() string { return fmtDur(n.CPUPerReq) }), fmtDur(c.CPUPerReq),
+			ratio(float64(c.CPUPerReq), float64(b.CPUPerReq)), ng(func() string { return ratio(float64(c.CPUPerReq), float64(n.CPUPerReq)) }),
+			d.Errors, b.Errors, ng(func() string { return fmt.Sprint(n.Errors) }), c.Errors, row.LoadStart, row.LoadEnd)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "p50 is time to first byte on the SSE row (p99 is still to the last byte); direct is the fake upstream without a proxy, so \"added\" is what a proxy adds; the recall row's compactd is the second serve process (archive on), its other columns the same history without the item, as on the handoff row.")
 }

@@ -102,6 +102,7 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	serveArgs := fs.String("serve-args", "", "extra flags for compactd serve, space-separated (e.g. \"--memory-limit 1GiB\")")
 	hugeOnly := fs.Bool("huge-only", false, "run only the peak-RSS rows (concurrent huge bodies)")
 	budget := fs.Int64("inflight-budget", o.InflightBudget, "compactd's --max-inflight-body-bytes in the run (0: do not pass the flag, for builds without it)")
+	nginx := fs.String("nginx", "", "the nginx executable of the nginx column (default: nginx in PATH; when there is none or it does not start, the column says \"not run\")")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -120,7 +121,7 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 		return usageErrorf("bench", "--duration and --rounds must be positive")
 	}
 	o.Binary, o.ServeBinary = *binary, *serveBinary
-	o.ServeArgs, o.HugeOnly = strings.Fields(*serveArgs), *hugeOnly
+	o.ServeArgs, o.HugeOnly, o.Nginx = strings.Fields(*serveArgs), *hugeOnly, *nginx
 	if set["inflight-budget"] {
 		o.InflightBudget = *budget
 	}

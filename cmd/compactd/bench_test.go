@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -81,32 +83,63 @@ func slicesEqual(a, b []int) bool {
 }
 
 // TestBenchSideBySideQuick runs `compactd bench side-by-side --quick` (shortened further) with the
-// built binary, so that all three processes are spawned for real, and checks the report's shape:
-// every row of the issue's table, the peak-RSS rows with every request served or refused in
-// dialect, and the verdicts. It asserts no timings.
+// built binary, so that every process is spawned for real, and checks the report's shape: every
+// row of the issue's table (the recall row too, with its check), the peak-RSS rows with every
+// request served or refused in dialect, and the verdicts. It runs without nginx (a --nginx that
+// does not exist: the column says "not run" and nothing fails) and, where one is installed, with
+// nginx from PATH. It asserts no timings.
 func TestBenchSideBySideQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end run")
 	}
-	var out, progress bytes.Buffer
-	err := runBench([]string{"side-by-side", "--quick", "--duration", "40ms", "--rounds", "1", "--binary", builtBinary(t)}, &out, &progress)
-	if err != nil {
-		t.Fatalf("bench side-by-side: %v\n%s", err, progress.String())
-	}
-	md := out.String()
-	for _, want := range []string{"Machine: ", "load average", "| path | conns | req/s direct |",
-		"| Responses 2KB | 32 |", "| Responses 2KB | 1 |", "| Messages 2KB | 32 |", "| GET /v1/models | 32 |",
-		"agent history | 4 |", "with a compaction item (handoff) | 1 |", "time to first byte | 1 |",
-		"| compactd |", "| target | figure | met |"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
-		}
-	}
-	for line := range strings.Lines(md) {
-		// The peak-RSS rows: each request is served or refused in the route's dialect, none fails
-		// otherwise (the last column).
-		if strings.Contains(line, " × ") && (strings.Contains(line, "| compactd |") || strings.Contains(line, "| bare proxy |")) && !strings.HasSuffix(strings.TrimSpace(line), "| 0 |") {
-			t.Errorf("a huge-body request neither served nor refused in dialect: %s", line)
-		}
+	_, lookErr := exec.LookPath("nginx")
+	for _, tc := range []struct {
+		name        string
+		nginx       []string // the --nginx flag, if any
+		needsNginx  bool
+		want, avoid []string
+	}{
+		{"nginx absent", []string{"--nginx", filepath.Join(t.TempDir(), "no-such-nginx")}, false,
+			[]string{"nginx: not run: ", "| not run |", "(stretch): CPU/req ≤ 2× nginx's | nginx not run | not run |"}, nil},
+		{"nginx in PATH", nil, true,
+			[]string{"nginx: nginx/", "master_process on, worker_processes auto", "× nginx's CPU/req ("}, []string{"not run"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.needsNginx && lookErr != nil {
+				t.Skip("no nginx in PATH")
+			}
+			var out, progress bytes.Buffer
+			args := append([]string{"side-by-side", "--quick", "--duration", "40ms", "--rounds", "1", "--binary", builtBinary(t)}, tc.nginx...)
+			if err := runBench(args, &out, &progress); err != nil {
+				t.Fatalf("bench side-by-side: %v\n%s", err, progress.String())
+			}
+			md := out.String()
+			for _, want := range append([]string{"Machine: ", "load average (1, 5, 15 min", " at start, ", "| path | conns | req/s direct |",
+				"| Responses 2KB | 32 |", "| Responses 2KB | 1 |", "| Messages 2KB | 32 |", "| GET /v1/models | 32 |",
+				"agent history | 4 |", "with a compaction item (handoff) | 1 |", "handoff + recall tool | 1 |", "time to first byte | 1 |",
+				`Recall row, checked before measuring: the upstream got the handoff and the "compactd_recall" tool, no compaction item`,
+				"| compactd / nginx CPU |", "| compactd |", "| target | figure | met |"}, tc.want...) {
+				if !strings.Contains(md, want) {
+					t.Errorf("report lacks %q:\n%s", want, md)
+				}
+			}
+			for _, avoid := range tc.avoid {
+				if strings.Contains(md, avoid) {
+					t.Errorf("report has %q:\n%s", avoid, md)
+				}
+			}
+			for line := range strings.Lines(md) {
+				// The peak-RSS rows: each request is served or refused in the route's dialect, none
+				// fails otherwise (the last column).
+				if strings.Contains(line, " × ") && (strings.Contains(line, "| compactd |") || strings.Contains(line, "| bare proxy |")) && !strings.HasSuffix(strings.TrimSpace(line), "| 0 |") {
+					t.Errorf("a huge-body request neither served nor refused in dialect: %s", line)
+				}
+				// The recall row: no request failed on any target (it would mean compactd forwarded
+				// the item, or the recall round broke).
+				if strings.Contains(line, "handoff + recall tool | 1 |") && !strings.Contains(line, "| 0/0/0/0 |") && !strings.Contains(line, "| 0/0/not run/0 |") {
+					t.Errorf("errors on the recall row: %s", line)
+				}
+			}
+		})
 	}
 }

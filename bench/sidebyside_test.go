@@ -1,0 +1,317 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactd/compactd/internal/fakeupstream"
+	"github.com/compactd/compactd/internal/handoff"
+)
+
+// TestNginxConfig checks the generated configuration carries every choice the nginx column
+// depends on, and, where nginx is installed, that nginx itself accepts it (nginx -t).
+func TestNginxConfig(t *testing.T) {
+	dir := t.TempDir()
+	conf := nginxConfig(dir, "127.0.0.1:18080", "127.0.0.1:19090")
+	for _, want := range []string{
+		"daemon off;", "master_process on;", "worker_processes auto;",
+		"pid " + dir + "/nginx.pid;", "client_body_temp_path " + dir + "/client_body;",
+		"listen 127.0.0.1:18080;", "server 127.0.0.1:19090;", "keepalive 128;",
+		"proxy_http_version 1.1;", `proxy_set_header Connection "";`,
+		"proxy_request_buffering off;", "proxy_buffering off;", "client_max_body_size 64m;",
+		"access_log /dev/stderr;", "keepalive_requests 1000000;",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q:\n%s", want, conf)
+		}
+	}
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		t.Log("no nginx in PATH: config not validated by nginx -t")
+		return
+	}
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "-t", "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log")).CombinedOutput(); err != nil {
+		t.Errorf("nginx -t: %v\n%s", err, out)
+	}
+}
+
+// TestStartNginx: a --nginx that is not there leaves the column "not run" without failing; a
+// real nginx proxies to the upstream, its CPU is that of its master and workers, and stop leaves
+// none of them running.
+func TestStartNginx(t *testing.T) {
+	fake := fakeupstream.New(fakeupstream.Options{DropBodies: true})
+	up, stopFake, err := fake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopFake()
+	real, lookErr := exec.LookPath("nginx")
+	for _, tc := range []struct {
+		name, bin string
+		runs      bool
+	}{
+		{"bogus path", filepath.Join(t.TempDir(), "no-such-nginx"), false},
+		{"not an nginx", "/bin/false", false},
+		{"nginx in PATH", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.runs && lookErr != nil {
+				t.Skip("no nginx in PATH")
+			}
+			n, note := startNginx(t.Context(), tc.bin, up)
+			if !tc.runs {
+				if n != nil || !strings.HasPrefix(note, "not run: ") {
+					t.Fatalf("startNginx(%q) = %v, %q; want nil, not run", tc.bin, n, note)
+				}
+				return
+			}
+			if n == nil {
+				t.Fatalf("startNginx(%s): %s", real, note)
+			}
+			master := n.pid()
+			workers := childPIDs(master)
+			if len(workers) == 0 {
+				n.stop()
+				t.Fatalf("no workers under master %d (%s)", master, note)
+			}
+			client := newClient(4)
+			for range 20 {
+				if status, body := get(t.Context(), client, "http://"+n.addr+"/v1/models"); status != http.StatusOK || !bytes.Equal(body, fakeupstream.ModelsList()) {
+					t.Errorf("GET through nginx: %d %s", status, body)
+				}
+			}
+			client.CloseIdleConnections()
+			// The kernel's own list of the master's children, where it keeps one, is the workers.
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(master) + "/task/" + strconv.Itoa(master) + "/children"); err == nil {
+				var kids []int
+				for _, f := range strings.Fields(string(b)) {
+					k, _ := strconv.Atoi(f)
+					kids = append(kids, k)
+				}
+				slices.Sort(kids)
+				if got := slices.Sorted(slices.Values(workers)); !slices.Equal(got, kids) {
+					t.Errorf("childPIDs = %v, the kernel says %v", got, kids)
+				}
+			}
+			// What cpu() sums: the master and every worker, no other process.
+			pids := n.pids()
+			if len(pids) != 1+len(workers) || pids[0] != master {
+				t.Errorf("pids() = %v, want master %d and workers %v", pids, master, workers)
+			}
+			for _, w := range workers {
+				if !slices.Contains(pids, w) {
+					t.Errorf("worker %d not in pids() %v", w, pids)
+				}
+				if b, _ := os.ReadFile("/proc/" + strconv.Itoa(w) + "/cmdline"); !strings.Contains(string(b), "nginx: worker process") {
+					t.Errorf("child %d of the master is %q, not a worker", w, b)
+				}
+			}
+			n.stop()
+			for _, p := range append(workers, master) {
+				if _, alive := procPPID(p); alive {
+					if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline"); strings.Contains(string(b), "nginx") {
+						t.Errorf("nginx process %d still running after stop", p)
+					}
+				}
+			}
+			if _, err := os.Stat(n.dir); !os.IsNotExist(err) {
+				t.Errorf("nginx dir %s left behind: %v", n.dir, err)
+			}
+		})
+	}
+}
+
+// TestRecallFound: the recall row's check accepts only a forwarded body with the handoff and a
+// recall tool and without the compaction item.
+func TestRecallFound(t *testing.T) {
+	text := `{"type":"message","role":"user","content":[{"type":"input_text","text":"` + strings.ReplaceAll(handoff.Prefix, "\n", `\n`) + `summary"}]}`
+	tool := `{"type":"function","name":"compactd_recall","parameters":{}}`
+	other := `{"type":"function","name":"shell","parameters":{}}`
+	item := `{"type":"compaction","encrypted_content":"x"}`
+	for _, tc := range []struct {
+		name, body, wantErr string
+	}{
+		{"handoff and tool", `{"input":[` + text + `],"tools":[` + other + `,` + tool + `]}`, ""},
+		{"no tool", `{"input":[` + text + `],"tools":[` + other + `]}`, "no recall tool"},
+		{"no tools at all", `{"input":[` + text + `]}`, "no recall tool"},
+		{"no handoff", `{"input":[{"type":"message","role":"user","content":"hi"}],"tools":[` + tool + `]}`, "no handoff"},
+		{"item still there", `{"input":[` + item + `,` + text + `],"tools":[` + tool + `]}`, "compaction item"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := recallFound([]byte(tc.body))
+			if tc.wantErr == "" {
+				if err != nil || !strings.Contains(got, `"compactd_recall"`) {
+					t.Errorf("recallFound = %q, %v; want the tool named", got, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("recallFound err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestSideMarkdown renders a report with and without the nginx column: the tables keep their
+// shape, nginx's cells say "not run" when it did not, and the stretch verdict is neither met nor
+// missed then, and computed from the cells when it ran.
+func TestSideMarkdown(t *testing.T) {
+	us := time.Microsecond
+	cells := func(nginx bool) []SideCell {
+		c := []SideCell{{Target: SideDirect, RPS: 100, P50: 100 * us}, {Target: SideBare, RPS: 90, P50: 150 * us, CPUPerReq: 100 * us},
+			{Target: SideCompactd, RPS: 95, P50: 140 * us, CPUPerReq: 90 * us}}
+		if nginx {
+			c = append(c, SideCell{Target: SideNginx, RPS: 99, P50: 110 * us, CPUPerReq: 40 * us})
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name        string
+		nginx       bool
+		want, avoid []string
+		stretch     Verdict
+	}{
+		{"without nginx", false, []string{"nginx: not run: no nginx in PATH", "| not run |", "| 0/0/not run/0 |"}, nil,
+			Verdict{Figure: "nginx not run", NotRun: true}},
+		{"with nginx", true, []string{"| 99 |", "| 40µs |", "| 2.25 |", "| 0/0/0/0 |"}, []string{"not run"},
+			Verdict{Figure: "2.25× nginx's CPU/req (90µs vs 40µs)", Met: false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &SideReport{Options: SideQuick(), Targets: slices3(tc.nginx), Nginx: "not run: no nginx in PATH",
+				LoadStart: LoadAvg{1, 2, 3}, LoadEnd: LoadAvg{-1, -1, -1},
+				Rows: []SideRow{{Name: "Responses 2KB", Conc: 32, Cells: cells(tc.nginx), LoadStart: 1.5, LoadEnd: 2}}}
+			if tc.nginx {
+				r.Nginx = "nginx/1.22.1, master_process on"
+			}
+			var buf bytes.Buffer
+			r.Markdown(&buf)
+			md := buf.String()
+			CheckTables(t, md, 2)
+			for _, w := range append(tc.want, "1.00, 2.00, 3.00 at start, unknown at end", "| 1.50→2.00 |") {
+				if !strings.Contains(md, w) {
+					t.Errorf("report lacks %q:\n%s", w, md)
+				}
+			}
+			for _, a := range tc.avoid {
+				if strings.Contains(md, a) {
+					t.Errorf("report has %q:\n%s", a, md)
+				}
+			}
+			var stretch *Verdict
+			for _, v := range r.Verdicts() {
+				if strings.Contains(v.Target, "(stretch)") {
+					stretch = &v
+				}
+			}
+			if stretch == nil || stretch.Figure != tc.stretch.Figure || stretch.Met != tc.stretch.Met || stretch.NotRun != tc.stretch.NotRun {
+				t.Errorf("stretch verdict %+v, want %+v", stretch, tc.stretch)
+			}
+		})
+	}
+}
+
+func slices3(nginx bool) []string {
+	t := []string{SideDirect, SideBare, SideCompactd}
+	if nginx {
+		t = append(t, SideNginx)
+	}
+	return t
+}
+
+// TestBareProxyStreams: the floor relays a response that starts while the request body still
+// streams (full duplex). Without it, the server drains or closes the request body when
+// ReverseProxy flushes the SSE headers: here, where the client sends the second half of its body
+// only once it has the headers, that deadlocks (the guard's deadline fails the test); in the
+// side-by-side run the transport's last read of an already-sent body failed on the closed body
+// and cut the upstream connection mid-stream (golang/go#40747), about one 128 KB SSE request in
+// thirty ("unexpected EOF"), which the floor's figures then left out.
+func TestBareProxyStreams(t *testing.T) {
+	const half = 64 << 10
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+		n, err := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "event: done\ndata: {\"read\":%d,\"err\":%q}\n\n", n, fmt.Sprint(err))
+	})}
+	go func() { _ = upstream.Serve(upLn) }()
+	defer upstream.Close()
+	u, _ := url.Parse("http://" + upLn.Addr().String())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: bareProxy(u)}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a guard against a hang, not a measurement
+	defer cancel()
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+"/v1/responses", pr)
+	req.ContentLength = 2 * half
+	headers := make(chan struct{})
+	go func() {
+		chunk := bytes.Repeat([]byte("x"), half)
+		if _, err := pw.Write(chunk); err != nil {
+			return
+		}
+		select {
+		case <-headers:
+		case <-ctx.Done():
+		}
+		_, _ = pw.Write(chunk)
+		pw.Close()
+	}()
+	client := newClient(1)
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
+	close(headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf(`{"read":%d,"err":"<nil>"}`, 2*half); err != nil || !bytes.Contains(got, []byte(want)) {
+		t.Errorf("stream through the bare proxy: %q, %v; want the event %s", got, err, want)
+	}
+}
+
+// TestSideMarkdownHugeOnly: a --huge-only run has no latency rows, so no empty latency table and
+// no mention of the processes it did not start.
+func TestSideMarkdownHugeOnly(t *testing.T) {
+	r := &SideReport{Options: SideQuick(), Targets: slices3(false), Nginx: "not run: --huge-only (nginx has no peak-RSS row)",
+		Huge: []HugeResult{{Target: SideCompactd, Conc: 4, Size: 1 << 20, RSSBefore: 1 << 20, RSSPeak: 2 << 20, Served: 4}}}
+	var buf bytes.Buffer
+	r.Markdown(&buf)
+	md := buf.String()
+	CheckTables(t, md, 2)
+	for _, avoid := range []string{"| path | conns |", "second compactd serve", "nginx (master and workers)", "Recall row"} {
+		if strings.Contains(md, avoid) {
+			t.Errorf("huge-only report has %q:\n%s", avoid, md)
+		}
+	}
+}
