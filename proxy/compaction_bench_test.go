@@ -26,6 +26,10 @@ func (s instantSummarizer) Summarize(context.Context, summarizer.Request) (summa
 }
 
 func benchServer(tb testing.TB, sum summarizer.Summarizer) *Server {
+	return benchServerWith(tb, sum, compact.NewCounter(compact.CounterOptions{}), 0)
+}
+
+func benchServerWith(tb testing.TB, sum summarizer.Summarizer, counter *compact.Counter, ledgerBytes int) *Server {
 	tb.Helper()
 	key, err := crypto.GenerateKey()
 	if err != nil {
@@ -36,7 +40,7 @@ func benchServer(tb testing.TB, sum summarizer.Summarizer) *Server {
 		tb.Fatal(err)
 	}
 	up, _ := url.Parse("http://127.0.0.1:9")
-	s, err := New(Config{Upstream: up, Sealer: ring, Summarizer: sum, Counter: compact.NewCounter(compact.CounterOptions{})})
+	s, err := New(Config{Upstream: up, Sealer: ring, Summarizer: sum, Counter: counter, LedgerBytes: ledgerBytes})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -60,7 +64,7 @@ var benchSummary, benchLedger = strings.Repeat("The handler now returns position
 // the compaction item, then the new turn's items); "full-history" a client that kept the whole
 // history before the item, all of which expand must partition and drop.
 func BenchmarkExpand(b *testing.B) {
-	s := benchServer(b, nil)
+	s := benchServer(b, instantSummarizer{summary: benchSummary})
 	o := &engine.Opened{ID: "cmp_bench", Payload: &compact.Payload{V: 1, Summary: benchSummary, Ledger: benchLedger}}
 	cmp := api.CompactionItem("cmp_bench", "cmp_bench.sealed")
 	for _, size := range []struct {
@@ -122,11 +126,13 @@ func BenchmarkCompactItems(b *testing.B) {
 		name  string
 		bytes int
 	}{{"ledger", 0}, {"no-ledger", -1}} {
+		// The engine copies LedgerBytes when New builds it, so each variant needs its own
+		// server; it shares the counter, so the counts stay cached.
+		s := s
+		if ledger.bytes != 0 {
+			s = benchServerWith(b, instantSummarizer{summary: benchSummary}, s.cfg.Counter, ledger.bytes)
+		}
 		b.Run(ledger.name, func(b *testing.B) {
-			if ledger.bytes != 0 {
-				defer func(v int) { s.cfg.LedgerBytes = v }(s.cfg.LedgerBytes)
-				s.cfg.LedgerBytes = ledger.bytes
-			}
 			b.SetBytes(int64(bodyBytes))
 			b.ReportAllocs()
 			c0 := cputime.Process()
