@@ -256,26 +256,16 @@ func special(x uint64) uint64 {
 // skipString returns the index just past the closing quote of the string whose contents start
 // at b[i], and whether the string is valid: no raw control characters, only the escapes JSON
 // defines, valid UTF-8. Agent bodies are mostly string contents, so this is the hot loop of every
-// skim. Short strings (keys, types, ids) are read 8 bytes at a time: plain bytes are passed a word
-// at a time, the word holding a byte to stop at jumps straight to it, and a run of non-ASCII bytes
-// is checked as a whole by utf8.Valid (valid UTF-8 sequences are made of bytes >= 0x80 only, so a
-// string is valid UTF-8 exactly when each such run is). Past the first 32 bytes a string is long
-// text (code, logs) with an escape every few dozen bytes, and stopping at each of them costs a
-// mispredicted branch; skipBlocks passes such text 64 bytes at a time without stopping, and hands
-// anything it does not pass (non-ASCII, \u, an invalid escape or control byte) back to the loop
-// below, which therefore alone decides every refusal.
+// skim: plain bytes are passed 8 at a time, the word holding a byte to stop at jumps straight to
+// it, and a run of non-ASCII bytes is checked as a whole by utf8.Valid (valid UTF-8 sequences are
+// made of bytes >= 0x80 only, so a string is valid UTF-8 exactly when each such run is).
+//
+// Code and logs carry an escape every few dozen bytes (\n, \t, \"), so the word loop passes
+// simple escapes itself, with one table lookup, and resumes at the byte after: leaving it for the
+// switch below cost a second, unpredictable branch per escape (on which escape character it was).
 func skipString(b []byte, i int) (int, bool) {
 	n := len(b)
-	blockAt := i + 32
 	for {
-		if useBlocks && i >= blockAt && n-i >= 64 {
-			j, done := skipBlocks(b, i)
-			if done {
-				return j, true
-			}
-			// Resume here, and try blocks again past the block skipBlocks handed back.
-			i, blockAt = j, j+64
-		}
 		for i+8 <= n {
 			m := special(binary.LittleEndian.Uint64(b[i:]))
 			if m == 0 {
@@ -327,92 +317,8 @@ func skipString(b []byte, i int) (int, bool) {
 }
 
 // simpleEscape holds the bytes that may follow a backslash in a string, except 'u' (which takes
-// four hex digits and is left to skipString's byte loop).
-var useBlocks = true
-
+// four hex digits and is left to skipString's switch).
 var simpleEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': true, 'n': true, 'r': true, 't': true}
-
-const (
-	b60       = 0x6060606060606060
-	b7f       = 0x7f7f7f7f7f7f7f7f
-	evenBits  = 0x5555555555555555
-	gatherHis = 0x0102040810204080 // moves bit 8k to bit 56+k (see movemask)
-)
-
-// eqHi returns the high bit of each byte of x equal to the byte repeated in c. Unlike special it
-// is exact in every byte: the add cannot carry out of a byte (0x7f+0x7f < 0x100).
-func eqHi(x, c uint64) uint64 {
-	y := x ^ c
-	return ^((y&b7f + b7f) | y) & hi
-}
-
-// badHi returns the high bit of each byte of x that is a control character (< 0x20) or not
-// ASCII, exactly: an ASCII byte is >= 0x20 when one of its bits 0x60 is set, and adding 0x60 to
-// those bits then reaches 0x80 without carrying out of the byte.
-func badHi(x uint64) uint64 {
-	return (^((x & b60) + b60) | x) & hi
-}
-
-// movemask gathers the high bits of the bytes of v (only high bits set) into bits 0-7, byte k to
-// bit k: the multiply shifts bit 8k left by 56-7k, and no two partial products share a bit, so
-// nothing carries.
-func movemask(v uint64) uint64 { return (v >> 7) * gatherHis >> 56 }
-
-// skipBlocks passes string contents from b[i] (a byte that is not inside an escape or a UTF-8
-// sequence; at least 64 bytes left) 64 bytes at a time, the way simdjson's first stage does:
-// one bitmask per block of its quotes, backslashes and bytes to refuse, the backslashes resolved
-// into the bytes they escape without a branch (odd runs escape the next byte, carried across
-// blocks), and the first unescaped quote is the end. It returns (just past the closing quote,
-// true) when every byte before that quote is printable ASCII and every escape a simple one.
-// Otherwise it returns (j, false): j is the start of the first block it did not pass, or of the
-// escape that straddles into it, so skipString's byte loop resumes at a clean boundary and meets
-// whatever stopped the blocks (a control byte, non-ASCII text, \u, a bad escape, the end of b).
-// word returns the quote and backslash bytes of the 8 bytes of x as bit masks (byte k, bit k),
-// and a nonzero bad when one of them is a control or non-ASCII byte.
-func word(x uint64) (quote, bslash, bad uint64) {
-	return movemask(eqHi(x, lo*'"')), movemask(eqHi(x, lo*'\\')), badHi(x)
-}
-
-func skipBlocks(b []byte, i int) (int, bool) {
-	var carry uint64 // 1: the block's first byte is escaped by a backslash at the end of the last
-	for ; len(b)-i >= 64; i += 64 {
-		blk := (*[64]byte)(b[i : i+64])
-		q0, s0, b0 := word(binary.LittleEndian.Uint64(blk[0:]))
-		q1, s1, b1 := word(binary.LittleEndian.Uint64(blk[8:]))
-		q2, s2, b2 := word(binary.LittleEndian.Uint64(blk[16:]))
-		q3, s3, b3 := word(binary.LittleEndian.Uint64(blk[24:]))
-		q4, s4, b4 := word(binary.LittleEndian.Uint64(blk[32:]))
-		q5, s5, b5 := word(binary.LittleEndian.Uint64(blk[40:]))
-		q6, s6, b6 := word(binary.LittleEndian.Uint64(blk[48:]))
-		q7, s7, b7 := word(binary.LittleEndian.Uint64(blk[56:]))
-		quote := q0 | q1<<8 | q2<<16 | q3<<24 | q4<<32 | q5<<40 | q6<<48 | q7<<56
-		bslash := s0 | s1<<8 | s2<<16 | s3<<24 | s4<<32 | s5<<40 | s6<<48 | s7<<56
-		if b0|b1|b2|b3|b4|b5|b6|b7 != 0 {
-			break // a control or non-ASCII byte somewhere in the block: the byte loop sorts it out
-		}
-		// Bytes escaped by an odd run of backslashes (simdjson's find_escaped_branchless):
-		// adding each run's start to the run carries past its end, and the parity of where
-		// the run started tells which bytes after it are escaped.
-		bslash &^= carry
-		follows := bslash<<1 | carry
-		oddStarts := bslash &^ evenBits &^ follows
-		evenSeq, over := bits.Add64(oddStarts, bslash, 0)
-		escaped := (evenBits ^ evenSeq<<1) & follows
-		end := quote &^ escaped
-		end &= -end // the closing quote, or 0
-		before := end - 1
-		for e := escaped & before; e != 0; e &= e - 1 {
-			if !simpleEscape[blk[bits.TrailingZeros64(e)]] {
-				return i - int(carry), false
-			}
-		}
-		if end != 0 {
-			return i + bits.TrailingZeros64(end) + 1, true
-		}
-		carry = over
-	}
-	return i - int(carry), false
-}
 
 // stringError classes a string skipString refused at b[i]: invalid UTF-8, or invalid JSON.
 func stringError(b []byte, i int) error {

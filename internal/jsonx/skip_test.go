@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 )
 
-// skipStringRef is skipString as it was before the 64-byte block stage: the 8-bytes-at-a-time
-// loop alone. The block stage must not change a single verdict or offset of it.
+// skipStringRef is skipString as it was before its escape fast path: every stop, escapes
+// included, goes through the switch. The fast path must not change a single verdict or offset.
 func skipStringRef(b []byte, i int) (int, bool) {
 	n := len(b)
 	for {
@@ -80,10 +80,10 @@ func compareSkip(t *testing.T, b []byte) {
 	}
 }
 
-// TestSkipStringBlocks holds skipString (with its 64-byte block stage) to the byte loop alone on
-// long generated strings, at every offset, with plain-text runs of several lengths so that each
-// byte class lands at every position of a block and straddles block boundaries.
-func TestSkipStringBlocks(t *testing.T) {
+// TestSkipStringFastPath holds skipString to skipStringRef on long generated strings, at every
+// offset, with plain-text runs of several lengths so that each byte class lands at every
+// position of a word and straddles word boundaries.
+func TestSkipStringFastPath(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 400 {
 		var b []byte
@@ -98,8 +98,8 @@ func TestSkipStringBlocks(t *testing.T) {
 		}
 		compareSkip(t, b)
 	}
-	// Backslash runs of every length ending at every position around a block boundary, then a
-	// quote: the carry between blocks decides whether the quote ends the string.
+	// Backslash runs of every length ending at every position, then a quote: the parity of
+	// the run decides whether the quote ends the string.
 	for run := 1; run <= 9; run++ {
 		for at := 50; at < 140; at++ {
 			b := make([]byte, 0, 200)
@@ -118,51 +118,8 @@ func TestSkipStringBlocks(t *testing.T) {
 	}
 }
 
-// TestMovemask: movemask gathers exactly the high bits, byte k to bit k.
-func TestMovemask(t *testing.T) {
-	for m := range 256 {
-		var v uint64
-		for k := range 8 {
-			if m&(1<<k) != 0 {
-				v |= 0x80 << (8 * k)
-			}
-		}
-		if got := movemask(v); got != uint64(m) {
-			t.Fatalf("movemask(%#x) = %#x, want %#x", v, got, m)
-		}
-	}
-}
-
-// TestEqHiBadHiExact: eqHi and badHi flag exactly their bytes, whatever the neighbours are.
-func TestEqHiBadHiExact(t *testing.T) {
-	fillers := []byte{0, 0x01, 0x1f, 0x20, 0x21, '"', '\\', 'a', 0x7f, 0x80, 0xff}
-	for pos := range 8 {
-		for c := range 256 {
-			for _, f := range fillers {
-				var x uint64
-				for k := range 8 {
-					v := f
-					if k == pos {
-						v = byte(c)
-					}
-					x |= uint64(v) << (8 * k)
-				}
-				for k := range 8 {
-					v := byte(x >> (8 * k))
-					if got, want := eqHi(x, lo*'"')>>(8*k+7)&1 == 1, v == '"'; got != want {
-						t.Fatalf("eqHi(%#x, '\"') byte %d = %v", x, k, got)
-					}
-					if got, want := badHi(x)>>(8*k+7)&1 == 1, v < 0x20 || v >= 0x80; got != want {
-						t.Fatalf("badHi(%#x) byte %d = %v", x, k, got)
-					}
-				}
-			}
-		}
-	}
-}
-
 // FuzzSkipString builds a long string out of the fuzzer's bytes (each picks a piece of
-// stringAlphabet or a plain-text run), so the block stage sees every class at every alignment,
+// stringAlphabet or a plain-text run), so the fast path sees every class at every alignment,
 // and holds it to the byte loop alone, and Valid on the quoted string to encoding/json + UTF-8.
 func FuzzSkipString(f *testing.F) {
 	f.Add([]byte("abc\x05\x10\x11\x12"), uint8(0))
