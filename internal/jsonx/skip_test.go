@@ -68,10 +68,15 @@ var stringAlphabet = []string{
 	"\xc3", "\xe4\xb8", "\xf0\x9f\x98\x80",
 }
 
-// compareSkip checks skipString against skipStringRef at every start offset of b.
-func compareSkip(t *testing.T, b []byte) {
+// compareSkip checks skipString against skipStringRef at every start offset of b (or the first
+// few, given).
+func compareSkip(t *testing.T, b []byte, first ...int) {
 	t.Helper()
-	for i := range b {
+	n := len(b)
+	if len(first) > 0 {
+		n = min(n, first[0])
+	}
+	for i := range n {
 		gj, gok := skipString(b, i)
 		wj, wok := skipStringRef(b, i)
 		if gj != wj || gok != wok {
@@ -99,21 +104,40 @@ func TestSkipStringFastPath(t *testing.T) {
 		compareSkip(t, b)
 	}
 	// Backslash runs of every length ending at every position, then a quote: the parity of
-	// the run decides whether the quote ends the string.
+	// the run decides whether the quote ends the string. The prefix is plain text, or dense
+	// escapes (which hand the string to skipBlocks, so runs straddle its block boundaries and
+	// the carry between blocks decides).
+	for _, prefix := range []string{"a", `\n`, `\t\"`} {
+		for _, after := range []string{`"`, "q", "u0041", "u12", "n", "\x01", "é"} {
+			testRuns(t, prefix, after)
+		}
+	}
+}
+
+// testRuns checks strings made of prefix, a run of backslashes at each position, after, and a
+// quote far behind.
+func testRuns(t *testing.T, prefix, after string) {
 	for run := 1; run <= 9; run++ {
-		for at := 50; at < 140; at++ {
-			b := make([]byte, 0, 200)
+		for at := 50; at < 200; at++ {
+			b := make([]byte, 0, 300)
 			for len(b) < at-run {
-				b = append(b, 'a')
+				b = append(b, prefix...)
+			}
+			b = b[:at-run]
+			if n := len(b); n > 0 && b[n-1] == '\\' {
+				b[n-1] = 'a' // the prefix cut inside an escape
 			}
 			for range run {
 				b = append(b, '\\')
 			}
-			b = append(b, `"tail"`...)
-			for len(b) < 200 {
+			// The next quote is far: a block that misread what follows the run would pass.
+			b = append(b, after...)
+			for len(b) < 290 {
 				b = append(b, 'z')
 			}
-			compareSkip(t, b)
+			b = append(b, `"tail`...)
+			compareSkip(t, b, 4) // at varies the alignment
+			compareSkip(t, b[1:], 4)
 		}
 	}
 }
@@ -144,4 +168,55 @@ func FuzzSkipString(f *testing.F) {
 			t.Fatalf("Valid(%q) = %v, encoding/json.Valid and utf8.Valid say %v", doc, got, want)
 		}
 	})
+}
+
+// TestMovemask: movemask gathers exactly the high bits, byte k to bit k.
+func TestMovemask(t *testing.T) {
+	for m := range 256 {
+		var v uint64
+		for k := range 8 {
+			if m&(1<<k) != 0 {
+				v |= 0x80 << (8 * k)
+			}
+		}
+		if got := movemask(v); got != uint64(m) {
+			t.Fatalf("movemask(%#x) = %#x, want %#x", v, got, m)
+		}
+	}
+}
+
+// TestBlockWord: for every byte value at every position among neighbours of every class,
+// blockWord's backslash mask is exact, its quote mask holds every quote (extra bits only make
+// skipBlocks hand over early), and bad is nonzero whenever a byte is a control or non-ASCII one.
+func TestBlockWord(t *testing.T) {
+	fillers := []byte{0, 0x01, 0x1f, 0x20, 0x21, '"', '#', '\\', ']', 'a', 0x7f, 0x80, 0xff}
+	for pos := range 8 {
+		for c := range 256 {
+			for _, f := range fillers {
+				var x uint64
+				for k := range 8 {
+					v := f
+					if k == pos {
+						v = byte(c)
+					}
+					x |= uint64(v) << (8 * k)
+				}
+				bs, q, bad := blockWord(x)
+				anyBad := false
+				for k := range 8 {
+					v := byte(x >> (8 * k))
+					if got := bs>>k&1 == 1; got != (v == '\\') {
+						t.Fatalf("blockWord(%#x): backslash bit %d = %v", x, k, got)
+					}
+					if v == '"' && q>>k&1 == 0 {
+						t.Fatalf("blockWord(%#x): quote at byte %d not flagged", x, k)
+					}
+					anyBad = anyBad || v < 0x20 || v >= 0x80
+				}
+				if anyBad && bad&hi == 0 {
+					t.Fatalf("blockWord(%#x): bad byte not flagged", x)
+				}
+			}
+		}
+	}
 }
