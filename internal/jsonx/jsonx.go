@@ -416,8 +416,10 @@ func skipBlocks(b []byte, i int) (j int, plain bool) {
 				return i - int(carry), false
 			}
 		}
-		if escaped == 0 {
-			return i + 64, true // over is 0: no backslash at all
+		if escaped|over == 0 {
+			// No backslash at all. (escaped alone is 0 too when the only backslash is the
+			// last byte: it escapes the next block's first byte, which over carries.)
+			return i + 64, true
 		}
 		carry = over
 	}

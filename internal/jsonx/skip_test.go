@@ -109,14 +109,15 @@ func TestSkipStringFastPath(t *testing.T) {
 	// the carry between blocks decides).
 	for _, prefix := range []string{"a", `\n`, `\t\"`} {
 		for _, after := range []string{`"`, "q", "u0041", "u12", "n", "\x01", "é"} {
-			testRuns(t, prefix, after)
+			testRuns(t, prefix, after, -1)
+			testRuns(t, prefix, after, 12)
 		}
 	}
 }
 
-// testRuns checks strings made of prefix, a run of backslashes at each position, after, and a
-// quote far behind.
-func testRuns(t *testing.T, prefix, after string) {
+// testRuns checks strings made of prefix (plain text from plainFrom on, if >= 0), a run of
+// backslashes at each position, after, and a quote far behind.
+func testRuns(t *testing.T, prefix, after string, plainFrom int) {
 	for run := 1; run <= 9; run++ {
 		for at := 50; at < 200; at++ {
 			b := make([]byte, 0, 300)
@@ -124,6 +125,13 @@ func testRuns(t *testing.T, prefix, after string) {
 				b = append(b, prefix...)
 			}
 			b = b[:at-run]
+			if plainFrom >= 0 && plainFrom < len(b) {
+				// Plain text from plainFrom on: blocks entered on the escapes before it meet
+				// a block whose only backslash is its last byte.
+				for k := plainFrom; k < len(b); k++ {
+					b[k] = 'a'
+				}
+			}
 			if n := len(b); n > 0 && b[n-1] == '\\' {
 				b[n-1] = 'a' // the prefix cut inside an escape
 			}
@@ -157,7 +165,7 @@ func FuzzSkipString(f *testing.F) {
 			if int(c) < len(stringAlphabet) {
 				b = append(b, stringAlphabet[c]...)
 			} else {
-				for k := int(c) - len(stringAlphabet); k > 0; k -= 3 {
+				for k := int(c) - len(stringAlphabet); k > 0; k-- {
 					b = append(b, 'q')
 				}
 			}
@@ -168,6 +176,30 @@ func FuzzSkipString(f *testing.F) {
 			t.Fatalf("Valid(%q) = %v, encoding/json.Valid and utf8.Valid say %v", doc, got, want)
 		}
 	})
+}
+
+// TestSkipStringRandomDense: generated strings that mix dense escapes, plain runs of every
+// length up to 90 and every byte class, so that blocks are entered, passed, left for plain text
+// and stopped at every alignment (this found a block whose only backslash was its last byte
+// taken for plain, and the escaped quote after it for the end).
+func TestSkipStringRandomDense(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 9))
+	for range 30000 {
+		var b []byte
+		for len(b) < 400 {
+			switch r.IntN(4) {
+			case 0:
+				b = append(b, stringAlphabet[r.IntN(len(stringAlphabet))]...)
+			case 1:
+				b = append(b, `\n`...)
+			default:
+				for k := r.IntN(90); k > 0; k-- {
+					b = append(b, 'a')
+				}
+			}
+		}
+		compareSkip(t, b, 3)
+	}
 }
 
 // TestMovemask: movemask gathers exactly the high bits, byte k to bit k.
