@@ -50,6 +50,11 @@ type ResponsesRequest struct {
 	// Trigger is the index of the first compaction_trigger item, -1 if none.
 	Trigger int
 
+	// itemBuf backs Items while the input has at most len(itemBuf) items (a short session, the
+	// first turns of any): the skim of a small body then makes one allocation, the request, not
+	// one more per doubling of Items.
+	itemBuf [8]Item
+
 	inputStart, inputEnd int // byte span of the input value in Body; 0,0 when absent
 	cmStart, cmEnd       int // byte span of the context_management member (key to value) in Body
 	toolsStart, toolsEnd int // byte span of the tools value in Body; 0,0 when absent
@@ -348,9 +353,15 @@ func (r *ResponsesRequest) scanItems(it *jsonx.Iter) error {
 				r.Trigger = i
 			}
 		}
+		if r.Items == nil {
+			r.Items = r.itemBuf[:0]
+		}
 		r.Items = append(r.Items, item)
 		return true
 	})
+	// No spare capacity: an append to Items elsewhere copies rather than writing into itemBuf
+	// behind a slice someone else holds.
+	r.Items = r.Items[:len(r.Items):len(r.Items)]
 	return err
 }
 

@@ -180,6 +180,34 @@ func TestSkimAllocations(t *testing.T) {
 	}
 }
 
+// TestSmallSkimOneAllocation: the skim of a short session's body (up to 8 items, as in the 2 KB
+// and 10 KB pass-through turns) allocates the request and nothing else, and leaves Items
+// without spare capacity over the request's own buffer.
+func TestSmallSkimOneAllocation(t *testing.T) {
+	item := `{"type":"message","role":"user","content":[{"type":"input_text","text":"a \"quoted\" line\n"}]}`
+	for _, n := range []int{1, 4, 8} {
+		body := []byte(`{"model":"m","stream":true,"input":[` + strings.Repeat(item+",", n-1) + item + `]}`)
+		allocs := testing.AllocsPerRun(10, func() {
+			if r, err := ParseResponsesRequest(body); err != nil || len(r.Items) != n {
+				t.Fatalf("%d items: %v", n, err)
+			}
+		})
+		if allocs != 1 {
+			t.Errorf("ParseResponsesRequest of %d items: %v allocations, want 1", n, allocs)
+		}
+		r, _ := ParseResponsesRequest(body)
+		if cap(r.Items) != len(r.Items) {
+			t.Errorf("%d items: cap(Items) = %d, want %d (an append must copy)", n, cap(r.Items), len(r.Items))
+		}
+	}
+	// Past the buffer the skim still works, the items appended in order.
+	body := []byte(`{"input":[` + strings.Repeat(`{"type":"a"},`, 20) + `{"type":"b"}]}`)
+	r, err := ParseResponsesRequest(body)
+	if err != nil || len(r.Items) != 21 || r.Items[0].Type != "a" || r.Items[20].Type != "b" {
+		t.Fatalf("21 items: %v, %d items", err, len(r.Items))
+	}
+}
+
 func TestMessagesSkimAllocations(t *testing.T) {
 	var b strings.Builder
 	b.WriteString(`{"model":"m","messages":[`)

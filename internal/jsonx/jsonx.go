@@ -259,8 +259,20 @@ func special(x uint64) uint64 {
 // skim: plain bytes are passed 8 at a time, the word holding a byte to stop at jumps straight to
 // it, and a run of non-ASCII bytes is checked as a whole by utf8.Valid (valid UTF-8 sequences are
 // made of bytes >= 0x80 only, so a string is valid UTF-8 exactly when each such run is).
+//
+// Code and logs carry an escape every few dozen bytes (\n, \t, \"), and each one stops the word
+// loop with a mispredicted branch. So simple escapes are passed with one table lookup (not a
+// switch on the escape character, a second unpredictable branch), and where two come less than
+// 32 bytes apart the string is handed to skipBlocks, which passes 64 bytes at a time without
+// stopping at escapes, until a block holds something this loop must look at (see skipBlocks).
+// Every refusal, and every offset returned, is this loop's: skipBlocks only ever skips text it
+// has checked to be plain ASCII with simple escapes (TestSkipStringFastPath, FuzzSkipString).
 func skipString(b []byte, i int) (int, bool) {
 	n := len(b)
+	// When to hand over to skipBlocks: the last simple escape, where blocks may start again, and
+	// the wait after a failed try. An array, kept in memory: as locals they cost the word loop
+	// below a register, and it spilled its word.
+	st := [3]int{i - 64, i, 64}
 	for {
 		for i+8 <= n {
 			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
@@ -268,6 +280,37 @@ func skipString(b []byte, i int) (int, bool) {
 				break
 			}
 			i += 8
+		}
+		if i < n && b[i] >= utf8.RuneSelf {
+			j := i + 1
+			for j < n && b[j] >= utf8.RuneSelf {
+				j++
+			}
+			if !utf8.Valid(b[i:j]) {
+				return i, false // stringError tells this apart from other failures
+			}
+			i = j
+			continue
+		}
+		if i+1 < n && b[i] == '\\' && simpleEscape[b[i+1]] {
+			i += 2
+			if i-st[0] < 32 && i >= st[1] && n-i >= 64 {
+				// Escapes are dense here: pass blocks until one holds something to stop at.
+				// What stops them lies in b[j:j+64], for the loop here; when that was the first
+				// block (non-ASCII text, say), wait twice as long each time before trying again.
+				j, plain := skipBlocks(b, i)
+				if !plain {
+					if j > i {
+						st[2] = 64 // blocks passed: text where they pay
+					} else {
+						st[2] = min(2*st[2], 4096)
+					}
+					st[1] = j + st[2]
+				}
+				i = j
+			}
+			st[0] = i
+			continue
 		}
 		if i >= n {
 			return i, false
@@ -292,19 +335,95 @@ func skipString(b []byte, i int) (int, bool) {
 			}
 		case c < 0x20:
 			return i, false
-		case c >= utf8.RuneSelf:
-			j := i + 1
-			for j < n && b[j] >= utf8.RuneSelf {
-				j++
-			}
-			if !utf8.Valid(b[i:j]) {
-				return i, false // stringError tells this apart from other failures
-			}
-			i = j
 		default:
 			i++
 		}
 	}
+}
+
+// simpleEscape holds the bytes that may follow a backslash in a string, except 'u' (which takes
+// four hex digits and is left to skipString's switch).
+var simpleEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': true, 'n': true, 'r': true, 't': true}
+
+const (
+	b7f       = 0x7f7f7f7f7f7f7f7f
+	evenBits  = 0x5555555555555555
+	gatherHis = 0x0102040810204080 // moves bit 8k to bit 56+k (see movemask)
+)
+
+// eqHi returns the high bit of each byte of x equal to the byte repeated in c. Unlike special it
+// is exact in every byte: the add cannot carry out of a byte (0x7f+0x7f < 0x100).
+func eqHi(x, c uint64) uint64 {
+	y := x ^ c
+	return ^((y&b7f + b7f) | y) & hi
+}
+
+// movemask gathers the high bits of the bytes of v (only high bits set) into bits 0-7, byte k to
+// bit k: the multiply shifts bit 8k left by 56-7k, and no two partial products share a bit, so
+// nothing carries.
+func movemask(v uint64) uint64 { return (v >> 7) * gatherHis >> 56 }
+
+// blockWord reads 8 bytes of a block: its backslashes as a bit mask (byte k, bit k), exact; its
+// quotes as a bit mask that holds every quote, and may also hold a byte just above one (the
+// borrow of the "has a zero byte" test); and bad, nonzero when a byte may be a control or
+// non-ASCII byte.
+func blockWord(x uint64) (bslash, quote, bad uint64) {
+	q := x ^ (lo * '"')
+	return movemask(eqHi(x, lo*'\\')), movemask((q - lo) &^ q & hi), (x-lo*0x20)&^x | x
+}
+
+// skipBlocks passes string contents from b[i] (not inside an escape or a UTF-8 sequence) 64
+// bytes at a time, the way simdjson's first stage does, for text with an escape every few bytes
+// (code, logs), where the word loop of skipString stops and mispredicts at each one: per block,
+// masks of its backslashes and quotes, the backslashes resolved without a branch into the bytes
+// they escape (an odd run escapes the next byte; the carry crosses blocks, as in simdjson's
+// find_escaped_branchless), and the block passes when no quote is left unescaped, no byte is a
+// control or non-ASCII byte and every escape is a simple one. It never decides anything itself:
+// it returns where skipString's loop resumes, the start of the first block it did not pass (or
+// of the escape straddling into it), which then holds what stopped it (the closing quote, \u, a
+// bad byte, or the end of b); or, with plain true, the end of a block without a backslash, where
+// the 8-byte loop is the faster one again.
+func skipBlocks(b []byte, i int) (j int, plain bool) {
+	var carry uint64 // 1: the block's first byte is escaped by a backslash ending the last one
+	for ; len(b)-i >= 64; i += 64 {
+		blk := (*[64]byte)(b[i : i+64])
+		s0, q0, f0 := blockWord(binary.LittleEndian.Uint64(blk[0:]))
+		s1, q1, f1 := blockWord(binary.LittleEndian.Uint64(blk[8:]))
+		s2, q2, f2 := blockWord(binary.LittleEndian.Uint64(blk[16:]))
+		s3, q3, f3 := blockWord(binary.LittleEndian.Uint64(blk[24:]))
+		s4, q4, f4 := blockWord(binary.LittleEndian.Uint64(blk[32:]))
+		s5, q5, f5 := blockWord(binary.LittleEndian.Uint64(blk[40:]))
+		s6, q6, f6 := blockWord(binary.LittleEndian.Uint64(blk[48:]))
+		s7, q7, f7 := blockWord(binary.LittleEndian.Uint64(blk[56:]))
+		if (f0|f1|f2|f3|f4|f5|f6|f7)&hi != 0 {
+			break
+		}
+		bslash := s0 | s1<<8 | s2<<16 | s3<<24 | s4<<32 | s5<<40 | s6<<48 | s7<<56
+		quote := q0 | q1<<8 | q2<<16 | q3<<24 | q4<<32 | q5<<40 | q6<<48 | q7<<56
+		// Bytes escaped by an odd run of backslashes: adding each run's start to the run
+		// carries past its end, and the parity of where the run started tells which byte after
+		// it is escaped.
+		bslash &^= carry
+		follows := bslash<<1 | carry
+		oddStarts := bslash &^ evenBits &^ follows
+		evenSeq, over := bits.Add64(oddStarts, bslash, 0)
+		escaped := (evenBits ^ evenSeq<<1) & follows
+		if quote&^escaped != 0 {
+			break // the closing quote, most likely
+		}
+		for e := escaped; e != 0; e &= e - 1 {
+			if !simpleEscape[blk[bits.TrailingZeros64(e)]] {
+				return i - int(carry), false
+			}
+		}
+		if escaped|over == 0 {
+			// No backslash at all. (escaped alone is 0 too when the only backslash is the
+			// last byte: it escapes the next block's first byte, which over carries.)
+			return i + 64, true
+		}
+		carry = over
+	}
+	return i - int(carry), false
 }
 
 // stringError classes a string skipString refused at b[i]: invalid UTF-8, or invalid JSON.
