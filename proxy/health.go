@@ -28,7 +28,8 @@ type ops struct {
 // decorators and makes the logger add request ids. New calls it before building the reverse
 // proxies, which take the transport from s.cfg.
 func (s *Server) setupObservability() {
-	s.log = slog.New(ctxHandler{s.log.Handler()})
+	s.logHandler = s.log.Handler()
+	s.log = slog.New(ctxHandler{s.logHandler})
 	s.cfg.Transport = &instrumentedTransport{next: s.cfg.Transport, m: s.metrics}
 	if s.cfg.Summarizer != nil {
 		s.cfg.Summarizer = instrumentedSummarizer{next: s.cfg.Summarizer, m: s.metrics}

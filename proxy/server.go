@@ -198,9 +198,12 @@ func (o engineObserver) Memo(outcome string)             { o.m.memo(outcome) }
 
 // Server is the compactd HTTP handler.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	router chi.Router
+	cfg Config
+	log *slog.Logger
+	// logHandler is the handler of Config.Logger, beneath the ctxHandler of log: the access log
+	// hands its records to it directly (finish).
+	logHandler slog.Handler
+	router     chi.Router
 	// forward and forwardAnthropic carry every upstream call of their API.
 	forward, forwardAnthropic *httputil.ReverseProxy
 	metrics                   *metrics
@@ -343,8 +346,8 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			return
 		}
 		defer release()
-		r, done := s.guardBody(w, r)
-		defer done()
+		r, guard := s.guardBody(w, r)
+		defer guard.finish()
 		next.ServeHTTP(w, r)
 	})
 }
