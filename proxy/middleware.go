@@ -40,6 +40,9 @@ type reqState struct {
 	// upstreamBody is the response body wrapper of the request's first upstream round trip.
 	upstreamBody     upstreamBody
 	upstreamBodyUsed atomic.Bool
+	// turnBuf is the request's first turn (newTurn).
+	turnBuf  turn
+	turnUsed atomic.Bool
 }
 
 type reqStateKey struct{}

@@ -104,7 +104,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	t := &turn{stream: req.Stream}
+	t := newTurn(r.Context(), req.Stream)
 	changed := prev != nil
 	var c *compaction
 	if limit, trigger := s.cfg.Policy.ForRoute(dialectOpenAI.policyRoute()).Effective(th); limit > 0 && req.PreviousResponseID == "" {
