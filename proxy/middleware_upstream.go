@@ -97,8 +97,8 @@ const usageObjectCap = 64 << 10
 type usageScan struct {
 	depth      int
 	inStr, esc bool
-	prev       byte // the last ',', ':' or '{' at depth 1 (0 after a nested value closed)
-	isKey      bool // the string being read is a key of the top-level object
+	prev       byte                   // the last ',', ':' or '{' at depth 1 (0 after a nested value closed)
+	isKey      bool                   // the string being read is a key of the top-level object
 	key        [len("usage") + 1]byte // the head of the key being read: enough to tell "usage" apart
 	keyLen     int
 	keyIsUsage bool // the last top-level key read was "usage"

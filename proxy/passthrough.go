@@ -195,4 +195,6 @@ type replayBody struct {
 func (*replayBody) Close() error { return nil }
 
 // replay is GetBody: a fresh reader over the same bytes.
-func (b *replayBody) replay() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.body)), nil }
+func (b *replayBody) replay() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(b.body)), nil
+}
