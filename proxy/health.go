@@ -44,11 +44,10 @@ func (s *Server) setupObservability() {
 	}
 }
 
-// routeObservability installs the middleware on r — instrumenting outermost, then the gate
-// (server.go) that every request passes before routing — and the operational routes. It must
-// run before any other route is added (chi wants middleware first).
+// routeObservability installs the operational routes on r. The middleware (instrumenting
+// outermost, then the gate, server.go, that every request passes before routing) wraps the
+// router instead of being installed in it: see Server.handler.
 func (s *Server) routeObservability(r chi.Router) {
-	r.Use(s.instrument, s.gate)
 	r.HandleFunc("/healthz", s.handleHealthz)
 	r.HandleFunc("/readyz", s.handleReadyz)
 	if s.ops.metrics != nil && !s.cfg.MetricsSeparate {

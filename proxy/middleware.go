@@ -40,12 +40,38 @@ type reqState struct {
 	// upstreamBody is the response body wrapper of the request's first upstream round trip.
 	upstreamBody     upstreamBody
 	upstreamBodyUsed atomic.Bool
+	ctx              reqCtx
+	route            chi.Context
+	routePatterns    [2]string // the backing of route.RoutePatterns (a mounted router adds the second)
 	// turnBuf is the request's first turn (newTurn).
 	turnBuf  turn
 	turnUsed atomic.Bool
 }
 
 type reqStateKey struct{}
+
+// reqCtx is a request's context: its parent's, plus the reqState and, when instrument runs
+// outside chi (as New sets it up), chi's route context, which chi then uses instead of making
+// its own. One context that answers both keys, stored in the reqState, costs no allocation;
+// context.WithValue twice, and the request copy chi makes, cost three per request. Every other
+// key is the parent's, so cancellation and deadlines propagate as through any context.
+type reqCtx struct {
+	context.Context
+	st       *reqState
+	ownRoute bool // the route context is st.route (there was none in the parent)
+}
+
+func (c *reqCtx) Value(key any) any {
+	switch key {
+	case reqStateKey{}:
+		return c.st
+	case chi.RouteCtxKey:
+		if c.ownRoute {
+			return &c.st.route
+		}
+	}
+	return c.Context.Value(key)
+}
 
 func stateFrom(ctx context.Context) *reqState {
 	st, _ := ctx.Value(reqStateKey{}).(*reqState)
@@ -108,7 +134,12 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			st.body = &st.tap
 			r.Body = st.body
 		}
-		r = r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
+		st.ctx = reqCtx{Context: r.Context(), st: st}
+		if chi.RouteContext(r.Context()) == nil {
+			st.ctx.ownRoute = true
+			st.route.Routes, st.route.RoutePatterns = s.router, st.routePatterns[:0]
+		}
+		r = r.WithContext(&st.ctx)
 		ow := &st.ow
 		ow.ResponseWriter, ow.st, ow.m, ow.r = w, st, s.metrics, r
 
@@ -149,7 +180,7 @@ func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
 		level = slog.LevelDebug
 	}
 	ctx := r.Context()
-	h := s.logHandler
+	h := s.accessLogHandler()
 	if !h.Enabled(ctx, level) {
 		return
 	}
@@ -195,6 +226,19 @@ func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
 		// Debug only, by explicit opt-in (--log-content): request bodies carry prompts.
 		s.log.LogAttrs(ctx, slog.LevelDebug, "request content", slog.String("body_head", st.body.head()))
 	}
+}
+
+// accessLogHandler is the handler access-log records go to: the one beneath ctxHandler (finish
+// adds the request id itself).
+func (s *Server) accessLogHandler() slog.Handler {
+	if s.logHandler != nil {
+		return s.logHandler
+	}
+	h := s.log.Handler()
+	if c, ok := h.(ctxHandler); ok {
+		return c.Handler
+	}
+	return h
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
