@@ -159,7 +159,8 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 
 // finish records a finished request: metrics and the access log line.
 func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
-	elapsed := time.Since(st.start)
+	now := time.Now() // one clock read for the duration and the log record's time
+	elapsed := now.Sub(st.start)
 	up := time.Duration(st.upstreamNanos.Load())
 	sum := time.Duration(st.summariserNanos.Load())
 	overhead := max(elapsed-up-sum, 0)
@@ -219,7 +220,7 @@ func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
 	}
 	attrs = clientTurnFrom(r.Header).appendLogAttrs(attrs)
 	attrs = append(attrs, slog.String("request_id", st.id)) // what ctxHandler adds
-	rec := slog.NewRecord(time.Now(), level, "request", 0)
+	rec := slog.NewRecord(now, level, "request", 0)
 	rec.AddAttrs(attrs...)
 	_ = h.Handle(ctx, rec)
 	if s.cfg.LogContent && st.body != nil && s.log.Enabled(ctx, slog.LevelDebug) {
