@@ -123,6 +123,15 @@ var quietRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics":
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := &reqState{id: requestID(r.Header), api: dialectOf(r.URL.Path).String(), start: time.Now()}
+		st.ctx = reqCtx{Context: r.Context(), st: st}
+		if chi.RouteContext(r.Context()) == nil {
+			st.ctx.ownRoute = true
+			st.route.Routes, st.route.RoutePatterns = s.router, st.routePatterns[:0]
+		}
+		// The copy first, then its body: net/http's own request must keep its body, which
+		// net/http inspects after the handler (an unread body closed early makes it close the
+		// connection gracefully, so a client still sending gets the answer, not a reset).
+		r = r.WithContext(&st.ctx)
 		if r.Body != nil && r.Body != http.NoBody {
 			// The head is looked at for the model (gen_ai metrics, the access log's model field)
 			// and, with --log-content, kept to log.
@@ -134,12 +143,6 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			st.body = &st.tap
 			r.Body = st.body
 		}
-		st.ctx = reqCtx{Context: r.Context(), st: st}
-		if chi.RouteContext(r.Context()) == nil {
-			st.ctx.ownRoute = true
-			st.route.Routes, st.route.RoutePatterns = s.router, st.routePatterns[:0]
-		}
-		r = r.WithContext(&st.ctx)
 		ow := &st.ow
 		ow.ResponseWriter, ow.st, ow.m, ow.r = w, st, s.metrics, r
 

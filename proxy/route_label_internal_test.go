@@ -83,6 +83,34 @@ func TestAccessLogRoutes(t *testing.T) {
 	}
 }
 
+// ServeHTTP leaves the request it is handed as it was, body included: net/http looks at its own
+// request's body after the handler to decide how to close a connection whose body was not read
+// (gracefully, so a client still uploading a refused body reads the 413 instead of a reset).
+func TestServeHTTPLeavesRequest(t *testing.T) {
+	key, _ := crypto.GenerateKey()
+	ring, _ := crypto.NewKeyring(key)
+	up, _ := url.Parse("http://upstream.invalid")
+	s, err := New(Config{Upstream: up, AnthropicUpstream: up, Transport: cannedUpstream{}, Sealer: ring,
+		Summarizer: instantSummarizer{}, Registry: NewRegistry(), MaxBodyBytes: 1 << 10,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeInternal(t, s) })
+	for _, tc := range []struct{ name, path, body string }{
+		{"refused by the gate", "/v1/responses", strings.Repeat(" ", 2<<10)},
+		{"handled", "/v1/responses", `{"model":"gpt-5.4","input":"hi"}`},
+		{"passed through", "/v1/files", `{}`},
+	} {
+		req := httptest.NewRequest("POST", tc.path, strings.NewReader(tc.body))
+		body, ctx := req.Body, req.Context()
+		s.ServeHTTP(httptest.NewRecorder(), req)
+		if req.Body != body || req.Context() != ctx {
+			t.Errorf("%s: the request's body or context was replaced", tc.name)
+		}
+	}
+}
+
 func closeInternal(t *testing.T, s *Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
