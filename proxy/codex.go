@@ -57,6 +57,18 @@ func label(s string) string {
 	return s
 }
 
+// appendLogAttrs appends the turn's client labels to a, omitting what is absent: LogAttrs for
+// the access log, which builds its record from a slice on the stack.
+func (ct clientTurn) appendLogAttrs(a []slog.Attr) []slog.Attr {
+	for _, kv := range [...][2]string{{"session", ct.Session}, {"client_phase", ct.Phase},
+		{"client_reason", ct.Reason}, {"client_trigger", ct.Trigger}} {
+		if kv[1] != "" {
+			a = append(a, slog.String(kv[0], kv[1]))
+		}
+	}
+	return a
+}
+
 // LogAttrs renders the turn's client labels for a log line, omitting what is absent.
 func (ct clientTurn) LogAttrs() []any {
 	var a []any

@@ -28,7 +28,8 @@ type ops struct {
 // decorators and makes the logger add request ids. New calls it before building the reverse
 // proxies, which take the transport from s.cfg.
 func (s *Server) setupObservability() {
-	s.log = slog.New(ctxHandler{s.log.Handler()})
+	s.logHandler = s.log.Handler()
+	s.log = slog.New(ctxHandler{s.logHandler})
 	s.cfg.Transport = &instrumentedTransport{next: s.cfg.Transport, m: s.metrics}
 	if s.cfg.Summarizer != nil {
 		s.cfg.Summarizer = instrumentedSummarizer{next: s.cfg.Summarizer, m: s.metrics}
@@ -43,11 +44,10 @@ func (s *Server) setupObservability() {
 	}
 }
 
-// routeObservability installs the middleware on r — instrumenting outermost, then the gate
-// (server.go) that every request passes before routing — and the operational routes. It must
-// run before any other route is added (chi wants middleware first).
+// routeObservability installs the operational routes on r. The middleware (instrumenting
+// outermost, then the gate, server.go, that every request passes before routing) wraps the
+// router instead of being installed in it: see Server.handler.
 func (s *Server) routeObservability(r chi.Router) {
-	r.Use(s.instrument, s.gate)
 	r.HandleFunc("/healthz", s.handleHealthz)
 	r.HandleFunc("/readyz", s.handleReadyz)
 	if s.ops.metrics != nil && !s.cfg.MetricsSeparate {

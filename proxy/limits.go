@@ -72,23 +72,37 @@ func (s *Server) checkDeclaredLength(w http.ResponseWriter, r *http.Request, d d
 }
 
 // guardBody bounds the body of r (a chunked one is cut at the size limit) and arms its read
-// deadline. done must be called when the handler returns.
-func (s *Server) guardBody(w http.ResponseWriter, r *http.Request) (*http.Request, func()) {
+// deadline. g.finish must be called when the handler returns (g is nil, and finish a no-op, for
+// a bodiless request). The guard lives in the request's reqState when there is one, so it costs
+// no allocation of its own.
+func (s *Server) guardBody(w http.ResponseWriter, r *http.Request) (_ *http.Request, g *bodyGuard) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return r, func() {}
+		return r, nil
 	}
-	g := &bodyGuard{rc: r.Body, left: r.ContentLength}
 	if st := stateFrom(r.Context()); st != nil {
+		g = &st.guardBuf
 		st.guard = g
+	} else {
+		g = &bodyGuard{}
 	}
+	g.rc, g.left = r.Body, r.ContentLength
 	if s.cfg.BodyReadTimeout > 0 {
-		g.ctl = http.NewResponseController(w)
+		g.ctl = *http.NewResponseController(w)
 		g.deadline = time.Now().Add(s.cfg.BodyReadTimeout)
 		// HTTP/1 and HTTP/2 both support it; where not, the body simply has no deadline.
 		g.armed = g.ctl.SetReadDeadline(g.deadline) == nil
 	}
 	r.Body = http.MaxBytesReader(w, g, s.cfg.MaxBodyBytes)
-	return r, g.finish
+	return r, g
+}
+
+// boundedBody is r's body under the size limit: as the gate left it, which guarded it already
+// (guardBody), or else under a limit of its own.
+func (s *Server) boundedBody(w http.ResponseWriter, r *http.Request) io.Reader {
+	if st := stateFrom(r.Context()); st != nil && st.guard != nil {
+		return r.Body
+	}
+	return http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 }
 
 // errBodyReadTimeout is what reading a body returns once its read deadline has passed.
@@ -101,7 +115,7 @@ type bodyGuard struct {
 	rc io.ReadCloser
 
 	mu       sync.Mutex
-	ctl      *http.ResponseController
+	ctl      http.ResponseController // a value: NewResponseController's result, copied in
 	deadline time.Time
 	armed    bool  // the deadline is set and still ours to lift
 	left     int64 // declared bytes not yet read (-1: chunked)
@@ -134,6 +148,9 @@ func (g *bodyGuard) Close() error { return g.rc.Close() }
 // reverse-proxy transport can still be reading the body), and net/http sets the connection's
 // deadlines afresh for the next request.
 func (g *bodyGuard) finish() {
+	if g == nil {
+		return
+	}
 	g.mu.Lock()
 	g.armed = false
 	g.mu.Unlock()
@@ -150,6 +167,9 @@ func (g *bodyGuard) expired() bool {
 }
 
 func isTimeout(err error) bool {
+	if err == io.EOF {
+		return false // the end of every body: no errors.As (whose target escapes) for it
+	}
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

@@ -209,7 +209,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 // answered with a 400 and never forwarded: forwarding it unchecked would carry whatever
 // compaction blocks it holds past compactd. On failure it has answered the client.
 func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *api.MessagesRequest, bool) {
-	body, err := readAllSized(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
+	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -28,9 +28,50 @@ type reqState struct {
 
 	body  *bodyTap   // nil for bodiless requests
 	guard *bodyGuard // the body's size and read-deadline guard (limits.go); nil for bodiless requests
+
+	// The storage of body, guard and the response writer instrument wraps: one allocation per
+	// request instead of four. Not pooled: the ReverseProxy's transport and the async work a
+	// turn starts may still hold a pointer into a reqState after the handler returned, so only
+	// the garbage collector knows when it is free.
+	tap      bodyTap
+	guardBuf bodyGuard
+	ow       obsWriter
+	idHeader [1]string // the X-Request-Id header's value, set without a slice of its own
+	// upstreamBody is the response body wrapper of the request's first upstream round trip.
+	upstreamBody     upstreamBody
+	upstreamBodyUsed atomic.Bool
+	ctx              reqCtx
+	route            chi.Context
+	routePatterns    [2]string // the backing of route.RoutePatterns (a mounted router adds the second)
+	// turnBuf is the request's first turn (newTurn).
+	turnBuf  turn
+	turnUsed atomic.Bool
 }
 
 type reqStateKey struct{}
+
+// reqCtx is a request's context: its parent's, plus the reqState and, when instrument runs
+// outside chi (as New sets it up), chi's route context, which chi then uses instead of making
+// its own. One context that answers both keys, stored in the reqState, costs no allocation;
+// context.WithValue twice, and the request copy chi makes, cost three per request. Every other
+// key is the parent's, so cancellation and deadlines propagate as through any context.
+type reqCtx struct {
+	context.Context
+	st       *reqState
+	ownRoute bool // the route context is st.route (there was none in the parent)
+}
+
+func (c *reqCtx) Value(key any) any {
+	switch key {
+	case reqStateKey{}:
+		return c.st
+	case chi.RouteCtxKey:
+		if c.ownRoute {
+			return &c.st.route
+		}
+	}
+	return c.Context.Value(key)
+}
 
 func stateFrom(ctx context.Context) *reqState {
 	st, _ := ctx.Value(reqStateKey{}).(*reqState)
@@ -82,6 +123,15 @@ var quietRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics":
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := &reqState{id: requestID(r.Header), api: dialectOf(r.URL.Path).String(), start: time.Now()}
+		st.ctx = reqCtx{Context: r.Context(), st: st}
+		if chi.RouteContext(r.Context()) == nil {
+			st.ctx.ownRoute = true
+			st.route.Routes, st.route.RoutePatterns = s.router, st.routePatterns[:0]
+		}
+		// The copy first, then its body: net/http's own request must keep its body, which
+		// net/http inspects after the handler (an unread body closed early makes it close the
+		// connection gracefully, so a client still sending gets the answer, not a reset).
+		r = r.WithContext(&st.ctx)
 		if r.Body != nil && r.Body != http.NoBody {
 			// The head is looked at for the model (gen_ai metrics, the access log's model field)
 			// and, with --log-content, kept to log.
@@ -89,11 +139,12 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			if s.metrics != nil || s.cfg.LogContent {
 				capture = bodyCapture
 			}
-			st.body = &bodyTap{rc: r.Body, max: capture, keep: s.cfg.LogContent}
+			st.tap.rc, st.tap.max, st.tap.keep = r.Body, capture, s.cfg.LogContent
+			st.body = &st.tap
 			r.Body = st.body
 		}
-		r = r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
-		ow := &obsWriter{ResponseWriter: w, st: st, m: s.metrics, r: r}
+		ow := &st.ow
+		ow.ResponseWriter, ow.st, ow.m, ow.r = w, st, s.metrics, r
 
 		s.metrics.requestStarted()
 		defer func() {
@@ -111,7 +162,8 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 
 // finish records a finished request: metrics and the access log line.
 func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
-	elapsed := time.Since(st.start)
+	now := time.Now() // one clock read for the duration and the log record's time
+	elapsed := now.Sub(st.start)
 	up := time.Duration(st.upstreamNanos.Load())
 	sum := time.Duration(st.summariserNanos.Load())
 	overhead := max(elapsed-up-sum, 0)
@@ -132,15 +184,21 @@ func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
 		level = slog.LevelDebug
 	}
 	ctx := r.Context()
-	if !s.log.Enabled(ctx, level) {
+	h := s.accessLogHandler()
+	if !h.Enabled(ctx, level) {
 		return
 	}
 	var in int64
 	if st.body != nil {
 		in = st.body.n.Load()
 	}
-	attrs := make([]slog.Attr, 0, 16)
-	attrs = append(attrs,
+	// The record is built here and handed to the handler beneath ctxHandler, with the request
+	// id among its attributes: one line per request is the hottest log call there is, and this
+	// way it costs neither runtime.Callers (an access line has no useful source position) nor a
+	// second growth of the record's attributes when ctxHandler appends the id. The attributes
+	// and their order are those of an s.log.LogAttrs call.
+	var buf [20]slog.Attr
+	attrs := append(buf[:0],
 		slog.String("method", r.Method),
 		slog.String("route", route),
 		slog.Int("status", code),
@@ -163,16 +221,28 @@ func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
 	if m := st.model(); m != "" && modelNameOK(m) {
 		attrs = append(attrs, slog.String("model", m))
 	}
-	for _, a := range clientTurnFrom(r.Header).LogAttrs() {
-		if at, ok := a.(slog.Attr); ok {
-			attrs = append(attrs, at)
-		}
-	}
-	s.log.LogAttrs(ctx, level, "request", attrs...)
+	attrs = clientTurnFrom(r.Header).appendLogAttrs(attrs)
+	attrs = append(attrs, slog.String("request_id", st.id)) // what ctxHandler adds
+	rec := slog.NewRecord(now, level, "request", 0)
+	rec.AddAttrs(attrs...)
+	_ = h.Handle(ctx, rec)
 	if s.cfg.LogContent && st.body != nil && s.log.Enabled(ctx, slog.LevelDebug) {
 		// Debug only, by explicit opt-in (--log-content): request bodies carry prompts.
 		s.log.LogAttrs(ctx, slog.LevelDebug, "request content", slog.String("body_head", st.body.head()))
 	}
+}
+
+// accessLogHandler is the handler access-log records go to: the one beneath ctxHandler (finish
+// adds the request id itself).
+func (s *Server) accessLogHandler() slog.Handler {
+	if s.logHandler != nil {
+		return s.logHandler
+	}
+	h := s.log.Handler()
+	if c, ok := h.(ctxHandler); ok {
+		return c.Handler
+	}
+	return h
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -220,7 +290,8 @@ func (w *obsWriter) WriteHeader(code int) {
 	} else if up := h.Get("Request-Id"); up != "" {
 		w.upstreamID = up // Anthropic's header name
 	}
-	h.Set("X-Request-Id", w.st.id)
+	w.st.idHeader[0] = w.st.id
+	h["X-Request-Id"] = w.st.idHeader[:] // h.Set, without allocating the value's slice
 	if strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
 		w.streamRoute = routeLabel(w.r)
 		w.m.streamOpened(w.streamRoute)
@@ -274,6 +345,17 @@ func (b *bodyTap) Read(p []byte) (int, error) {
 	if b.max > 0 && n > 0 {
 		b.mu.Lock()
 		if room := b.max - len(b.buf); room > 0 && (b.keep || !b.found) {
+			if len(b.buf) == 0 && !b.keep {
+				// The first read (for a body read whole, the whole body): look in it where it
+				// is, and copy it only when the model is not in it, complete.
+				if head := p[:min(n, room)]; bytes.Contains(head, []byte(`"model"`)) {
+					if res := gjson.GetBytes(head, "model"); res.Exists() {
+						b.found, b.mdl = true, res.Str
+						b.mu.Unlock()
+						return n, err
+					}
+				}
+			}
 			b.buf = append(b.buf, p[:min(n, room)]...)
 			if !b.found && bytes.Contains(b.buf, []byte(`"model"`)) {
 				b.look()

@@ -48,7 +48,13 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 	if err != nil {
 		return nil, err
 	}
-	ub := &upstreamBody{rc: resp.Body, st: st, m: t.m, start: start, provider: upstream}
+	var ub *upstreamBody
+	if st != nil && st.upstreamBodyUsed.CompareAndSwap(false, true) {
+		ub = &st.upstreamBody // the request's first round trip (most have one): no allocation
+	} else {
+		ub = &upstreamBody{}
+	}
+	ub.rc, ub.st, ub.m, ub.start, ub.provider = resp.Body, st, t.m, start, upstream
 	if t.m != nil && isModelTurn(req) {
 		ub.turn = true
 		ub.model = st.model()
@@ -91,9 +97,10 @@ const usageObjectCap = 64 << 10
 type usageScan struct {
 	depth      int
 	inStr, esc bool
-	prev       byte // the last ',', ':' or '{' at depth 1 (0 after a nested value closed)
-	isKey      bool // the string being read is a key of the top-level object
-	key        []byte
+	prev       byte                   // the last ',', ':' or '{' at depth 1 (0 after a nested value closed)
+	isKey      bool                   // the string being read is a key of the top-level object
+	key        [len("usage") + 1]byte // the head of the key being read: enough to tell "usage" apart
+	keyLen     int
 	keyIsUsage bool // the last top-level key read was "usage"
 	capturing  bool
 	obj        []byte
@@ -122,13 +129,14 @@ func (u *usageScan) write(p []byte) bool {
 			case c == '"':
 				u.inStr = false
 				if u.isKey {
-					u.keyIsUsage = string(u.key) == "usage"
+					u.keyIsUsage = string(u.key[:u.keyLen]) == "usage"
 					u.isKey = false
 				}
 				continue
 			}
-			if u.isKey && len(u.key) <= len("usage") {
-				u.key = append(u.key, c)
+			if u.isKey && u.keyLen < len(u.key) {
+				u.key[u.keyLen] = c
+				u.keyLen++
 			}
 			continue
 		}
@@ -136,7 +144,7 @@ func (u *usageScan) write(p []byte) bool {
 		case '"':
 			u.inStr = true
 			if u.depth == 1 && (u.prev == '{' || u.prev == ',') {
-				u.isKey, u.key = true, u.key[:0]
+				u.isKey, u.keyLen = true, 0
 			}
 		case '{', '[':
 			if u.depth == 1 && u.prev == ':' && u.keyIsUsage && c == '{' {

@@ -33,19 +33,23 @@ func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReversePr
 // instead of one allocation per response.
 var copyBuffers = &bufferPool{}
 
+// copyBufferSize is the size of a copy buffer.
+const copyBufferSize = 32 << 10
+
+// bufferPool keeps the buffers as pointers to arrays: Put turns the slice it is handed back into
+// the array pointer it came from, where a *[]byte would cost an allocation per Put.
 type bufferPool struct{ p sync.Pool }
 
 func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+	if v, ok := b.p.Get().(*[copyBufferSize]byte); ok {
+		return v[:]
 	}
-	return make([]byte, 32<<10)
+	return make([]byte, copyBufferSize)
 }
 
 func (b *bufferPool) Put(buf []byte) {
-	if cap(buf) == 32<<10 {
-		buf = buf[:cap(buf)]
-		b.p.Put(&buf)
+	if cap(buf) == copyBufferSize {
+		b.p.Put((*[copyBufferSize]byte)(buf[:copyBufferSize]))
 	}
 }
 
@@ -173,8 +177,24 @@ func upstreamUnavailable(d dialect) *routeError {
 // headers clones them first (forwardMessages).
 func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
 	out := r.WithContext(ctx)
-	out.Body = io.NopCloser(bytes.NewReader(body))
+	rb := &replayBody{body: body}
+	rb.Reset(body)
+	out.Body = rb
 	out.ContentLength = int64(len(body))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out.GetBody = rb.replay
 	return out
+}
+
+// replayBody is the body withBody gives the upstream request, and its GetBody: one allocation
+// where an io.NopCloser over a bytes.Reader and a closure for GetBody were three.
+type replayBody struct {
+	bytes.Reader
+	body []byte
+}
+
+func (*replayBody) Close() error { return nil }
+
+// replay is GetBody: a fresh reader over the same bytes.
+func (b *replayBody) replay() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(b.body)), nil
 }

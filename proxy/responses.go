@@ -17,7 +17,7 @@ import (
 
 // readBody reads a request body under the configured limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api.OpenAIError) {
-	body, err := readAllSized(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
+	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -104,7 +104,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	t := &turn{stream: req.Stream}
+	t := newTurn(r.Context(), req.Stream)
 	changed := prev != nil
 	var c *compaction
 	if limit, trigger := s.cfg.Policy.ForRoute(dialectOpenAI.policyRoute()).Effective(th); limit > 0 && req.PreviousResponseID == "" {

@@ -198,9 +198,13 @@ func (o engineObserver) Memo(outcome string)             { o.m.memo(outcome) }
 
 // Server is the compactd HTTP handler.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	router chi.Router
+	cfg Config
+	log *slog.Logger
+	// logHandler is the handler of Config.Logger, beneath the ctxHandler of log: the access log
+	// hands its records to it directly (finish).
+	logHandler slog.Handler
+	router     chi.Router
+	handler    http.Handler // router behind instrument and gate: what ServeHTTP serves
 	// forward and forwardAnthropic carry every upstream call of their API.
 	forward, forwardAnthropic *httputil.ReverseProxy
 	metrics                   *metrics
@@ -314,6 +318,10 @@ func New(cfg Config) (*Server, error) {
 	r.NotFound(s.forward.ServeHTTP)
 	r.MethodNotAllowed(s.forward.ServeHTTP)
 	s.router = r
+	// instrument and gate wrap the router rather than being chi middleware, so the route
+	// context chi needs comes with the request's state (reqCtx) instead of a context value and a
+	// request copy of chi's own per request.
+	s.handler = s.instrument(s.gate(r))
 	return s, nil
 }
 
@@ -343,14 +351,14 @@ func (s *Server) gate(next http.Handler) http.Handler {
 			return
 		}
 		defer release()
-		r, done := s.guardBody(w, r)
-		defer done()
+		r, guard := s.guardBody(w, r)
+		defer guard.finish()
 		next.ServeHTTP(w, r)
 	})
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // DefaultTransport is http.DefaultTransport with timeouts suited to LLM upstreams: bounded dial
 // and TLS handshakes, a generous wait for response headers (a model may think before it answers),

@@ -173,11 +173,16 @@ func eventJSON(ev *sse.Event) (data []byte, ok bool) {
 // guardStream wraps a successful SSE response body in a streamGuard; any other response is left
 // alone.
 func guardStream(resp *http.Response, d dialect, validate bool, fail func(seq int, why string) []byte) {
-	if resp.StatusCode/100 != 2 || !isEventStream(resp.Header) {
+	if !guardable(resp) {
 		return
 	}
 	resp.Body = &streamGuard{src: resp.Body, rd: sse.NewReaderSize(resp.Body, maxSSEEvent),
 		ctx: resp.Request.Context(), d: d, validate: validate, fail: fail}
+}
+
+// guardable reports whether resp is a stream guardStream guards: a successful event stream.
+func guardable(resp *http.Response) bool {
+	return resp.StatusCode/100 == 2 && isEventStream(resp.Header)
 }
 
 // upstreamInterrupted is the error a Responses stream ends with when the upstream's broke off.
@@ -194,6 +199,9 @@ func upstreamInterrupted() *routeError {
 // `response.failed`, numbered on from the upstream's sequence numbers (a rewriter above shifts
 // them like every other event).
 func guardResponsesStream(resp *http.Response, validate bool) {
+	if !guardable(resp) {
+		return // not a stream: no guard, and no closure allocated for one
+	}
 	guardStream(resp, dialectOpenAI, validate, func(seq int, why string) []byte {
 		t := turnFrom(resp.Request.Context())
 		id := ""
@@ -210,6 +218,9 @@ func guardResponsesStream(resp *http.Response, validate bool) {
 
 // guardMessagesStream guards a Messages stream: the closing error is an Anthropic `error` event.
 func guardMessagesStream(resp *http.Response, validate bool) {
+	if !guardable(resp) {
+		return // not a stream: no guard, and no closure allocated for one
+	}
 	guardStream(resp, dialectAnthropic, validate, func(_ int, why string) []byte {
 		e := upstreamInterrupted()
 		if why != "" {
@@ -224,6 +235,9 @@ func guardMessagesStream(resp *http.Response, validate bool) {
 // off before it, it ends with an error chunk (chatDialect.errorEvent), which the openai SDKs
 // report as a stream error, instead of looking like a short, complete answer.
 func guardChatStream(resp *http.Response, validate bool) {
+	if !guardable(resp) {
+		return // not a stream: no guard, and no closure allocated for one
+	}
 	guardStream(resp, dialectChat, validate, func(_ int, why string) []byte {
 		e := upstreamInterrupted()
 		if why != "" {

@@ -27,6 +27,17 @@ func (t *turn) nextSeq() int { return t.seq }
 
 type turnKey struct{}
 
+// newTurn is a turn for the request of ctx: the first one a request asks for lives in its
+// reqState (no allocation of its own), any other is allocated. Not pooled, like the reqState:
+// the ReverseProxy's hooks reach it through the upstream request's context.
+func newTurn(ctx context.Context, stream bool) *turn {
+	if st := stateFrom(ctx); st != nil && st.turnUsed.CompareAndSwap(false, true) {
+		st.turnBuf = turn{stream: stream}
+		return &st.turnBuf
+	}
+	return &turn{stream: stream}
+}
+
 func withTurn(ctx context.Context, t *turn) context.Context {
 	return context.WithValue(ctx, turnKey{}, t)
 }
