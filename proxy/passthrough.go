@@ -198,3 +198,18 @@ func (*replayBody) Close() error { return nil }
 func (b *replayBody) replay() (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(b.body)), nil
 }
+
+// fullDuplex lets a pass-through request's body keep streaming to the upstream after the
+// response has begun. net/http's HTTP/1 server otherwise closes the request body as soon as the
+// handler writes its headers (golang/go#40747): an upstream that answers before it has read the
+// whole body — an event stream, a 100-continue-less upload that fails early — would have the
+// transport's copy of the body fail and the connection, with the response on it, torn down. The
+// routes compactd parses read the body whole first and need nothing.
+func fullDuplex(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 is always full duplex
+		}
+		h.ServeHTTP(w, r)
+	})
+}

@@ -311,12 +311,13 @@ func New(cfg Config) (*Server, error) {
 	r.Post("/v1/chat/completions", s.chatRoute())
 	s.routeAdmin(r)
 	// chi's Handle registers every method, so it comes first and the POST routes override it.
-	r.Handle("/v1/messages", s.forwardAnthropic)   // other methods
-	r.Handle("/v1/messages/*", s.forwardAnthropic) // batches and whatever comes next
+	forwardAnthropic, forward := fullDuplex(s.forwardAnthropic), fullDuplex(s.forward)
+	r.Handle("/v1/messages", forwardAnthropic)   // other methods
+	r.Handle("/v1/messages/*", forwardAnthropic) // batches and whatever comes next
 	r.Post("/v1/messages", s.handleMessages)
 	r.Post("/v1/messages/count_tokens", s.handleCountTokens)
-	r.NotFound(s.forward.ServeHTTP)
-	r.MethodNotAllowed(s.forward.ServeHTTP)
+	r.NotFound(forward.ServeHTTP)
+	r.MethodNotAllowed(forward.ServeHTTP)
 	s.router = r
 	// instrument and gate wrap the router rather than being chi middleware, so the route
 	// context chi needs comes with the request's state (reqCtx) instead of a context value and a
