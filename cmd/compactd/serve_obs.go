@@ -118,7 +118,11 @@ const memoryLimitHeadroom = 10
 // bodies of a burst stay resident while the next burst is read, and a budget of bodies does not
 // bound RSS; with it, the collector runs early instead. The limit is soft: a heap that needs more
 // still gets it (the runtime caps the collector's share of CPU), so it never fails a request.
-const budgetMemoryHeadroom = 64 << 20
+// 32 MiB: RSS runs a few tens of MiB above the runtime's limit (the binary, allocations made
+// during a collection), and 100 x 20 MB bodies under a 1 GiB budget peaked 56 MB over the limit
+// at 64 MiB of headroom (BENCHMARKS.md).
+
+const budgetMemoryHeadroom = 32 << 20
 
 // memConfig is --memory-limit and --max-inflight-body-bytes, each "auto" or a size.
 type memConfig struct {
@@ -127,7 +131,7 @@ type memConfig struct {
 }
 
 func (m *memConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&m.memoryLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (bytes, or KiB/MiB/GiB); auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit, else the in-flight body budget plus 64 MiB (0: none)")
+	fs.StringVar(&m.memoryLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (bytes, or KiB/MiB/GiB); auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit, else the in-flight body budget plus 32 MiB (0: none)")
 	fs.StringVar(&m.inflightBytes, "max-inflight-body-bytes", "auto", "bytes of request bodies compactd holds at once across all requests (the routes it parses); past it a request gets a 503 with Retry-After in its API's dialect (auto: a quarter of the memory limit, 1 GiB without one, at least --max-body-bytes; 0: no budget)")
 }
 
