@@ -267,6 +267,7 @@ func FuzzParseMessagesRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseMessagesRequest(body)
 		checkSkimError(t, body, err)
+		sameMessagesAsTwoPass(t, body, r, err)
 		if err != nil {
 			return
 		}
