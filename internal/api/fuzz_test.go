@@ -264,6 +264,8 @@ func FuzzParseMessagesRequest(f *testing.F) {
 	for _, s := range messagesSeeds {
 		f.Add([]byte(s))
 	}
+	f.Add(claudeCodeBody(2 << 10))
+	f.Add(claudeCodeBody(8 << 10)[:5000]) // truncated mid-history
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseMessagesRequest(body)
 		checkSkimError(t, body, err)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -314,5 +315,21 @@ func TestMessagesOnePassMatchesTwoPass(t *testing.T) {
 	for _, c := range cases {
 		r, err := ParseMessagesRequest([]byte(c))
 		sameMessagesAsTwoPass(t, []byte(c), r, err)
+	}
+}
+
+// TestClaudeCodeBody: the benchmark's Claude Code bodies are valid JSON of about the size asked
+// for, and both skims read them alike (the tool results' blocks nested in content included).
+func TestClaudeCodeBody(t *testing.T) {
+	for _, size := range []int{2 << 10, 256 << 10} {
+		body := claudeCodeBody(size)
+		if !json.Valid(body) || len(body) < size*3/4 || len(body) > size*5/4 {
+			t.Fatalf("claudeCodeBody(%d): %d bytes, valid %v", size, len(body), json.Valid(body))
+		}
+		r, err := ParseMessagesRequest(body)
+		if err != nil || len(r.Messages) < 3 || r.Model == "" || !r.Stream || r.System == nil || r.Tools == nil {
+			t.Fatalf("claudeCodeBody(%d): %v, %+v", size, err, r)
+		}
+		sameMessagesAsTwoPass(t, body, r, err)
 	}
 }
