@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -301,7 +302,7 @@ func (r *MessagesRequest) scanMessage(it *jsonx.Iter, i, s int) (Message, error)
 	case content == nil:
 	case content[0] == '"':
 		msg.StringContent = true
-		msg.Blocks = []Block{{Raw: TextBlock(str(content)), Type: BlockText}}
+		msg.Blocks = []Block{{Raw: textBlockOf(content), Type: BlockText}}
 	case content[0] == '[':
 		err = contentErr
 	default:
@@ -497,6 +498,36 @@ func JSONArray(elems [][]byte) []byte {
 		out = append(out, e...)
 	}
 	return append(out, ']')
+}
+
+// textBlockOf is TextBlock(str(raw)) for the JSON string raw (quotes included) of a validated
+// body. When raw has no escape and no U+2028 or U+2029 (which AppendString escapes), decoding it
+// and encoding it again gives raw back byte for byte (a valid string holds no control character,
+// no bare quote and no invalid UTF-8), so it is copied as is: a plain pass-through body whose
+// message is a string then pays one copy, not a decode and an encode of every byte.
+func textBlockOf(raw []byte) []byte {
+	in := raw[1 : len(raw)-1]
+	if bytes.IndexByte(in, '\\') >= 0 || hasLineSeparator(in) {
+		return TextBlock(str(raw))
+	}
+	b := make([]byte, 0, len(raw)+len(`{"type":"text","text":}`))
+	b = append(b, `{"type":"text","text":`...)
+	b = append(b, raw...)
+	return append(b, '}')
+}
+
+// hasLineSeparator reports whether s holds U+2028 or U+2029 (E2 80 A8, E2 80 A9).
+func hasLineSeparator(s []byte) bool {
+	for {
+		i := bytes.IndexByte(s, 0xe2)
+		if i < 0 || i+2 >= len(s) {
+			return false
+		}
+		if s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9) {
+			return true
+		}
+		s = s[i+1:]
+	}
 }
 
 // TextBlock renders a text content block.

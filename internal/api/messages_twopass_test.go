@@ -267,6 +267,11 @@ func TestMessagesOnePassMatchesTwoPass(t *testing.T) {
 	cases := append([]string{
 		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		` {"messages":[{"role":"user","content":"h\u00e9 <b> \u2028"}],"model":"m\u00e9"} `,
+		// string content: copied when it needs no re-encoding, re-encoded when it does
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"a \u2028 b \u2029 c \u2027 \u00e2\\n\"}]}",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"\xe2\x80\xa8\"},{\"content\":\"x \xe2\x80\xa9\"},{\"content\":\"\xe2\x80\xa7\xe2\x82\xac\"}]}",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\xe2\x80\"}]}",
+		`{"messages":[{"content":"\u2028 \/ \ud83d\ude00 \ud800"},{"content":""},{"content":"<&>\u0041"}]}`,
 		`{"messages":null}`, `{"messages":5}`, `{"messages":{}}`, `{"messages":"x"}`, `[]`, `"x"`, ``, `{`, `{"a":1}x`,
 		`{"messages":[{"role":"user","content":"a"},1]}`,
 		`{"messages":[{"role":"user"}],"model":"a","model":"b"}`,
