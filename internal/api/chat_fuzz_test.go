@@ -47,6 +47,7 @@ func FuzzParseChatRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseChatRequest(body)
 		checkSkimError(t, body, err)
+		sameChatAsTwoPass(t, body, r, err)
 		if err != nil {
 			return
 		}
