@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -252,5 +253,21 @@ func TestChatOnePassMatchesTwoPass(t *testing.T) {
 	for _, c := range cases {
 		r, err := ParseChatRequest([]byte(c))
 		sameChatAsTwoPass(t, []byte(c), r, err)
+	}
+}
+
+// TestChatAgentBody: the benchmark's agent bodies are valid JSON of about the size asked for,
+// and both skims read them alike.
+func TestChatAgentBody(t *testing.T) {
+	for _, size := range []int{2 << 10, 256 << 10} {
+		body := chatAgentBody(size)
+		if !json.Valid(body) || len(body) < size*3/4 || len(body) > size*5/4 {
+			t.Fatalf("chatAgentBody(%d): %d bytes, valid %v", size, len(body), json.Valid(body))
+		}
+		r, err := ParseChatRequest(body)
+		if err != nil || len(r.Messages) < 4 || !r.IncludeUsage || r.Tools == nil {
+			t.Fatalf("chatAgentBody(%d): %v, %+v", size, err, r)
+		}
+		sameChatAsTwoPass(t, body, r, err)
 	}
 }
