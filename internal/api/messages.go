@@ -35,6 +35,9 @@ type MessagesRequest struct {
 	Blocks []BlockRef
 
 	members []member
+	// blockBuf backs the Blocks of every message, so the skim of a long history allocates a few
+	// times as blockBuf doubles rather than once or twice per message.
+	blockBuf []Block
 }
 
 // Message is one element of `messages`.
@@ -319,6 +322,14 @@ func (r *MessagesRequest) scanMessage(it *jsonx.Iter, i, s int) (Message, error)
 // array without reading it.
 func (r *MessagesRequest) scanContent(it *jsonx.Iter, msg *Message, i int) error {
 	var err error
+	first := len(r.blockBuf)
+	defer func() {
+		// Each message's blocks are its own window of blockBuf, capacity capped so an append
+		// to one copies rather than writing over the next message's.
+		if n := len(r.blockBuf); n > first {
+			msg.Blocks = r.blockBuf[first:n:n]
+		}
+	}()
 	it.Array(func(j, s int) bool {
 		if err != nil {
 			return true
@@ -331,7 +342,7 @@ func (r *MessagesRequest) scanContent(it *jsonx.Iter, msg *Message, i int) error
 		if blk.Type == BlockCompaction {
 			r.Blocks = append(r.Blocks, BlockRef{i, j})
 		}
-		msg.Blocks = append(msg.Blocks, blk)
+		r.blockBuf = append(r.blockBuf, blk)
 		return true
 	})
 	return err

@@ -465,3 +465,32 @@ func FuzzAppendString(f *testing.F) {
 		}
 	})
 }
+
+// TestMessagesBlocksShareOneBuffer: the blocks of every message live in one buffer, so a long
+// history costs a few allocations, not one or two per message; and each message's Blocks has
+// no spare capacity, so appending to one leaves the next message's blocks alone.
+func TestMessagesBlocksShareOneBuffer(t *testing.T) {
+	body := claudeCodeBody(256 << 10)
+	r, err := ParseMessagesRequest(body)
+	if err != nil || len(r.Messages) < 200 {
+		t.Fatalf("%v, %d messages", err, len(r.Messages))
+	}
+	n := testing.AllocsPerRun(5, func() {
+		if _, err := ParseMessagesRequest(body); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 60 {
+		t.Errorf("ParseMessagesRequest: %v allocations for %d messages", n, len(r.Messages))
+	}
+	for i, m := range r.Messages[:len(r.Messages)-1] {
+		if cap(m.Blocks) != len(m.Blocks) {
+			t.Fatalf("message %d: cap(Blocks) = %d, len %d (an append must copy)", i, cap(m.Blocks), len(m.Blocks))
+		}
+		next := r.Messages[i+1].Blocks[0]
+		_ = append(m.Blocks, Block{Type: "x"})
+		if r.Messages[i+1].Blocks[0].Type != next.Type {
+			t.Fatalf("appending to message %d's blocks overwrote message %d's", i, i+1)
+		}
+	}
+}
