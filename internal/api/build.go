@@ -1,21 +1,69 @@
 package api
 
 import (
-	"bytes"
-	"encoding/json"
+	"slices"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 )
 
 // AppendString appends s as a JSON string. HTML characters are not escaped, so prompts that
-// contain "<conversation>" or "a < b" read naturally in logs and stay byte-stable.
+// contain "<conversation>" or "a < b" read naturally in logs and stay byte-stable. The bytes are
+// encoding/json's (Encoder with SetEscapeHTML(false)): invalid UTF-8 becomes \ufffd, U+2028 and
+// U+2029 are escaped. It appends in place rather than through an Encoder and a buffer, which
+// cost two allocations and a copy on every string a request renders (TestAppendString).
 func AppendString(dst []byte, s string) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a string always encodes
-	return append(dst, bytes.TrimRight(buf.Bytes(), "\n")...)
+	dst = slices.Grow(dst, len(s)+2)
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
+
+const hexDigits = "0123456789abcdef"
 
 // UserMessage renders a Responses input message from the user holding one input_text part.
 func UserMessage(text string) []byte {

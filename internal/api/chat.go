@@ -2,10 +2,8 @@ package api
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
-	"unsafe"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/jsonx"
 )
@@ -50,32 +48,43 @@ type ChatMessage struct {
 // disagree on which copy counts, and the upstream must read the conversation compactd counted
 // and compacted. Everything else is left to the upstream.
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
-	if err := checkBody(body); err != nil {
-		return nil, err
-	}
-	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view, no copy
-	root := gjson.Parse(s)
-	if !root.IsObject() {
-		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body must be a JSON object."}
+	// One pass, as ParseMessagesRequest: the walk validates every byte it passes and descends
+	// only where the skim reads (see chat_twopass_test.go, the oracle it must agree with).
+	it := jsonx.NewIter(body)
+	if it.Peek() != '{' {
+		if err := checkBody(body); err != nil {
+			return nil, err
+		}
+		return nil, notAnObject()
 	}
 	r := &ChatRequest{Body: body}
 	var err error
 	var seen uint8
-	root.ForEach(func(key, value gjson.Result) bool {
-		if bit := chatMemberBit(key.Str); bit != 0 {
+	it.Object(func(k []byte, _, vs int) bool {
+		var buf [32]byte
+		name := memberName(k, &buf)
+		if bit := chatMemberBit(name); bit != 0 {
 			if seen&bit != 0 {
-				err = duplicateError(key.Str, key.Str)
+				err = duplicateError(string(name), string(name))
 				return false
 			}
 			seen |= bit
 		}
-		end := value.Index + len(value.Raw)
-		raw := body[value.Index:end]
-		switch key.Str {
+		if string(name) == "messages" && it.Peek() == '[' {
+			err = r.scanMessages(it)
+			r.msgStart, r.msgEnd = vs, it.Pos()
+			return err == nil
+		}
+		_, end, ok := it.Value()
+		if !ok {
+			return false
+		}
+		raw := body[vs:end]
+		switch string(name) {
 		case "model":
-			r.Model = value.Str
+			r.Model = strValue(raw)
 		case "stream":
-			r.Stream = value.Type == gjson.True
+			r.Stream = string(raw) == "true"
 		case "stream_options":
 			r.IncludeUsage, err = scanStreamOptions(raw)
 		case "tools":
@@ -83,20 +92,32 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		case "functions":
 			r.Functions = raw
 		case "messages":
-			r.msgStart, r.msgEnd = value.Index, end
-			err = r.scanMessages(raw)
+			r.msgStart, r.msgEnd = vs, end
+			if string(raw) != "null" {
+				err = shapeError("messages", "messages must be an array of message objects.")
+			}
 		}
 		return err == nil
 	})
-	if err != nil {
-		return nil, err
+	if it.Err() != nil || err != nil || !it.End() {
+		// The whole body's validity comes first: a body that is not valid JSON is refused as
+		// such wherever the skim stopped.
+		if e := checkBody(body); e != nil {
+			return nil, e
+		}
+		var be *BodyError
+		if it.Err() == nil && errors.As(err, &be) {
+			return nil, err
+		}
+		// The walk refused what Valid accepts: cannot happen (FuzzIter), but never forward it.
+		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
 	}
 	return r, nil
 }
 
 // chatMemberBit numbers the top-level members whose duplicates ParseChatRequest refuses.
-func chatMemberBit(key string) uint8 {
-	switch key {
+func chatMemberBit(key []byte) uint8 {
+	switch string(key) {
 	case "messages":
 		return 1
 	case "model":
@@ -184,12 +205,18 @@ func chatBit(name []byte) uint16 {
 	return 0
 }
 
-// chatMembers calls fn with each member of obj compactd reads, refusing a repeated one; param
-// locates obj. Members compactd does not read are skipped, values are not decoded.
-func chatMembers(obj []byte, param string, fn func(bit uint16, v []byte)) error {
+// chatMembers walks the object at it and calls fn with each member compactd reads (and the
+// offset of its value), refusing a repeated one; at locates the object, and is only called to
+// build a refusal. Members compactd does not read are skipped; fn may walk the value. A refusal
+// does not stop the walk: the object's own members must all be seen, and the caller may have a
+// refusal further on that wins (a duplicate role after a bad content part).
+func chatMembers(it *jsonx.Iter, at func() string, fn func(bit uint16, vs int)) error {
 	var seen uint16
 	var err error
-	jsonx.Members(obj, func(k []byte, s, e int) bool {
+	it.Object(func(k []byte, _, vs int) bool {
+		if err != nil {
+			return true
+		}
 		var buf [32]byte
 		name := memberName(k, &buf)
 		bit := chatBit(name)
@@ -197,57 +224,65 @@ func chatMembers(obj []byte, param string, fn func(bit uint16, v []byte)) error 
 			return true
 		}
 		if seen&bit != 0 {
-			err = duplicateError(param+"."+string(name), string(name))
-			return false
+			err = duplicateError(at()+"."+string(name), string(name))
+			return true
 		}
 		seen |= bit
-		fn(bit, obj[s:e])
+		if fn != nil {
+			fn(bit, vs)
+		}
 		return true
 	})
 	return err
 }
 
-func (r *ChatRequest) scanMessages(arr []byte) error {
-	if string(arr) == "null" {
-		return nil
-	}
-	if arr[0] != '[' {
-		return shapeError("messages", "messages must be an array of message objects.")
-	}
+// scanMessages walks the messages array at it; the first refusal stops it.
+func (r *ChatRequest) scanMessages(it *jsonx.Iter) error {
 	var err error
-	i := 0
-	jsonx.Elements(arr, func(s, e int) bool {
+	it.Array(func(i, s int) bool {
 		var m ChatMessage
-		if m, err = scanChatMessage(arr[s:e], i); err != nil {
+		if m, err = scanChatMessage(it, r.Body, i, s); err != nil {
 			return false
 		}
 		r.Messages = append(r.Messages, m)
-		i++
 		return true
 	})
 	return err
 }
 
-// scanChatMessage reads messages[i]: its role, and the members compactd reads checked for
-// duplicates and shape, down to the content parts and tool calls.
-func scanChatMessage(raw []byte, i int) (ChatMessage, error) {
-	m := ChatMessage{Raw: raw}
-	at := fmt.Sprintf("messages[%d]", i)
-	if raw[0] != '{' {
-		return m, shapeError(at, "each message must be an object.")
+// scanChatMessage reads messages[i], which starts at body[s]: its role, and the members compactd
+// reads checked for duplicates and shape, down to the content parts and tool calls. A duplicate
+// member of the message wins over a refusal in its content, which wins over one in its
+// tool_calls, wherever they come in the message (as when its members were checked first).
+func scanChatMessage(it *jsonx.Iter, body []byte, i, s int) (ChatMessage, error) {
+	at := func() string { return fmt.Sprintf("messages[%d]", i) }
+	if it.Peek() != '{' {
+		return ChatMessage{}, shapeError(at(), "each message must be an object.")
 	}
 	var role, content, calls []byte
-	err := chatMembers(raw, at, func(bit uint16, v []byte) {
+	var contentErr, callsErr error
+	err := chatMembers(it, at, func(bit uint16, vs int) {
+		switch {
+		case bit == chatContent && it.Peek() == '[':
+			contentErr = scanChatParts(it, at)
+		case bit == chatToolCalls && it.Peek() == '[':
+			callsErr = scanToolCalls(it, func() string { return at() + ".tool_calls" })
+		default:
+			if _, _, ok := it.Value(); !ok {
+				return
+			}
+		}
 		switch bit {
 		case chatRole:
-			role = v
+			role = body[vs:it.Pos()]
 		case chatContent:
-			content = v
+			content = body[vs:it.Pos()]
 		case chatToolCalls:
-			calls = v
+			calls = body[vs:it.Pos()]
 		}
 	})
-	if err != nil {
+	m := ChatMessage{Raw: body[s:it.Pos()]}
+	if err != nil || it.Err() != nil {
 		return m, err
 	}
 	m.Role = str(role)
@@ -255,53 +290,63 @@ func scanChatMessage(raw []byte, i int) (ChatMessage, error) {
 		switch content[0] {
 		case '"', 'n':
 		case '[':
-			j := 0
-			jsonx.Elements(content, func(s, e int) bool {
-				if part := content[s:e]; part[0] == '{' {
-					err = chatMembers(part, fmt.Sprintf("%s.content[%d]", at, j), func(uint16, []byte) {})
-				}
-				j++
-				return err == nil
-			})
+			err = contentErr
 		default:
-			err = shapeError(at+".content", "content must be a string, an array of content parts, or null.")
+			err = shapeError(at()+".content", "content must be a string, an array of content parts, or null.")
 		}
 	}
 	if err == nil && len(calls) > 0 && calls[0] != 'n' {
-		err = scanToolCalls(calls, at+".tool_calls")
+		if calls[0] != '[' {
+			err = shapeError(at()+".tool_calls", "tool_calls must be an array of tool calls.")
+		} else {
+			err = callsErr
+		}
 	}
 	return m, err
 }
 
-// scanToolCalls checks an assistant message's tool_calls: an array of objects, each member
-// compactd reads (id, type, function.name, function.arguments, custom.name, custom.input) once.
-func scanToolCalls(arr []byte, at string) error {
-	if arr[0] != '[' {
-		return shapeError(at, "tool_calls must be an array of tool calls.")
-	}
+// scanChatParts walks a message's content array at it: each part that is an object repeats no
+// member compactd reads. It returns the first refusal and walks the rest without reading it.
+func scanChatParts(it *jsonx.Iter, at func() string) error {
 	var err error
-	j := 0
-	jsonx.Elements(arr, func(s, e int) bool {
-		call, p := arr[s:e], fmt.Sprintf("%s[%d]", at, j)
-		j++
-		if call[0] != '{' {
-			err = shapeError(p, "each tool call must be an object.")
-			return false
+	it.Array(func(j, _ int) bool {
+		if err == nil && it.Peek() == '{' {
+			err = chatMembers(it, func() string { return fmt.Sprintf("%s.content[%d]", at(), j) }, nil)
+		}
+		return true
+	})
+	return err
+}
+
+// scanToolCalls walks an assistant message's tool_calls array at it: objects, each member
+// compactd reads (id, type, function.name, function.arguments, custom.name, custom.input)
+// once. It returns the first refusal (a call's duplicate before one in its function) and walks
+// the rest without reading it.
+func scanToolCalls(it *jsonx.Iter, at func() string) error {
+	var err error
+	it.Array(func(j, _ int) bool {
+		if err != nil {
+			return true
+		}
+		p := func() string { return fmt.Sprintf("%s[%d]", at(), j) }
+		if it.Peek() != '{' {
+			err = shapeError(p(), "each tool call must be an object.")
+			return true
 		}
 		var inner error
-		err = chatMembers(call, p, func(bit uint16, v []byte) {
-			if (bit == chatFunction || bit == chatCustom) && v[0] == '{' && inner == nil {
+		err = chatMembers(it, p, func(bit uint16, _ int) {
+			if (bit == chatFunction || bit == chatCustom) && it.Peek() == '{' && inner == nil {
 				name := "function"
 				if bit == chatCustom {
 					name = "custom"
 				}
-				inner = chatMembers(v, p+"."+name, func(uint16, []byte) {})
+				inner = chatMembers(it, func() string { return p() + "." + name }, nil)
 			}
 		})
 		if err == nil {
 			err = inner
 		}
-		return err == nil
+		return true
 	})
 	return err
 }

@@ -44,9 +44,12 @@ func FuzzParseChatRequest(f *testing.F) {
 	for _, s := range chatSeeds {
 		f.Add([]byte(s))
 	}
+	f.Add(chatAgentBody(2 << 10))
+	f.Add(chatAgentBody(8 << 10)[:5000]) // truncated mid-history
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseChatRequest(body)
 		checkSkimError(t, body, err)
+		sameChatAsTwoPass(t, body, r, err)
 		if err != nil {
 			return
 		}

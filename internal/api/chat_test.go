@@ -1,10 +1,13 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/bench/cputime"
 	"github.com/compactd/compactd/internal/jsonx"
 )
 
@@ -134,5 +137,47 @@ func TestChatWithMessages(t *testing.T) {
 		if got := string(r.WithMessages([][]byte{ChatUserMessage("b")})); got != c.want {
 			t.Errorf("%s: got %s, want %s", c.body, got, c.want)
 		}
+	}
+}
+
+// chatAgentBody is a /v1/chat/completions body of about size bytes shaped like a local-model
+// coding agent's turn: a system prompt, tools, and a history of assistant tool calls and tool
+// results (code and logs with newlines, tabs and quotes to escape). Deterministic.
+func chatAgentBody(size int) []byte {
+	esc := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	out := "func main() {\n\tif err := run(); err != nil {\n\t\tlog.Fatal(\"run: \", err)\n\t}\n}\n=== RUN TestX\n--- FAIL: TestX <nil>\n"
+	var b strings.Builder
+	b.WriteString(`{"model":"qwen3-coder","stream":true,"stream_options":{"include_usage":true},"tools":[{"type":"function","function":{"name":"shell","description":"Run a command","parameters":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}}}],"messages":[`)
+	b.WriteString(`{"role":"system","content":` + esc(strings.Repeat("You are a coding agent working in the user's repository. ", 8)) + `},{"role":"user","content":"The tests fail; fix them."}`)
+	for i := 0; b.Len() < size-200; i++ {
+		fmt.Fprintf(&b, `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"shell","arguments":"{\"command\":\"go test ./...\"}"}}]}`, i)
+		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%d","content":[{"type":"text","text":%s}]}`, i, esc(strings.Repeat(out, 1+i%3)))
+	}
+	b.WriteString(`,{"role":"user","content":"go on"}]}`)
+	return []byte(b.String())
+}
+
+// BenchmarkParseChatRequest is the skim every /v1/chat/completions turn pays: validate the JSON,
+// read the top-level fields, and slice out every message, checking its parts and tool calls.
+func BenchmarkParseChatRequest(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		size int
+	}{{"2KB", 2 << 10}, {"2MB", 2 << 20}} {
+		body := chatAgentBody(c.size)
+		b.Run(c.name, func(b *testing.B) {
+			if r, err := ParseChatRequest(body); err != nil || len(r.Messages) < 3 {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			c0 := cputime.Process()
+			for b.Loop() {
+				if _, err := ParseChatRequest(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cputime.Report(b, c0)
+		})
 	}
 }

@@ -264,9 +264,12 @@ func FuzzParseMessagesRequest(f *testing.F) {
 	for _, s := range messagesSeeds {
 		f.Add([]byte(s))
 	}
+	f.Add(claudeCodeBody(2 << 10))
+	f.Add(claudeCodeBody(8 << 10)[:5000]) // truncated mid-history
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseMessagesRequest(body)
 		checkSkimError(t, body, err)
+		sameMessagesAsTwoPass(t, body, r, err)
 		if err != nil {
 			return
 		}

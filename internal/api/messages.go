@@ -1,12 +1,12 @@
 package api
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"unsafe"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/jsonx"
 )
@@ -35,6 +35,9 @@ type MessagesRequest struct {
 	Blocks []BlockRef
 
 	members []member
+	// blockBuf backs the Blocks of every message, so the skim of a long history allocates a few
+	// times as blockBuf doubles rather than once or twice per message.
+	blockBuf []Block
 }
 
 // Message is one element of `messages`.
@@ -76,36 +79,57 @@ type member struct {
 // directly in a message's content. Everything else is left to the parts of compactd that act on
 // a field, and to the upstream.
 func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
-	if err := checkBody(body); err != nil {
-		return nil, err
-	}
-	s := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view, no copy
-	root := gjson.Parse(s)
-	if !root.IsObject() {
-		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body must be a JSON object."}
+	// One pass: the walk validates every byte it passes (jsonx.Iter checks what jsonx.Valid
+	// checks), and descends only where the skim reads: the top-level members, the messages,
+	// their members, their content blocks and the blocks nested in those, and system blocks.
+	// Validating first, then walking the top level, then each message again read a body three
+	// times (see messages_twopass_test.go, the oracle this walk must agree with).
+	it := jsonx.NewIter(body)
+	if it.Peek() != '{' {
+		if err := checkBody(body); err != nil {
+			return nil, err
+		}
+		return nil, notAnObject()
 	}
 	r := &MessagesRequest{Body: body}
 	var err error
 	var seen uint8 // one bit per member compactd acts on; no allocation on the hot path
-	root.ForEach(func(key, value gjson.Result) bool {
-		if bit := messagesMemberBit(key.Str); bit != 0 {
+	it.Object(func(k []byte, keyStart, vs int) bool {
+		var buf [32]byte
+		name := memberName(k, &buf)
+		if bit := messagesMemberBit(name); bit != 0 {
 			if seen&bit != 0 {
-				err = duplicateError(key.Str, key.Str)
+				err = duplicateError(string(name), string(name))
 				return false
 			}
 			seen |= bit
 		}
-		end := value.Index + len(value.Raw)
-		r.members = append(r.members, member{key: key.Str, start: key.Index, end: end})
-		raw := body[value.Index:end]
-		switch key.Str {
+		var end int
+		switch {
+		case string(name) == "messages" && it.Peek() == '[':
+			err = r.scanMessages(it)
+			end = it.Pos()
+		case string(name) == "system" && it.Peek() == '[':
+			err = checkSystem(it, body)
+			end = it.Pos()
+		default:
+			var ok bool
+			if _, end, ok = it.Value(); !ok {
+				return false
+			}
+		}
+		if err != nil || it.Err() != nil {
+			return false
+		}
+		r.members = append(r.members, member{key: keyString(k, name), start: keyStart, end: end})
+		raw := body[vs:end]
+		switch string(name) {
 		case "model":
-			r.Model = value.Str
+			r.Model = strValue(raw)
 		case "stream":
-			r.Stream = value.Type == gjson.True
+			r.Stream = string(raw) == "true"
 		case "system":
 			r.System = raw
-			err = checkSystem(raw)
 		case "tools":
 			r.Tools = raw
 		case "context_management":
@@ -113,21 +137,42 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 		case "compaction":
 			r.Compaction = raw
 		case "messages":
-			err = r.scanMessages(raw)
+			if raw[0] != '[' && string(raw) != "null" {
+				err = shapeError("messages", "Input should be a valid list")
+			}
 		}
 		return err == nil
 	})
-	if err != nil {
-		return nil, err
+	if it.Err() != nil || err != nil || !it.End() {
+		// The whole body's validity comes first, as when it was checked before the skim: a body
+		// that is not valid JSON is refused as such wherever the skim stopped.
+		if e := checkBody(body); e != nil {
+			return nil, e
+		}
+		var be *BodyError
+		if it.Err() == nil && errors.As(err, &be) {
+			return nil, err
+		}
+		// The walk refused what Valid accepts: cannot happen (FuzzIter), but never forward it.
+		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
 	}
 	return r, nil
+}
+
+// keyString is the member name of the raw key k as a string, aliasing the body (never written
+// to) when the key has no escapes, so recording the members for Rewrite allocates nothing more.
+func keyString(k, name []byte) string {
+	if len(name) > 0 && len(k) > 0 && &name[0] == &k[0] {
+		return unsafe.String(unsafe.SliceData(k), len(k))
+	}
+	return string(name)
 }
 
 // messagesMemberBit numbers the top-level members whose duplicates ParseMessagesRequest refuses:
 // every member compactd reads or rewrites. A body with two messages members would otherwise be
 // checked as one conversation and forwarded as another.
-func messagesMemberBit(key string) uint8 {
-	switch key {
+func messagesMemberBit(key []byte) uint8 {
+	switch string(key) {
 	case "messages":
 		return 1
 	case "model":
@@ -188,44 +233,42 @@ func blockBit(name []byte) uint16 {
 	return 0
 }
 
-func (r *MessagesRequest) scanMessages(arr []byte) error {
-	if string(arr) == "null" {
-		return nil
-	}
-	if arr[0] != '[' {
-		return shapeError("messages", "Input should be a valid list")
-	}
+// scanMessages walks the messages array at it, message by message; the first refusal stops it.
+func (r *MessagesRequest) scanMessages(it *jsonx.Iter) error {
 	var err error
-	i := 0
-	jsonx.Elements(arr, func(s, e int) bool {
+	it.Array(func(i, s int) bool {
 		var msg Message
-		if msg, err = r.scanMessage(arr[s:e], i); err != nil {
+		if msg, err = r.scanMessage(it, i, s); err != nil {
 			return false
 		}
 		r.Messages = append(r.Messages, msg)
-		i++
 		return true
 	})
 	return err
 }
 
-// scanMessage reads messages[i]: role and content, each at most once, and its blocks.
-func (r *MessagesRequest) scanMessage(raw []byte, i int) (Message, error) {
-	msg := Message{Raw: raw}
-	if raw[0] != '{' {
-		return msg, shapeError(fmt.Sprintf("messages.%d", i), "Input should be a valid dictionary")
+// scanMessage reads messages[i], which starts at Body[s]: role and content, each at most once,
+// and its blocks. A duplicate role or content anywhere in the message is refused before what is
+// wrong with its content, as when the message's members were checked before its content was
+// read; so a refusal in the content is kept while the rest of the message is walked.
+func (r *MessagesRequest) scanMessage(it *jsonx.Iter, i, s int) (Message, error) {
+	body := r.Body
+	if it.Peek() != '{' {
+		return Message{}, shapeError(fmt.Sprintf("messages.%d", i), "Input should be a valid dictionary")
 	}
+	var msg Message
 	var seen uint16
 	var role, content []byte
-	var err error
-	jsonx.Members(raw, func(k []byte, s, e int) bool {
+	var err, contentErr error
+	nblocks := len(r.Blocks)
+	ok := it.Object(func(k []byte, _, vs int) bool {
 		var buf [32]byte
 		var bit uint16
 		switch name := memberName(k, &buf); string(name) {
 		case "role":
-			bit, role = blockRole, raw[s:e]
+			bit = blockRole
 		case "content":
-			bit, content = blockContent, raw[s:e]
+			bit = blockContent
 		default:
 			return true
 		}
@@ -238,57 +281,100 @@ func (r *MessagesRequest) scanMessage(raw []byte, i int) (Message, error) {
 			return false
 		}
 		seen |= bit
+		if bit == blockContent && it.Peek() == '[' {
+			contentErr = r.scanContent(it, &msg, i)
+		} else if _, _, ok := it.Value(); !ok {
+			return false
+		}
+		if bit == blockRole {
+			role = body[vs:it.Pos()]
+		} else {
+			content = body[vs:it.Pos()]
+		}
 		return true
 	})
 	if err != nil {
 		return msg, err
 	}
+	if !ok {
+		return msg, it.Err()
+	}
+	msg.Raw = body[s:it.Pos()]
 	msg.Role = str(role)
 	switch {
 	case content == nil:
 	case content[0] == '"':
 		msg.StringContent = true
-		msg.Blocks = []Block{{Raw: TextBlock(str(content)), Type: BlockText}}
+		msg.Blocks = []Block{{Raw: textBlockOf(content), Type: BlockText}}
 	case content[0] == '[':
-		j := 0
-		jsonx.Elements(content, func(s, e int) bool {
-			var blk Block
-			if blk, err = scanBlock(content[s:e], false); err != nil {
-				err = within(err, fmt.Sprintf("messages.%d.content.%d", i, j))
-				return false
-			}
-			if blk.Type == BlockCompaction {
-				r.Blocks = append(r.Blocks, BlockRef{i, j})
-			}
-			msg.Blocks = append(msg.Blocks, blk)
-			j++
-			return true
-		})
+		err = contentErr
 	default:
 		err = shapeError(fmt.Sprintf("messages.%d.content", i), "Input should be a valid string or a valid list of content blocks")
+	}
+	if err != nil {
+		r.Blocks = r.Blocks[:nblocks]
 	}
 	return msg, err
 }
 
-// scanBlock reads one content block: its type, every member compactd reads at most once, and
-// the blocks nested in its content (tool_result, search_result, server tool results), which
-// must not hold a compaction block: compactd finds and opens compaction blocks only directly in
-// a message's content, so one nested deeper would reach the upstream unopened. Nesting is
-// bounded by jsonx.MaxDepth, which the body has passed. Errors carry a Param relative to the
-// block (".content.0.type"); the caller prefixes where the block is, so no path is built on the
-// hot path.
-func scanBlock(raw []byte, nested bool) (Block, error) {
-	blk := Block{Raw: raw}
-	if raw[0] != '{' {
-		if nested {
-			return blk, nil // tool_result content may mix in strings; nothing to smuggle there
+// scanContent walks the content array of messages[i] at it into msg.Blocks, recording its
+// compaction blocks. It returns the first block's refusal and walks (validates) the rest of the
+// array without reading it.
+func (r *MessagesRequest) scanContent(it *jsonx.Iter, msg *Message, i int) error {
+	var err error
+	first := len(r.blockBuf)
+	defer func() {
+		// Each message's blocks are its own window of blockBuf, capacity capped so an append
+		// to one copies rather than writing over the next message's.
+		if n := len(r.blockBuf); n > first {
+			msg.Blocks = r.blockBuf[first:n:n]
 		}
-		return blk, shapeError("", "Input should be a valid dictionary")
+	}()
+	it.Array(func(j, s int) bool {
+		if err != nil {
+			return true
+		}
+		var blk Block
+		if blk, err = scanBlock(it, r.Body, s, false); err != nil {
+			err = within(err, fmt.Sprintf("messages.%d.content.%d", i, j))
+			return true
+		}
+		if blk.Type == BlockCompaction {
+			r.Blocks = append(r.Blocks, BlockRef{i, j})
+		}
+		r.blockBuf = append(r.blockBuf, blk)
+		return true
+	})
+	return err
+}
+
+// scanBlock reads one content block, which starts at body[s]: its type, every member compactd
+// reads at most once, and the blocks nested in its content (tool_result, search_result, server
+// tool results), which must not hold a compaction block: compactd finds and opens compaction
+// blocks only directly in a message's content, so one nested deeper would reach the upstream
+// unopened. Nesting is bounded by jsonx.MaxDepth, which the walk counts. Errors carry a Param
+// relative to the block (".content.0.type"); the caller prefixes where the block is, so no path
+// is built on the hot path.
+//
+// A refusal does not stop the walk: the caller may still have a refusal of its own to find
+// further on (a duplicate role after a bad block), which wins. A duplicate member wins over
+// what is wrong with the block's nested content, which is only read when the block is not a
+// compaction block (its type may come after its content).
+func scanBlock(it *jsonx.Iter, body []byte, s int, nested bool) (Block, error) {
+	if it.Peek() != '{' {
+		if nested {
+			return Block{}, nil // tool_result content may mix in strings; nothing to smuggle there
+		}
+		return Block{}, shapeError("", "Input should be a valid dictionary")
 	}
 	var seen uint16
-	var typ, content []byte
-	var err error
-	jsonx.Members(raw, func(k []byte, s, e int) bool {
+	var typ []byte
+	var err, contentErr error
+	var contentList bool
+	it.Object(func(k []byte, _, vs int) bool {
+		if err != nil {
+			return true
+		}
 		var buf [32]byte
 		name := memberName(k, &buf)
 		bit := blockBit(name)
@@ -297,52 +383,54 @@ func scanBlock(raw []byte, nested bool) (Block, error) {
 		}
 		if seen&bit != 0 {
 			err = duplicateError("."+string(name), string(name))
-			return false
+			return true
 		}
 		seen |= bit
-		switch bit {
-		case blockType:
-			typ = raw[s:e]
-		case blockContent:
-			content = raw[s:e]
+		switch {
+		case bit == blockType:
+			_, e, ok := it.Value()
+			typ = body[vs:e]
+			return ok
+		case bit == blockContent && it.Peek() == '[':
+			contentList = true
+			n := 0
+			it.Array(func(_, s int) bool {
+				if contentErr == nil {
+					if _, contentErr = scanBlock(it, body, s, true); contentErr != nil {
+						contentErr = within(contentErr, fmt.Sprintf(".content.%d", n))
+					}
+				}
+				n++
+				return true
+			})
 		}
 		return true
 	})
-	if err != nil {
+	blk := Block{Raw: body[s:it.Pos()], Type: str(typ)}
+	switch {
+	case err != nil:
 		return blk, err
-	}
-	blk.Type = str(typ)
-	if blk.Type == BlockCompaction && nested {
-		return blk, &BodyError{Kind: ErrMisplacedCompaction, Message: "a compaction block is only valid directly in a message's content, where compactd opens it; compactd does not read one here and will not forward it. Send compaction blocks back where the response put them."}
-	}
-	if blk.Type == BlockCompaction || len(content) == 0 || content[0] != '[' {
+	case blk.Type == BlockCompaction && nested:
+		return blk, misplacedBlock()
+	case blk.Type == BlockCompaction || !contentList:
 		return blk, nil
 	}
-	n := 0
-	jsonx.Elements(content, func(s, e int) bool {
-		if _, err = scanBlock(content[s:e], true); err != nil {
-			err = within(err, fmt.Sprintf(".content.%d", n))
-		}
-		n++
-		return err == nil
-	})
-	return blk, err
+	return blk, contentErr
 }
 
-// checkSystem refuses compaction blocks (and duplicate members compactd reads) among system
-// blocks: compactd does not look for compaction blocks there.
-func checkSystem(raw []byte) error {
-	if len(raw) == 0 || raw[0] != '[' {
-		return nil
-	}
+func misplacedBlock() *BodyError {
+	return &BodyError{Kind: ErrMisplacedCompaction, Message: "a compaction block is only valid directly in a message's content, where compactd opens it; compactd does not read one here and will not forward it. Send compaction blocks back where the response put them."}
+}
+
+// checkSystem walks the system blocks at it and refuses compaction blocks (and duplicate members
+// compactd reads) among them: compactd does not look for compaction blocks there.
+func checkSystem(it *jsonx.Iter, body []byte) error {
 	var err error
-	i := 0
-	jsonx.Elements(raw, func(s, e int) bool {
+	it.Array(func(i, s int) bool {
 		// A system block is never opened: treat it as nested, so a compaction block is refused.
-		if _, err = scanBlock(raw[s:e], true); err != nil {
+		if _, err = scanBlock(it, body, s, true); err != nil {
 			err = within(err, fmt.Sprintf("system.%d", i))
 		}
-		i++
 		return err == nil
 	})
 	return err
@@ -421,6 +509,36 @@ func JSONArray(elems [][]byte) []byte {
 		out = append(out, e...)
 	}
 	return append(out, ']')
+}
+
+// textBlockOf is TextBlock(str(raw)) for the JSON string raw (quotes included) of a validated
+// body. When raw has no escape and no U+2028 or U+2029 (which AppendString escapes), decoding it
+// and encoding it again gives raw back byte for byte (a valid string holds no control character,
+// no bare quote and no invalid UTF-8), so it is copied as is: a plain pass-through body whose
+// message is a string then pays one copy, not a decode and an encode of every byte.
+func textBlockOf(raw []byte) []byte {
+	in := raw[1 : len(raw)-1]
+	if bytes.IndexByte(in, '\\') >= 0 || hasLineSeparator(in) {
+		return TextBlock(str(raw))
+	}
+	b := make([]byte, 0, len(raw)+len(`{"type":"text","text":}`))
+	b = append(b, `{"type":"text","text":`...)
+	b = append(b, raw...)
+	return append(b, '}')
+}
+
+// hasLineSeparator reports whether s holds U+2028 or U+2029 (E2 80 A8, E2 80 A9).
+func hasLineSeparator(s []byte) bool {
+	for {
+		i := bytes.IndexByte(s, 0xe2)
+		if i < 0 || i+2 >= len(s) {
+			return false
+		}
+		if s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9) {
+			return true
+		}
+		s = s[i+1:]
+	}
 }
 
 // TextBlock renders a text content block.

@@ -1,13 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/bench/cputime"
 )
 
 func TestParseMessagesRequest(t *testing.T) {
@@ -336,18 +341,156 @@ func TestBuildersMessages(t *testing.T) {
 	}
 }
 
+// claudeCodeBody is a /v1/messages body of about size bytes shaped like a Claude Code turn: a
+// system prompt in cache-controlled text blocks, a few tools with JSON schemas, metadata, and a
+// history of user prompts, assistant turns (thinking with a signature, text, a Bash or Read
+// tool_use) and tool results (file contents and test logs with newlines, tabs and quotes to
+// escape), ending in a user prompt. Deterministic: every run skims the same bytes.
+func claudeCodeBody(size int) []byte {
+	esc := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	code := "func (s *Server) handle(w http.ResponseWriter, r *http.Request) {\n\tif err := s.check(r); err != nil {\n\t\thttp.Error(w, \"bad request: \"+err.Error(), 400)\n\t\treturn\n\t}\n}\n"
+	logs := "=== RUN   TestHandle\n--- FAIL: TestHandle (0.00s)\n    handler_test.go:42: got 500, want 400 <nil>\nFAIL\n"
+	var b strings.Builder
+	b.WriteString(`{"model":"claude-sonnet-4-5","max_tokens":32000,"stream":true,"system":[{"type":"text","text":"You are Claude Code, Anthropic's official CLI for Claude."},{"type":"text","text":`)
+	b.WriteString(esc(strings.Repeat("You are an interactive CLI tool that helps users with software engineering tasks. ", min(12, 1+size>>12))))
+	b.WriteString(`,"cache_control":{"type":"ephemeral"}}],"tools":[`)
+	tools := []string{"Bash", "Read", "Edit", "Grep"}
+	if size < 8<<10 {
+		tools = tools[:1] // a first turn's body is mostly its preamble: keep it near the size asked
+	}
+	for i, name := range tools {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"name":"` + name + `","description":"Runs ` + name + ` in the user's workspace.","input_schema":{"type":"object","properties":{"command":{"type":"string","description":"The command"},"timeout":{"type":"number"}},"required":["command"],"additionalProperties":false,"$schema":"http://json-schema.org/draft-07/schema#"}}`)
+	}
+	b.WriteString(`],"metadata":{"user_id":"user_0123456789abcdef_account__session_5f0c"},"messages":[`)
+	b.WriteString(`{"role":"user","content":[{"type":"text","text":"<system-reminder>\nAs you answer the user's questions, you can use the following context.\n</system-reminder>"},{"type":"text","text":"The handler test fails; fix it."}]}`)
+	for i := 0; b.Len() < size-200; i++ {
+		id := fmt.Sprintf("toolu_%024d", i)
+		result := code
+		if i%2 == 1 {
+			result = logs
+		}
+		fmt.Fprintf(&b, `,{"role":"assistant","content":[{"type":"thinking","thinking":"The test expects 400; step %d is to look at the handler.","signature":"EqQBCkYIBxgCKkA%060d"},{"type":"text","text":"Let me check."},{"type":"tool_use","id":"%s","name":"Bash","input":{"command":"go test ./... -run TestHandle","timeout":120000}}]}`, i, i, id)
+		fmt.Fprintf(&b, `,{"role":"user","content":[{"type":"tool_result","tool_use_id":"%s","content":[{"type":"text","text":%s}]}]}`, id, esc(strings.Repeat(result, 1+i%3)))
+	}
+	b.WriteString(`,{"role":"user","content":[{"type":"text","text":"go on","cache_control":{"type":"ephemeral"}}]}]}`)
+	return []byte(b.String())
+}
+
+// BenchmarkParseMessagesRequest is the skim every /v1/messages turn pays: validate the JSON, read
+// the top-level fields, and slice out every message and content block with its type. Plain is
+// the long text-only history it always measured; 2KB and 2MB are Claude Code turns (a first one
+// and a long session); StringContent a plain pass-through body whose one message is a string
+// (rendered as a text block).
 func BenchmarkParseMessagesRequest(b *testing.B) {
 	var msgs []string
 	for i := 0; i < 200; i++ {
 		msgs = append(msgs, `{"role":"user","content":[{"type":"text","text":"`+strings.Repeat("word ", 500)+`"}]}`,
 			`{"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"t","name":"Bash","input":{"command":"ls"}}]}`)
 	}
-	body := []byte(`{"model":"m","max_tokens":10,"messages":[` + strings.Join(msgs, ",") + `]}`)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
+	str, _ := json.Marshal(map[string]any{
+		"model": "claude-sonnet-4-5", "max_tokens": 1024,
+		"messages": []map[string]any{{"role": "user", "content": strings.Repeat("The build failed on step three. ", 50)}},
+	})
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{
+		{"Plain", []byte(`{"model":"m","max_tokens":10,"messages":[` + strings.Join(msgs, ",") + `]}`)},
+		{"ClaudeCode2KB", claudeCodeBody(2 << 10)},
+		{"ClaudeCode2MB", claudeCodeBody(2 << 20)},
+		{"StringContent2KB", str},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if _, err := ParseMessagesRequest(c.body); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(c.body)))
+			b.ReportAllocs()
+			c0 := cputime.Process()
+			for b.Loop() {
+				if _, err := ParseMessagesRequest(c.body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cputime.Report(b, c0)
+		})
+	}
+}
+
+// encodeString is the oracle for AppendString: encoding/json's Encoder without HTML escaping,
+// which AppendString used to call.
+func encodeString(s string) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+// TestAppendString: AppendString writes exactly encoding/json's bytes (HTML characters kept,
+// control characters, quotes, backslashes, U+2028/U+2029 escaped, invalid UTF-8 replaced), on
+// fixed cases and on random strings drawn mostly from the bytes that need care.
+func TestAppendString(t *testing.T) {
+	cases := []string{"", "plain", `a "q" \ b`, "<tag> a < b && c > d", "\x00\x01\b\f\n\r\t\x1f\x7f",
+		"\u2028x\u2029", "\u2027\u202a", "é😀", "\xff", "a\xc3", "\xed\xa0\x80", "\xe2\x80", "\xf4\x90\x80\x80",
+		strings.Repeat("word ", 100) + "\u2029"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", " ", "<", ">", "&", `"`, `\`, "\n", "\t", "\x00", "\x1f", "\x7f", "é", "😀",
+		"\u2028", "\u2029", "\xe2\x80", "\xff", "\x80", "\xc3", "\xed\xa0\x80", "/"}
+	for range 5000 {
+		var b strings.Builder
+		for range rng.IntN(24) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		cases = append(cases, b.String())
+	}
+	for _, s := range cases {
+		prefix := []byte("x:")
+		if got, want := string(AppendString(prefix, s)), "x:"+encodeString(s); got != want {
+			t.Fatalf("AppendString(%q) = %s, encoding/json writes %s", s, got, want)
+		}
+	}
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "a<b>&", "\u2028\xff\x00\"\\", "é😀\xed\xa0\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := string(AppendString(nil, s)), encodeString(s); got != want {
+			t.Fatalf("AppendString(%q) = %s, encoding/json writes %s", s, got, want)
+		}
+	})
+}
+
+// TestMessagesBlocksShareOneBuffer: the blocks of every message live in one buffer, so a long
+// history costs a few allocations, not one or two per message; and each message's Blocks has
+// no spare capacity, so appending to one leaves the next message's blocks alone.
+func TestMessagesBlocksShareOneBuffer(t *testing.T) {
+	body := claudeCodeBody(256 << 10)
+	r, err := ParseMessagesRequest(body)
+	if err != nil || len(r.Messages) < 200 {
+		t.Fatalf("%v, %d messages", err, len(r.Messages))
+	}
+	n := testing.AllocsPerRun(5, func() {
 		if _, err := ParseMessagesRequest(body); err != nil {
-			b.Fatal(err)
+			t.Fatal(err)
+		}
+	})
+	if n > 60 {
+		t.Errorf("ParseMessagesRequest: %v allocations for %d messages", n, len(r.Messages))
+	}
+	for i, m := range r.Messages[:len(r.Messages)-1] {
+		if cap(m.Blocks) != len(m.Blocks) {
+			t.Fatalf("message %d: cap(Blocks) = %d, len %d (an append must copy)", i, cap(m.Blocks), len(m.Blocks))
+		}
+		next := r.Messages[i+1].Blocks[0]
+		_ = append(m.Blocks, Block{Type: "x"})
+		if r.Messages[i+1].Blocks[0].Type != next.Type {
+			t.Fatalf("appending to message %d's blocks overwrote message %d's", i, i+1)
 		}
 	}
 }

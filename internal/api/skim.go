@@ -50,9 +50,9 @@ func (e *BodyError) Error() string {
 func (e *BodyError) Unwrap() error { return e.Kind }
 
 // checkBody is the validation every skim's refusals rest on: valid JSON, bounded depth, strict
-// UTF-8, as a *BodyError. The Messages skim runs it first; the Responses skim validates in its
-// own walk (jsonx.Iter) and runs it only once it has something to refuse, so that a body that is
-// not valid JSON is refused as such, with these messages, wherever the walk stopped.
+// UTF-8, as a *BodyError. The skims validate in their own walk (jsonx.Iter) and run it only once
+// they have something to refuse, so that a body that is not valid JSON is refused as such, with
+// these messages, wherever the walk stopped.
 func checkBody(body []byte) error {
 	switch err := jsonx.Valid(body); {
 	case err == nil:
