@@ -65,7 +65,7 @@ END {
       for (i = 1; i <= n; i++) a[i] = v[p[1], p[2], i] + 0
       for (i = 2; i <= n; i++) { x = a[i]; j = i - 1; while (j > 0 && a[j] > x) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
       med = (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-      line = line sprintf("  %s %g", p[2], med)
+      line = line (med >= 1000 ? sprintf("  %s %.0f", p[2], med) : sprintf("  %s %.4g", p[2], med))
     }
     print line " (median of " cnt[order[k], "ns/op"] ")"
   }
