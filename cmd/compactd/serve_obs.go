@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"runtime/debug"
@@ -33,6 +34,7 @@ type obsConfig struct {
 	metricModels       string
 	readyCheckUpstream bool
 	logContent         bool
+	pprof              bool
 }
 
 func (o *obsConfig) flags(fs *flag.FlagSet) {
@@ -43,6 +45,7 @@ func (o *obsConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsBasicAuth, "metrics-basic-auth", "", "user:password required on /metrics as basic auth (prefer the env variable)")
 	fs.StringVar(&o.metricModels, "metric-models", "", "comma-separated model names always kept as gen_ai_request_model label values (others: the first 32 seen, then \"other\")")
 	fs.BoolVar(&o.readyCheckUpstream, "ready-check-upstream", false, "/readyz also dials the upstreams (TCP) and reports not ready when one is unreachable")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler (net/http/pprof) under /debug/pprof/ on the ops listener; needs --ops-listen (never on the API listener)")
 	fs.BoolVar(&o.logContent, "log-content", false, "DEBUG ONLY: log the head of every request body (prompts!) at debug level; needs --log-level debug")
 }
 
@@ -87,13 +90,21 @@ func (o *obsConfig) newServer(cfg proxy.Config) (*proxy.Server, error) {
 // serveOps starts the ops listener when --ops-listen is set and returns its stop function.
 func (o *obsConfig) serveOps(s *proxy.Server, log *slog.Logger) (stop func(), err error) {
 	if o.opsListen == "" {
+		if o.pprof {
+			return nil, errors.New("--pprof needs --ops-listen: the profiler is never served on the API listener")
+		}
 		return func() {}, nil
 	}
 	ln, err := net.Listen("tcp", o.opsListen)
 	if err != nil {
 		return nil, fmt.Errorf("--ops-listen: %w", err)
 	}
-	srv := &http.Server{Handler: s.OpsHandler(), ReadHeaderTimeout: defaultReadHeaderTimeout,
+	var h http.Handler = s.OpsHandler()
+	if o.pprof {
+		h = withPprof(h)
+		log.Warn("--pprof is on: the ops listener serves Go's profiler under /debug/pprof/ (heap contents can include prompts); keep it on a private address")
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: defaultReadHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("ops listener (metrics, health)", "addr", ln.Addr().String())
@@ -318,4 +329,18 @@ func (h flushingHandler) WithAttrs(a []slog.Attr) slog.Handler {
 }
 func (h flushingHandler) WithGroup(n string) slog.Handler {
 	return flushingHandler{h.Handler.WithGroup(n), h.buf}
+}
+
+// withPprof serves net/http/pprof under /debug/pprof/ beside ops. It is opt-in and on the ops
+// listener only: a profile of a proxy under load is how a slow path is found in the process that
+// has it (the side-by-side benchmark's rows), and heap profiles hold request bytes.
+func withPprof(ops http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", ops)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

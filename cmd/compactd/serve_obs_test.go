@@ -97,3 +97,55 @@ func proxyConfigForTest(log *slog.Logger) proxy.Config {
 	}
 	return proxy.Config{Upstream: u, AnthropicUpstream: u, Sealer: ring, Summarizer: sum, Logger: log}
 }
+
+// --pprof serves the profiler on the ops listener only, and refuses to start without one.
+func TestServeOpsPprof(t *testing.T) {
+	info := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tt := range []struct {
+		name      string
+		obs       obsConfig
+		wantErr   string
+		wantPprof int // status of /debug/pprof/cmdline on the ops listener
+	}{
+		{name: "off", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0"}, wantPprof: http.StatusNotFound},
+		{name: "on", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0", pprof: true}, wantPprof: http.StatusOK},
+		{name: "without an ops listener", obs: obsConfig{metrics: true, pprof: true}, wantErr: "--pprof needs --ops-listen"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := tt.obs.newServer(proxyConfigForTest(info))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := tt.obs
+			// serveOps listens on opsListen; find the address it took from the log.
+			var logBuf strings.Builder
+			log := slog.New(slog.NewTextHandler(&logBuf, nil))
+			stop, err := o.serveOps(s, log)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			_, rest, ok := strings.Cut(logBuf.String(), "addr=")
+			if !ok {
+				t.Fatalf("no ops address in the log: %q", logBuf.String())
+			}
+			addr := strings.Fields(rest)[0]
+			for path, want := range map[string]int{"/debug/pprof/cmdline": tt.wantPprof, "/metrics": http.StatusOK} {
+				resp, err := http.Get("http://" + addr + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Errorf("ops %s = %d, want %d", path, resp.StatusCode, want)
+				}
+			}
+		})
+	}
+}
