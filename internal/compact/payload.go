@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/jsonx"
 )
 
@@ -135,10 +134,10 @@ func (p *Payload) appendJSON(b []byte) []byte {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, int64(p.V), 10)
 	b = append(b, `,"summary":`...)
-	b = appendJSONString(b, p.Summary)
+	b = api.AppendString(b, p.Summary)
 	if p.Model != "" {
 		b = append(b, `,"model":`...)
-		b = appendJSONString(b, p.Model)
+		b = api.AppendString(b, p.Model)
 	}
 	b = append(b, `,"created_at":`...)
 	b = strconv.AppendInt(b, p.CreatedAt, 10)
@@ -150,65 +149,28 @@ func (p *Payload) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(p.ItemsReplaced), 10)
 	if p.Previous != "" {
 		b = append(b, `,"previous":`...)
-		b = appendJSONString(b, p.Previous)
+		b = api.AppendString(b, p.Previous)
 	}
 	if p.Archive != nil {
 		b = append(b, `,"archive":{"id":`...)
-		b = appendJSONString(b, p.Archive.ID)
+		b = api.AppendString(b, p.Archive.ID)
 		b = append(b, `,"hash":`...)
-		b = appendJSONString(b, p.Archive.Hash)
+		b = api.AppendString(b, p.Archive.Hash)
 		if p.Archive.Conversation != "" {
 			b = append(b, `,"conversation":`...)
-			b = appendJSONString(b, p.Archive.Conversation)
+			b = api.AppendString(b, p.Archive.Conversation)
 		}
 		b = append(b, '}')
 	}
 	if p.Ledger != "" {
 		b = append(b, `,"ledger":`...)
-		b = appendJSONString(b, p.Ledger)
+		b = api.AppendString(b, p.Ledger)
 	}
 	if p.Tail > 0 {
 		b = append(b, `,"tail":`...)
 		b = strconv.AppendInt(b, int64(p.Tail), 10)
 	}
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string literal. Invalid UTF-8 becomes U+FFFD, as with
-// encoding/json, so the output is always valid JSON.
-func appendJSONString(b []byte, s string) []byte {
-	if !utf8.ValidString(s) {
-		var v strings.Builder
-		for _, r := range s { // each invalid byte decodes to RuneError, as encoding/json does
-			v.WriteRune(r)
-		}
-		s = v.String()
-	}
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // parsePayload reads the JSON appendJSON writes (and any equivalent JSON: field order, unknown
