@@ -104,7 +104,9 @@ func TestEvalProgressOnTerminal(t *testing.T) {
 // TestEvalCommandMessages runs `compactd eval --api messages` against a fake upstream given as
 // --upstream, the way one runs it against Anthropic: the key comes from ANTHROPIC_API_KEY and
 // arrives as x-api-key on /v1/messages, the summariser defaults to Chat Completions on the same
-// upstream, the table names the route, and (d) reads n/a, in JSON too.
+// upstream, the table names the route, and (d) +recall is measured there (compactd offers its
+// recall tool on /v1/messages) and, in JSON after 10 compactions, scores at least (c), the
+// ordering the Responses eval checks.
 func TestEvalCommandMessages(t *testing.T) {
 	d := eval.DefaultConfig()
 	fake := fakeupstream.New(fakeupstream.Options{Summaries: fakeupstream.LossySummaries(d.Lossy), Answer: eval.Answer})
@@ -114,15 +116,23 @@ func TestEvalCommandMessages(t *testing.T) {
 	}
 	defer stop()
 	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-cmd-test")
-	args := []string{"--upstream", base, "--api", "messages", "--model", "claude-fake", "--summarizer-model", "fake-summariser",
-		"--sessions", "1", "--steps", "10", "--threshold", "1000", "--compactions", "1", "--configs", "a,d"}
+	common := []string{"--upstream", base, "--api", "messages", "--model", "claude-fake", "--summarizer-model", "fake-summariser",
+		"--sessions", "1", "--steps", "10", "--threshold", "1000"}
 	var stdout, stderr bytes.Buffer
-	if err := evalMain(args, &stdout, &stderr, false); err != nil {
+	if err := evalMain(append(common, "--compactions", "1", "--configs", "a,d"), &stdout, &stderr, false); err != nil {
 		t.Fatalf("eval: %v\n%s", err, stderr.String())
 	}
 	out := stdout.String()
-	if !strings.Contains(out, "route /v1/messages") || !strings.Contains(out, "n/a (the Messages route has no recall tool yet)") {
+	if !strings.Contains(out, "route /v1/messages") || strings.Contains(out, "n/a") {
 		t.Errorf("table:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "(d) +recall") { // the recall row; the by-kind row comes later
+			if !strings.Contains(line, "%") {
+				t.Errorf("(d) is not measured on Messages: %q", line)
+			}
+			break
+		}
 	}
 	kinds := map[string]int{}
 	for _, r := range fake.Requests() {
@@ -131,16 +141,22 @@ func TestEvalCommandMessages(t *testing.T) {
 			t.Errorf("Messages turn with x-api-key %q", r.Header.Get("X-Api-Key"))
 		}
 	}
-	if kinds["summary /v1/chat/completions"] != 1 || kinds["messages /v1/messages"] == 0 || len(kinds) != 2 {
-		t.Errorf("upstream saw %v: want Messages turns and one Chat Completions summariser call", kinds)
+	// One compaction each: (a) summarises once, (d) twice (the gap check).
+	if kinds["summary /v1/chat/completions"] != 3 || kinds["messages /v1/messages"] == 0 || len(kinds) != 2 {
+		t.Errorf("upstream saw %v: want Messages turns and three Chat Completions summariser calls", kinds)
 	}
 
 	stdout.Reset()
-	if err := evalMain(append(args, "--json"), &stdout, &stderr, false); err != nil {
+	if err := evalMain(append(common, "--compactions", "10", "--configs", "c,d", "--json"), &stdout, &stderr, false); err != nil {
 		t.Fatal(err)
 	}
 	j := gjson.ParseBytes(stdout.Bytes())
-	if j.Get("route").Str != "/v1/messages" || j.Get("rows.1.unavailable").Str == "" || j.Get("rows.0.points.0.facts").Int() != 3 {
-		t.Errorf("JSON: %s", stdout.String()[:min(stdout.Len(), 600)])
+	c, dd := j.Get("rows.0"), j.Get("rows.1")
+	if j.Get("route").Str != "/v1/messages" || c.Get("config.name").Str != "c" || dd.Get("config.name").Str != "d" ||
+		dd.Get("unavailable").Exists() || dd.Get("points.0.facts").Int() != 30 || c.Get("points.0.facts").Int() != 30 {
+		t.Fatalf("JSON: %s", stdout.String()[:min(stdout.Len(), 600)])
+	}
+	if cr, dr := c.Get("points.0.recall").Float(), dd.Get("points.0.recall").Float(); dr < cr {
+		t.Errorf("after 10 compactions on Messages (d) recall %.2f below (c) %.2f", dr, cr)
 	}
 }

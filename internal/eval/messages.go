@@ -31,15 +31,16 @@ var APIs = []string{APIResponses, APIMessages}
 const AnthropicVersion = "2023-06-01"
 
 // messagesUnavailable says why a configuration cannot be measured on the Messages route, or ""
-// when it can. Only what compactd cannot do there belongs here: the facts ledger and the gap
-// check ride in the summariser call and the sealed payload, which the Messages route shares
-// with Responses, so (b) and (c) run and score whatever compactd's Messages compactions carry
-// (against an older compactd whose Messages compactions carry no ledger they tie with (a)). The recall tool
-// is injected into Responses requests only, so (d) would silently measure (c) under its name.
-func messagesUnavailable(v Variant) string {
-	if v.Recall {
-		return "the Messages route has no recall tool yet"
-	}
+// when it can. Only what compactd cannot do there belongs here, and today that is nothing: the
+// facts ledger and the gap check ride in the summariser call and the sealed payload, which the
+// Messages route shares with Responses, so (b) and (c) run and score whatever compactd's
+// Messages compactions carry (against an older compactd whose Messages compactions carry no
+// ledger they tie with (a)); and /v1/messages offers the recall tool over the archive as
+// Responses does (hidden tool_use/tool_result rounds compactd answers itself), which the fake
+// model calls there as on Responses, so (d) measures recall on both routes. The seam stays so
+// that a configuration a route cannot run reads n/a in the report instead of silently
+// measuring another configuration under its name.
+func messagesUnavailable(Variant) string {
 	return ""
 }
 

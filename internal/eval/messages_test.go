@@ -102,9 +102,11 @@ func checkMessagesRequest(t *testing.T, where string, body []byte, upstream bool
 
 // TestEvalMessagesRun runs the CI-sized evaluation on the Messages route against the fake: every
 // request the fake received on /v1/messages is a valid Messages request with no compaction
-// plumbing left in it, the key and version headers arrive, every round compacted, (d) is n/a,
-// the available configurations come out in order (<=: on a compactd whose Messages compactions
-// carry no ledger they tie), and the same seed reproduces the report.
+// plumbing left in it (the hidden recall rounds included), the key and version headers arrive,
+// every round compacted, the configurations come out in order (<=: on a compactd whose Messages
+// compactions carry no ledger they tie), (d) is measured and beats (c) at every checkpoint (it
+// is (c) plus the recall tool, so it ties with (c) when the tool is not offered or not called),
+// and the same seed reproduces the report.
 func TestEvalMessagesRun(t *testing.T) {
 	ctx := context.Background()
 	cfg := messagesCI(1)
@@ -132,15 +134,21 @@ func TestEvalMessagesRun(t *testing.T) {
 			t.Errorf("upstream request %d is %s on %s: a Messages run sends only Messages turns and summariser calls", i, r.Kind, r.Path)
 		}
 	}
-	// 3 variants × (3 rounds of at most 3 turns, a turn ending with the assistant going with the
-	// next) and 3+9 questions each.
-	if lo, hi := 3*(3+3+9), 3*(3*3+3+9); nMsgs < lo || nMsgs > hi {
+	// 4 variants × (3 rounds of at most 3 turns, a turn ending with the assistant going with the
+	// next) and 3+9 questions each, and for (d) at most one hidden recall round per question
+	// (after the tool_result the fake answers).
+	if lo, hi := 4*(3+3+9), 4*(3*3+3+9)+3+9; nMsgs < lo || nMsgs > hi {
 		t.Errorf("%d Messages requests upstream, want %d..%d", nMsgs, lo, hi)
 	}
-	if d := rep.Rows[3]; d.Variant.Name != "d" || d.NA == "" || len(d.Points) != 0 {
-		t.Errorf("(d) on Messages: %+v; want n/a without points", d)
+	if d := rep.Rows[3]; d.Variant.Name != "d" || d.NA != "" || len(d.Points) != len(rep.Config.Checkpoints) {
+		t.Fatalf("(d) on Messages: n/a %q, %d points; want it measured at every checkpoint", d.NA, len(d.Points))
 	}
-	for r := range 3 {
+	for i, d := range rep.Rows[3].Points {
+		if c := rep.Rows[2].Points[i]; d.Correct <= c.Correct {
+			t.Errorf("after %d compactions (d) answered %d, (c) %d: want recall strictly better", d.Compactions, d.Correct, c.Correct)
+		}
+	}
+	for r := range 4 {
 		row := rep.Rows[r]
 		if row.NA != "" || row.Cost.Compactions != 3 || row.Cost.InputTokens <= 0 {
 			t.Errorf("(%s) n/a %q, cost %+v: want 3 compactions with tokens", row.Variant.Name, row.NA, row.Cost)
@@ -255,12 +263,14 @@ func TestEvalMessagesAnswer(t *testing.T) {
 	}
 }
 
-// TestEvalMessagesNA renders a Messages report: (d) reads n/a in the text, JSON and HTML
-// reports, the route is named in each, and the chart draws no line for it.
+// TestEvalMessagesNA renders a Messages report with a configuration the route cannot run: every
+// configuration runs on /v1/messages today, but should one not (messagesUnavailable), its row
+// reads n/a with the reason in the text, JSON and HTML reports, the route is named in each, and
+// the chart draws no line for it.
 func TestEvalMessagesNA(t *testing.T) {
 	rep := sampleReport()
 	rep.Config.API, rep.Config.Shapes, rep.Route = APIMessages, []string{ShapeClaudeCode}, "/v1/messages"
-	rep.Rows[3] = Row{Variant: Variants[3], NA: messagesUnavailable(Variants[3])}
+	rep.Rows[3] = Row{Variant: Variants[3], NA: "no recall tool on this route"}
 	var text, js, page bytes.Buffer
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
