@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -143,18 +142,8 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 		}
 		return err == nil
 	})
-	if it.Err() != nil || err != nil || !it.End() {
-		// The whole body's validity comes first, as when it was checked before the skim: a body
-		// that is not valid JSON is refused as such wherever the skim stopped.
-		if e := checkBody(body); e != nil {
-			return nil, e
-		}
-		var be *BodyError
-		if it.Err() == nil && errors.As(err, &be) {
-			return nil, err
-		}
-		// The walk refused what Valid accepts: cannot happen (FuzzIter), but never forward it.
-		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
+	if e := skimEnd(body, it, err); e != nil {
+		return nil, e
 	}
 	return r, nil
 }

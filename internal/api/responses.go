@@ -144,19 +144,8 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		prevEnd = end
 		return err == nil
 	})
-	if it.Err() != nil || err != nil || !it.End() {
-		// The whole body's validity comes first, as when it was checked before the skim: a body
-		// that is not valid JSON is refused as such wherever the skim stopped, with the message
-		// and kind checkBody gives it.
-		if e := checkBody(body); e != nil {
-			return nil, e
-		}
-		var be *BodyError
-		if it.Err() == nil && errors.As(err, &be) {
-			return nil, err
-		}
-		// The walk refused what Valid accepts: cannot happen (FuzzIter), but never forward it.
-		return nil, &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
+	if e := skimEnd(body, it, err); e != nil {
+		return nil, e
 	}
 	return r, nil
 }

@@ -107,3 +107,22 @@ func str(raw []byte) string {
 	}
 	return string(jsonx.AppendUnquoted(nil, in))
 }
+
+// skimEnd is how a one-pass skim (jsonx.Iter) ends: nil when the walk reached the end of a valid
+// body with no refusal, else the error to answer. The whole body's validity comes first, as when
+// it was checked before the skim: a body that is not valid JSON is refused as such (checkBody's
+// kind and message) wherever the skim stopped, before any refusal the skim made on the way.
+func skimEnd(body []byte, it *jsonx.Iter, err error) error {
+	if it.Err() == nil && err == nil && it.End() {
+		return nil
+	}
+	if e := checkBody(body); e != nil {
+		return e
+	}
+	var be *BodyError
+	if it.Err() == nil && errors.As(err, &be) {
+		return err
+	}
+	// The walk refused what Valid accepts: cannot happen (FuzzIter), but never forward it.
+	return &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
+}
