@@ -50,14 +50,11 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	// One pass, as ParseMessagesRequest: the walk validates every byte it passes and descends
 	// only where the skim reads (see chat_twopass_test.go, the oracle it must agree with).
 	it := jsonx.NewIter(body)
-	if it.Peek() != '{' {
-		if err := checkBody(body); err != nil {
-			return nil, err
-		}
-		return nil, notAnObject()
+	err := skimObject(it, body)
+	if err != nil {
+		return nil, err
 	}
 	r := &ChatRequest{Body: body}
-	var err error
 	var seen uint8
 	it.Object(func(k []byte, _, vs int) bool {
 		var buf [32]byte

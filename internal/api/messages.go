@@ -84,14 +84,11 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 	// Validating first, then walking the top level, then each message again read a body three
 	// times (see messages_twopass_test.go, the oracle this walk must agree with).
 	it := jsonx.NewIter(body)
-	if it.Peek() != '{' {
-		if err := checkBody(body); err != nil {
-			return nil, err
-		}
-		return nil, notAnObject()
+	err := skimObject(it, body)
+	if err != nil {
+		return nil, err
 	}
 	r := &MessagesRequest{Body: body}
-	var err error
 	var seen uint8 // one bit per member compactd acts on; no allocation on the hot path
 	it.Object(func(k []byte, keyStart, vs int) bool {
 		var buf [32]byte

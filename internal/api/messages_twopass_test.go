@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -222,16 +221,7 @@ func checkSystemTwoPass(raw []byte) error {
 func sameMessagesAsTwoPass(t *testing.T, body []byte, r *MessagesRequest, err error) {
 	t.Helper()
 	r0, err0 := parseMessagesTwoPass(body)
-	if (err == nil) != (err0 == nil) {
-		t.Fatalf("%.300q: one pass: %v; two passes: %v", body, err, err0)
-	}
-	if err != nil {
-		var be, be0 *BodyError
-		errors.As(err, &be)
-		errors.As(err0, &be0)
-		if be == nil || be0 == nil || *be != *be0 {
-			t.Fatalf("%.300q: one pass refused with %#v; two passes with %#v", body, be, be0)
-		}
+	if sameRefusal(t, body, err, err0) {
 		return
 	}
 	if r.Model != r0.Model || r.Stream != r0.Stream || !sameRaw(r.System, r0.System) ||

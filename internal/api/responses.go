@@ -73,14 +73,11 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	// checks), and descends only where the skim reads: the top-level members, the items of input,
 	// their members, and the parts of their content, output and summary arrays.
 	it := jsonx.NewIter(body)
-	if it.Peek() != '{' {
-		if err := checkBody(body); err != nil {
-			return nil, err
-		}
-		return nil, notAnObject()
+	err := skimObject(it, body)
+	if err != nil {
+		return nil, err
 	}
 	r := &ResponsesRequest{Body: body, Compaction: -1, Trigger: -1}
-	var err error
 	prevEnd := -1
 	var seen uint16 // one bit per member compactd acts on; no allocation on the hot path
 	it.Object(func(k []byte, keyStart, vs int) bool {

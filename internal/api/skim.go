@@ -108,6 +108,19 @@ func str(raw []byte) string {
 	return string(jsonx.AppendUnquoted(nil, in))
 }
 
+// skimObject begins a one-pass skim: nil when the body is a JSON object (it, a fresh jsonx.Iter
+// over body, is at its opening brace), else the refusal — invalid JSON when the body is not
+// valid, else not an object. The caller makes the Iter, so that it stays on the caller's stack.
+func skimObject(it *jsonx.Iter, body []byte) error {
+	if it.Peek() == '{' {
+		return nil
+	}
+	if err := checkBody(body); err != nil {
+		return err
+	}
+	return notAnObject()
+}
+
 // skimEnd is how a one-pass skim (jsonx.Iter) ends: nil when the walk reached the end of a valid
 // body with no refusal, else the error to answer. The whole body's validity comes first, as when
 // it was checked before the skim: a body that is not valid JSON is refused as such (checkBody's

@@ -204,21 +204,31 @@ func scanPartsTwoPass(arr []byte, i int, member string) error {
 	return err
 }
 
+// sameRefusal fails unless the one-pass and two-pass skims both accepted body or both refused
+// it with the same BodyError (kind, param, message); it reports whether they refused.
+func sameRefusal(t *testing.T, body []byte, err, err0 error) bool {
+	t.Helper()
+	if (err == nil) != (err0 == nil) {
+		t.Fatalf("%.300q: one pass: %v; two passes: %v", body, err, err0)
+	}
+	if err == nil {
+		return false
+	}
+	var be, be0 *BodyError
+	errors.As(err, &be)
+	errors.As(err0, &be0)
+	if be == nil || be0 == nil || *be != *be0 {
+		t.Fatalf("%.300q: one pass refused with %#v; two passes with %#v", body, be, be0)
+	}
+	return true
+}
+
 // sameAsTwoPass fails unless the one-pass skim decided exactly what the two-pass one does: the
 // same refusal (kind, param, message) or the same request (fields, item spans, types, roles).
 func sameAsTwoPass(t *testing.T, body []byte, r *ResponsesRequest, err error) {
 	t.Helper()
 	r0, err0 := parseResponsesTwoPass(body)
-	if (err == nil) != (err0 == nil) {
-		t.Fatalf("%.300q: one pass: %v; two passes: %v", body, err, err0)
-	}
-	if err != nil {
-		var be, be0 *BodyError
-		errors.As(err, &be)
-		errors.As(err0, &be0)
-		if be == nil || be0 == nil || *be != *be0 {
-			t.Fatalf("%.300q: one pass refused with %#v; two passes with %#v", body, be, be0)
-		}
+	if sameRefusal(t, body, err, err0) {
 		return
 	}
 	if r.Model != r0.Model || r.Stream != r0.Stream || r.PreviousResponseID != r0.PreviousResponseID ||
