@@ -80,6 +80,7 @@ func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request
 	}
 	type hit struct {
 		Segment   string  `json:"segment"`
+		Owner     string  `json:"owner"` // the owner digest the segment was written under
 		Item      int     `json:"item"`
 		CreatedAt int64   `json:"created_at"`
 		Score     float64 `json:"score"`
@@ -90,21 +91,30 @@ func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request
 		Data   []hit  `json:"data"`
 	}{Object: "list", Data: []hit{}}
 	for _, h := range hits {
-		out.Data = append(out.Data, hit{h.SegmentID, h.ItemIndex, h.CreatedAt.Unix(), h.Score, h.Excerpt})
+		out.Data = append(out.Data, hit{h.SegmentID, h.Owner, h.ItemIndex, h.CreatedAt.Unix(), h.Score, h.Excerpt})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
 }
 
 func (s *Server) handleConversationDelete(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
-	n, err := s.cfg.Archive.DeleteConversation(r.Context(), adminTenant(r, s.cfg.Tenant), id)
+	id, tenant := chi.URLParam(r, "id"), adminTenant(r, s.cfg.Tenant)
+	n, err := s.cfg.Archive.DeleteConversation(r.Context(), tenant, id)
 	if err != nil {
 		s.log.Warn("admin delete failed", "err", err)
 		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive delete failed"}).Write(w)
 		return
 	}
-	s.log.Info("archived conversation deleted", "conversation", id, "segments", n)
+	// The memo's records and speculative summaries of the conversation go with its archive, so no
+	// later turn is handed a compaction made in it (an archive store deletes its own memo rows in
+	// the same transaction; this reaches a memo kept elsewhere and this replica's speculation).
+	forgotten, err := s.engine.Forget(r.Context(), tenant, id)
+	if err != nil {
+		s.log.Warn("admin delete: memo not cleared", "err", err)
+		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive deleted, but the conversation memo could not be cleared; retry the delete"}).Write(w)
+		return
+	}
+	s.log.Info("archived conversation deleted", "conversation", id, "tenant", tenant, "segments", n, "memo_records", forgotten)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "object": "conversation.deleted", "deleted": true, "segments": n})
 }

@@ -97,26 +97,6 @@ func isSummaryPrompt(text string) bool {
 	return !strings.Contains(t, "recent portion")
 }
 
-// agentSessionID is the archive conversation of an agent's compaction: the agent's own session id.
-func agentSessionID(r *http.Request) string {
-	if id := agentSessionKey(r); id != "" {
-		return id
-	}
-	return conversationID(r, "", nil)
-}
-
-// agentSessionKey is the conversation a request names: the agent's session id, else the ids
-// conversationID takes from headers; "" when it names none. The turns after an agent compaction
-// find that compaction's archive under it (recall_messages.go).
-func agentSessionKey(r *http.Request) string {
-	for _, h := range []string{"X-Claude-Code-Session-Id", "X-Compactd-Session", "Session-Id"} {
-		if id := cleanID(r.Header.Get(h)); id != "" {
-			return id
-		}
-	}
-	return ""
-}
-
 // agentCompaction answers req itself when it is an agent's compaction turn, and reports whether
 // it did (or otherwise answered the client, e.g. with an error). false: the caller goes on as if
 // this did not exist.
@@ -136,7 +116,7 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, 0)
 	in := s.messagesCompactIn(r, req, msgs, nil)
-	in.Conversation, in.TokensBefore = agentSessionID(r), total
+	in.Conversation, in.TokensBefore = conversationID(r, "", nil), total // the agent's session id, as a label
 	c, err := s.compactCore(withAgentSummariser(r.Context()), in)
 	mt.t.committed = ka != nil && ka.Stop()
 	if err != nil {
@@ -163,8 +143,11 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 	s.compacted(r, dialectAnthropic, agentTrigger, c)
 	ledger := c.Ledger
 	if cfg := s.cfg.Recall.withDefaults(); c.Payload != nil && c.Payload.Archive != nil && !cfg.Disabled {
-		// The turns after this one offer the recall tool over the archive; the note says so.
-		ledger = strings.TrimSpace(ledger + "\n\n" + agentRecallText(cfg.ToolName))
+		// The turns after this one offer the recall tool over the archive; the note says so, and
+		// its signed reference is what they prove the archive is theirs with.
+		a := c.Payload.Archive
+		ref := s.owners.Ref(s.tenantOf(r.Context()), a.Conversation, a.Owner)
+		ledger = strings.TrimSpace(ledger + "\n\n" + agentRecallText(cfg.ToolName, ref))
 	}
 	s.writeAgentSummary(w, req, mt, claudeCodeSummaryText(c.Summary, ledger), c.Usage)
 	return true

@@ -16,6 +16,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/time/rate"
+
+	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/owner"
 )
 
 // Proxy authentication and tenants. With a tenants file configured, every request — on any path
@@ -179,6 +182,35 @@ func (s *Server) tenantOf(ctx context.Context) string {
 		return t
 	}
 	return s.cfg.Tenant
+}
+
+// ownerOf is the owner digest of the request of ctx: its tenant and the credential it presented
+// (internal/owner). A context outside a request (none is, in the server) is the tenant's
+// anonymous owner.
+func (s *Server) ownerOf(ctx context.Context) string {
+	st := stateFrom(ctx)
+	if st == nil {
+		return s.owners.Of(s.tenantOf(ctx), "")
+	}
+	if st.owner == "" {
+		st.owner = s.owners.Of(s.tenantOf(ctx), st.credential)
+	}
+	return st.owner
+}
+
+// ownerKeyer is the Keyer of cfg.OwnerKey, else of a key derived from a keyring Sealer, else a
+// random one (owners then mean nothing to another process: fine for one replica without an
+// archive shared with others, and for tests).
+func ownerKeyer(cfg Config) (*owner.Keyer, error) {
+	if cfg.OwnerKey != nil {
+		return owner.New(cfg.OwnerKey)
+	}
+	if ring, ok := cfg.Sealer.(*crypto.Keyring); ok {
+		if k, err := ring.Derive("", owner.KeyPurpose); err == nil {
+			return owner.New(k)
+		}
+	}
+	return owner.Ephemeral(), nil
 }
 
 // clientKey is the credential a client presented, in whichever header its SDK uses.

@@ -100,7 +100,7 @@ type chatView struct {
 // compacting turn sent upstream followed by what came after, so the prompt cache keeps hitting.
 func (s *Server) viewChat(w http.ResponseWriter, r *http.Request, req *api.ChatRequest) chatView {
 	v := chatView{msgs: req.Messages}
-	v.mem = s.engine.Remembered(r.Context(), dialectChat.engine(), s.tenantOf(r.Context()), rawOf(api.ChatUnits(req.Messages)))
+	v.mem = s.engine.Remembered(r.Context(), dialectChat.engine(), s.scope(r.Context()), rawOf(api.ChatUnits(req.Messages)))
 	if v.mem == nil || v.mem.Opened == nil {
 		return v
 	}
@@ -149,10 +149,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 	if total <= limit {
 		msgs := v.msgs
 		s.engine.Speculate(engine.SpecRequest{Dialect: dialectChat.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
+			Owner: s.ownerOf(r.Context()), Conversation: conversationLabel(r, "", v.prev),
 			Auth: s.summariserAuth(r), Units: units, Prefix: func(n int) []api.Item { items, _ := api.ChatItems(msgs[:n]); return items },
 			Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		if v.prev != nil {
-			if d := s.chatRecallFor(req, v.prev, nil); d != nil {
+			if d := s.chatRecallFor(r.Context(), req, v.prev, nil); d != nil {
 				s.forwardChatRecall(w, r, nil, d, chatRaw(v.msgs)) // recall_chat.go
 				return
 			}
@@ -169,7 +170,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 	if msgs == nil && v.prev != nil {
 		msgs = chatRaw(v.msgs)
 	}
-	if d := s.chatRecallFor(req, v.prev, c); d != nil && msgs != nil {
+	if d := s.chatRecallFor(r.Context(), req, v.prev, c); d != nil && msgs != nil {
 		s.forwardChatRecall(w, r, t, d, msgs)
 		return
 	}

@@ -142,7 +142,7 @@ var errNothingToCompact = engine.ErrNothingToCompact
 func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, error) {
 	out := &compaction{}
 	req := in.Request
-	req.Dialect, req.Tenant = in.dialect.engine(), s.tenantOf(ctx)
+	req.Dialect, req.Tenant, req.Owner = in.dialect.engine(), s.tenantOf(ctx), s.ownerOf(ctx)
 	req.Finish = func(c *engine.Compaction) (int, int) {
 		out.Compaction = c
 		return in.finish(out)

@@ -130,7 +130,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		transparent := trigger == "policy" && (cm == nil || cm.Compact == nil) && len(req.Blocks) == 0
 		var mem *engine.Memory
 		if transparent {
-			if mem = s.engine.Remembered(r.Context(), dialectAnthropic.engine(), s.tenantOf(r.Context()), rawOf(api.CountItems(msgs))); mem != nil && mem.Opened != nil {
+			if mem = s.engine.Remembered(r.Context(), dialectAnthropic.engine(), s.scope(r.Context()), rawOf(api.CountItems(msgs))); mem != nil && mem.Opened != nil {
 				view.prev, applied, changed = mem.Opened, true, true
 				msgs = memoHandoffMessages(msgs, mem.Items, mem.Opened)
 				markApplied(w, mem)
@@ -142,6 +142,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			// The background job outlives the turn: it gets its own copy of the message list.
 			kept := slices.Clone(msgs)
 			s.engine.Speculate(engine.SpecRequest{Dialect: dialectAnthropic.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
+				Owner: s.ownerOf(r.Context()), Conversation: conversationLabel(r, "", view.prev),
 				Auth: s.summariserAuth(r), Units: api.CountItems(kept), Prefix: func(n int) []api.Item { return api.MessageItems(kept[:n]) },
 				Total: total, Limit: limit})
 		}

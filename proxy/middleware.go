@@ -46,6 +46,11 @@ type reqState struct {
 	// turnBuf is the request's first turn (newTurn).
 	turnBuf  turn
 	turnUsed atomic.Bool
+	// credential is what the client presented (clientKey), taken before authenticate swaps it for
+	// the tenant's; owner is its digest with the tenant, computed on first use (ownerOf). Never
+	// logged.
+	credential string
+	owner      string
 }
 
 type reqStateKey struct{}

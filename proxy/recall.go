@@ -15,7 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/archive"
-	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/owner"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -95,15 +95,17 @@ func mustMarshal(v any) []byte {
 type recallTurn struct {
 	cfg          RecallConfig
 	conversation string
+	owners       owner.Set // whose segments in conversation the turn may read (readSet)
 }
 
-// recallConfig returns the recall settings and the archive conversation of a turn, or ok false
-// when recall does not apply: no archive, recall off, no conversation, the client's tool choice
+// recallConfig returns the recall settings and the archive conversation of a turn, with the
+// owners whose segments in it the turn may read, or ok false when recall does not apply: no
+// archive, recall off, no conversation or owners, the client's tool choice
 // leaves the model no way to call it, or the client brings its own tool of the same name
 // (theirs wins; compactd then offers nothing).
-func (s *Server) recallConfig(conversation string, tools, toolChoice []byte) (*recallTurn, bool) {
+func (s *Server) recallConfig(conversation string, owners owner.Set, tools, toolChoice []byte) (*recallTurn, bool) {
 	cfg := s.cfg.Recall.withDefaults()
-	if s.cfg.Archive == nil || cfg.Disabled || conversation == "" {
+	if s.cfg.Archive == nil || cfg.Disabled || conversation == "" || len(owners) == 0 {
 		return nil, false
 	}
 	if !toolChoiceAllows(gjson.ParseBytes(toolChoice), cfg.ToolName) {
@@ -118,7 +120,7 @@ func (s *Server) recallConfig(conversation string, tools, toolChoice []byte) (*r
 	if clash {
 		return nil, false
 	}
-	return &recallTurn{cfg: cfg, conversation: conversation}, true
+	return &recallTurn{cfg: cfg, conversation: conversation, owners: owners}, true
 }
 
 // toolChoiceAllows reports whether a client's tool_choice lets the model call the recall tool:
@@ -143,7 +145,7 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 		return "Empty query: call the tool again with the words to search for."
 	}
 	hits, err := s.cfg.Archive.Search(ctx, archive.Query{
-		Text: query, Tenant: s.tenantOf(ctx), Conversation: rt.conversation,
+		Text: query, Tenant: s.tenantOf(ctx), Conversation: rt.conversation, Owners: rt.owners,
 		Limit: rt.cfg.TopK, ExcerptBytes: rt.cfg.ExcerptBytes,
 	})
 	s.metrics.recall(err == nil, len(hits))
@@ -359,18 +361,6 @@ func withoutClientCalls(items []recallItem) []recallItem {
 		}
 	}
 	return out
-}
-
-// archiveConversation is the archive conversation of a turn's compaction: of the compaction this
-// turn made, else of the one it opened; "" when neither was archived.
-func archiveConversation(prev *engine.Opened, c *compaction) string {
-	switch {
-	case c != nil && c.Payload.Archive != nil:
-		return c.Payload.Archive.Conversation
-	case prev != nil && prev.Payload.Archive != nil:
-		return prev.Payload.Archive.Conversation
-	}
-	return ""
 }
 
 func (s *Server) recallResults(ctx context.Context, rt *recallTurn, calls []recallCall) []string {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -63,7 +64,7 @@ type chatStreamCall struct {
 // chatRecallFor returns the recall state for a Chat turn, or nil when recall does not apply:
 // recallConfig's reasons, more than one choice, the deprecated functions, or a last message
 // that is the assistant's (a prefill a recall round cannot continue).
-func (s *Server) chatRecallFor(req *api.ChatRequest, prev *engine.Opened, c *compaction) *chatRecall {
+func (s *Server) chatRecallFor(ctx context.Context, req *api.ChatRequest, prev *engine.Opened, c *compaction) *chatRecall {
 	if s.cfg.Archive == nil || req.Functions != nil {
 		return nil
 	}
@@ -73,11 +74,8 @@ func (s *Server) chatRecallFor(req *api.ChatRequest, prev *engine.Opened, c *com
 	if n := len(req.Messages); n == 0 || req.Messages[n-1].Role == "assistant" {
 		return nil
 	}
-	conv := archiveConversation(prev, c)
-	if conv == "" {
-		return nil
-	}
-	rt, ok := s.recallConfig(conv, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
+	conv, owners := s.readSet(ctx, prev, c)
+	rt, ok := s.recallConfig(conv, owners, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
 	if !ok {
 		return nil
 	}

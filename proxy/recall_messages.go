@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/owner"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -53,14 +54,16 @@ type streamBlock struct {
 }
 
 // agentRecallNote goes into the summary of an agent compaction compactd archived: it tells the
-// model that the recall tool can search what the summary replaced, and on the turns after the
-// compaction (which carry no compaction block, only the agent's continuation message with the
-// summary) it is the mark that this session has an archive.
+// model that the recall tool can search what the summary replaced. The turns after the
+// compaction carry no compaction block, only the agent's continuation message with the summary,
+// so the note ends with a reference compactd signed (owner.Keyer.Ref: tenant, conversation and
+// owner under a server key): that, not the sentence or a session header, is what later turns
+// prove the archive is theirs with. The sentence alone, which anyone can type, opens nothing.
 const agentRecallNote = "The conversation before this summary is archived verbatim by compactd"
 
-// agentRecallText is the sentence with the tool's name.
-func agentRecallText(tool string) string {
-	return agentRecallNote + ": call the " + tool + " tool to search it when a detail (a file's content, a command's output, an exact value) is missing here."
+// agentRecallText is the sentence with the tool's name and the signed reference.
+func agentRecallText(tool, ref string) string {
+	return agentRecallNote + ": call the " + tool + " tool to search it when a detail (a file's content, a command's output, an exact value) is missing here (archive reference " + ref + ")."
 }
 
 // messagesRecallFor returns the recall state for a Messages turn, or nil when recall does not
@@ -75,14 +78,11 @@ func (s *Server) messagesRecallFor(r *http.Request, req *api.MessagesRequest, pr
 	if s.cfg.Archive == nil {
 		return nil
 	}
-	conv := archiveConversation(prev, c)
+	conv, owners := s.readSet(r.Context(), prev, c)
 	if prev == nil && c == nil {
-		conv = agentRecallConversation(r, req)
+		conv, owners = s.agentRecallConversation(r, req)
 	}
-	if conv == "" {
-		return nil
-	}
-	rt, ok := s.recallConfig(conv, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
+	rt, ok := s.recallConfig(conv, owners, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
 	if !ok {
 		return nil
 	}
@@ -90,29 +90,39 @@ func (s *Server) messagesRecallFor(r *http.Request, req *api.MessagesRequest, pr
 }
 
 // agentRecallConversation is the archive conversation of a turn that follows an agent compaction
-// compactd answered: the agent's session (agentSessionKey, as the compaction archived it), when
-// the first message holds compactd's note; else "".
-func agentRecallConversation(r *http.Request, req *api.MessagesRequest) string {
+// compactd answered, and the owners the turn may read in it: the conversation and owner named by
+// the signed reference in compactd's note, when the first message holds one that verifies for
+// the request's tenant, plus the request's own owner; else "", nil. No header is consulted: a
+// session id a client sends names nothing it owns.
+func (s *Server) agentRecallConversation(r *http.Request, req *api.MessagesRequest) (string, owner.Set) {
 	if len(req.Messages) == 0 || len(req.Blocks) > 0 {
-		return ""
+		return "", nil
 	}
-	id := agentSessionKey(r)
-	if id == "" {
-		return ""
-	}
+	tenant := s.tenantOf(r.Context())
 	for _, b := range req.Messages[0].Blocks {
-		if b.Type == api.BlockText && strings.Contains(gjson.GetBytes(b.Raw, "text").Str, agentRecallNote) {
-			return id
+		if b.Type != api.BlockText {
+			continue
+		}
+		text := gjson.GetBytes(b.Raw, "text").Str
+		if !strings.Contains(text, agentRecallNote) {
+			continue
+		}
+		if conv, o, ok := s.owners.FindRef(tenant, text); ok {
+			return conv, owner.Set{s.ownerOf(r.Context())}.With(o)
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // maybeAgentRecall reports whether a request compactd would pass through untouched is an agent's
-// turn after its compaction, for which compactd offers the recall tool (cheap: headers and the
-// first message; the archive is not asked).
+// turn after its compaction, for which compactd offers the recall tool (cheap: the first message
+// and one HMAC; the archive is not asked).
 func (s *Server) maybeAgentRecall(r *http.Request, req *api.MessagesRequest) bool {
-	return s.cfg.Archive != nil && !s.cfg.Recall.Disabled && agentRecallConversation(r, req) != ""
+	if s.cfg.Archive == nil || s.cfg.Recall.Disabled {
+		return false
+	}
+	conv, _ := s.agentRecallConversation(r, req)
+	return conv != ""
 }
 
 // forwardMessagesRecall runs a Messages turn that offers the recall tool: req with changes is

@@ -353,7 +353,7 @@ func (readCloser) Close() error { return nil }
 
 // After compactd answered Claude Code's own compaction (archiving the session), the turns of that
 // session carry no compaction block, only Claude Code's continuation message with compactd's
-// summary; recall is offered over the session's archive.
+// summary; recall is offered over the session's archive, proven by the summary's signed reference.
 func TestMessagesRecallAfterAgentCompaction(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(map[bool]string{false: "json", true: "sse"}[stream], func(t *testing.T) {
@@ -401,13 +401,18 @@ func TestMessagesRecallAfterAgentCompaction(t *testing.T) {
 			if cts := h.upstream(fakeupstream.KindCountTokens); len(cts) != 1 || !bytes.Equal(cts[0].Body, ct) {
 				t.Errorf("count_tokens of the session was not forwarded byte for byte: %d requests", len(cts))
 			}
-			// Without a session id the turn is not the session's: nothing is offered.
-			if _, _, err := sendMessages(t, h, ctx, p, stream); err != nil {
+			// The proof is the signed reference in compactd's note, not the session header: the
+			// same continuation with the reference cut out is offered nothing, header or not.
+			ref := summary[strings.Index(summary, "cref1."):]
+			ref = ref[:strings.IndexAny(ref, ") \n")]
+			cut := p
+			cut.Messages = []anthropic.BetaMessageParam{userText(strings.ReplaceAll(cont, ref, "")), p.Messages[1]}
+			if _, _, err := sendMessages(t, h, ctx, cut, stream, hdr); err != nil {
 				t.Fatal(err)
 			}
 			up = h.upstream(fakeupstream.KindMessages)
 			if len(up) != 3 || gjson.GetBytes(up[2].Body, "tools").Exists() {
-				t.Errorf("%d upstream calls, tools %s: a turn naming no session got the recall tool", len(up), gjson.GetBytes(up[len(up)-1].Body, "tools").Raw)
+				t.Errorf("%d upstream calls, tools %s: a turn without the signed reference got the recall tool", len(up), gjson.GetBytes(up[len(up)-1].Body, "tools").Raw)
 			}
 		})
 	}

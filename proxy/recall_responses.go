@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/url"
 
@@ -32,15 +33,12 @@ type responsesRecall struct {
 
 // recallFor returns the recall state for a Responses turn, or nil when recall does not apply
 // (recallConfig's reasons, or previous_response_id chains: the history is the upstream's).
-func (s *Server) recallFor(req *api.ResponsesRequest, prev *engine.Opened, c *compaction) *responsesRecall {
-	if req.PreviousResponseID != "" {
+func (s *Server) recallFor(ctx context.Context, req *api.ResponsesRequest, prev *engine.Opened, c *compaction) *responsesRecall {
+	if req.PreviousResponseID != "" || s.cfg.Archive == nil {
 		return nil
 	}
-	conv := archiveConversation(prev, c)
-	if conv == "" || s.cfg.Archive == nil {
-		return nil
-	}
-	rt, ok := s.recallConfig(conv, req.Tools, req.ToolChoice) // the skim's: no second walk of the body
+	conv, owners := s.readSet(ctx, prev, c)
+	rt, ok := s.recallConfig(conv, owners, req.Tools, req.ToolChoice) // the skim's: no second walk of the body
 	if !ok {
 		return nil
 	}

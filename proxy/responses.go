@@ -113,7 +113,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		transparent := trigger == "policy" && req.ContextManagement == nil && req.Compaction < 0
 		var mem *engine.Memory
 		if transparent {
-			if mem = s.engine.Remembered(r.Context(), dialectOpenAI.engine(), s.tenantOf(r.Context()), rawOf(items)); mem != nil && mem.Opened != nil {
+			if mem = s.engine.Remembered(r.Context(), dialectOpenAI.engine(), s.scope(r.Context()), rawOf(items)); mem != nil && mem.Opened != nil {
 				prev, changed = mem.Opened, true
 				items = s.handoffAt(items[:mem.Items], items[mem.Items:], prev)
 				markApplied(w, mem)
@@ -123,6 +123,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
 		if total <= limit {
 			s.engine.Speculate(engine.SpecRequest{Dialect: dialectOpenAI.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
+				Owner: s.ownerOf(r.Context()), Conversation: conversationLabel(r, req.PromptCacheKey, prev),
 				Auth: s.summariserAuth(r), Units: items, Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		}
 		if total > limit {
@@ -143,7 +144,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if rt := s.recallFor(req, prev, c); rt != nil {
+	if rt := s.recallFor(r.Context(), req, prev, c); rt != nil {
 		s.forwardRecall(w, r, t, rt, rawItems(items, s.cfg.StripCodexFields))
 		return
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/memo"
+	"github.com/compactd/compactd/internal/owner"
 )
 
 // Config is what a Server needs. Zero values take the documented defaults.
@@ -55,6 +56,12 @@ type Config struct {
 
 	// Sealer seals and opens compaction items; the keyring.
 	Sealer crypto.Sealer
+	// OwnerKey keys the owner digests that scope every conversation's archive, memo and recall
+	// to the tenant and credential that wrote them (internal/owner; SECURITY.md "Who owns a
+	// conversation"). Every replica needs the same key: serve derives it from the keyring
+	// (owner.KeyPurpose, under --archive-index-key). nil: derived from Sealer when it is a
+	// *crypto.Keyring, else random for this process.
+	OwnerKey []byte
 	// Tenant is bound into every sealed item ("default" until proxy auth exists).
 	Tenant string
 
@@ -209,6 +216,7 @@ type Server struct {
 	forward, forwardAnthropic *httputil.ReverseProxy
 	metrics                   *metrics
 	engine                    *engine.Engine // the compaction engine
+	owners                    *owner.Keyer   // owner digests and signed references (internal/owner)
 	budget                    *bodyBudget    // nil: no in-flight body budget
 	ops                       *ops
 
@@ -284,7 +292,11 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Memo == nil:
 		cfg.Memo = memo.NewLocal(cfg.MemoOptions.MaxPerTenant, cfg.MemoOptions.TTL)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes)}
+	owners, err := ownerKeyer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes), owners: owners}
 	s.setupObservability()
 	// After setupObservability, which wraps the summariser in its metrics.
 	ledger := s.cfg.LedgerBytes
@@ -339,6 +351,9 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		d := dialectOf(canon)
 		if !s.checkHeaders(w, r, d) {
 			return
+		}
+		if st := stateFrom(r.Context()); st != nil {
+			st.credential = clientKey(r.Header) // before authenticate replaces it
 		}
 		r, ok := s.authenticate(w, r, raw, canon, d)
 		if !ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/owner"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -316,6 +317,12 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Owners are derived from the same key as the archive's blind index, so pinning
+	// --archive-index-key keeps both stable across rotation (SECURITY.md, "Who owns a conversation").
+	ownerKey, err := ring.Derive(c.archiveIndexKey, owner.KeyPurpose)
+	if err != nil {
+		return nil, fmt.Errorf("--archive-index-key: %w", err)
+	}
 	policies, err := proxy.ParseFailurePolicies(c.failurePolicy)
 	if err != nil {
 		return nil, fmt.Errorf("--summarizer-failure-policy: %w", err)
@@ -355,6 +362,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		ForeignItems:         foreign,
 		Transport:            transport,
 		Sealer:               ring,
+		OwnerKey:             ownerKey,
 		Summarizer:           summarizer.NewResilient(sum, c.resilience),
 		Counter:              counter,
 		Policy:               compact.Policy{Threshold: c.compactThreshold.threshold, Routes: c.compactThreshold.routes, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},

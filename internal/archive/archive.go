@@ -52,14 +52,19 @@ type Sealer interface {
 
 // Segment is one archived run of raw items: what one compaction replaced, or one session log.
 type Segment struct {
-	ID           string            // "seg_" + random, set by Put when empty
-	Tenant       string            // "default" when empty
-	Conversation string            // conversation id (required)
-	Kind         string            // "compaction" | "session"; "compaction" when empty
-	CreatedAt    time.Time         // set by Put when zero; stored in UTC with microsecond precision
-	Previous     string            // id of the previous segment in this conversation's lineage, or ""
-	Items        []json.RawMessage // the raw items exactly as received (byte-exact round trip)
-	Meta         map[string]string // small, unencrypted, non-secret labels; not searched, not integrity-protected
+	ID           string // "seg_" + random, set by Put when empty
+	Tenant       string // "default" when empty
+	Conversation string // conversation id (required)
+	// Owner is who wrote the segment: the owner digest (internal/owner) of the request's tenant
+	// and credential; "" for segments written before owners existed, and for session logs the
+	// operator indexes. A conversation id is only a label within an owner's namespace: reads
+	// through the proxy are scoped to the owners a request can prove (Query.Owners).
+	Owner     string
+	Kind      string            // "compaction" | "session"; "compaction" when empty
+	CreatedAt time.Time         // set by Put when zero; stored in UTC with microsecond precision
+	Previous  string            // id of the previous segment in this conversation's lineage, or ""
+	Items     []json.RawMessage // the raw items exactly as received (byte-exact round trip)
+	Meta      map[string]string // small, unencrypted, non-secret labels; not searched, not integrity-protected
 }
 
 // Segment kinds.
@@ -81,6 +86,9 @@ type Query struct {
 	Text         string
 	Tenant       string // "default" when empty
 	Conversation string // optional filter
+	// Owners, when non-nil, restricts the search to segments written by these owners (an empty
+	// non-nil list matches nothing). nil: every owner, for operators' tools.
+	Owners       []string
 	Kind         string // optional filter
 	Limit        int    // default 5, at most 100
 	ExcerptBytes int    // default 800
@@ -89,6 +97,7 @@ type Query struct {
 // Hit is one matching segment with an excerpt of its best item.
 type Hit struct {
 	SegmentID, Conversation, Kind string
+	Owner                         string // the segment's owner digest ("" for legacy and session segments)
 	CreatedAt                     time.Time
 	ItemIndex                     int     // index in Segment.Items of the best item (most query words)
 	Excerpt                       string  // plaintext excerpt (decrypted), centred on the match, valid UTF-8, ≤ ExcerptBytes
@@ -121,6 +130,9 @@ type Store interface {
 	Search(ctx context.Context, q Query) ([]Hit, error)
 	// Conversations lists the tenant's conversations, most recently archived first.
 	Conversations(ctx context.Context, tenant string) ([]ConversationInfo, error)
+	// DeleteConversation removes every segment of the conversation, of every owner, and the
+	// conversation memo's records and speculative summaries of it (memo.go); it returns how
+	// many segments it deleted.
 	DeleteConversation(ctx context.Context, tenant, conversation string) (int, error)
 	// Prune deletes oldest segments first until within r; it returns how many it deleted.
 	Prune(ctx context.Context, r Retention) (int, error)
@@ -142,7 +154,18 @@ const (
 	maxLimit            = 100
 	defaultExcerptBytes = 800
 	maxMetaBytes        = 8 << 10
+	maxOwner            = 64 // an owner digest is 32 hex characters
+	maxQueryOwners      = 16
 )
+
+// ownerSchema is migration 3 of both backends: each segment's owner (Segment.Owner; "" for rows
+// written before), and the conversation of each memo row, so deleting a conversation deletes its
+// memo records and speculative summaries too.
+var ownerSchema = []string{
+	`ALTER TABLE archive_segments ADD COLUMN owner TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE memo_records ADD COLUMN conversation TEXT NOT NULL DEFAULT ''`,
+	`CREATE INDEX memo_records_conversation ON memo_records (tenant, conversation)`,
+}
 
 // Open selects the backend from a DSN:
 //   - "" → SQLite at DefaultPath()

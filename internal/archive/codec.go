@@ -17,27 +17,30 @@ import (
 // The canonical plaintext of a segment is a length-prefixed binary frame, not JSON: encoding/json
 // compacts json.RawMessage on output, which would break the byte-exact round trip of items, and a
 // frame is cheaper to write and to parse. The header repeats the columns that matter for
-// integrity (id, tenant, conversation, kind, previous, created_at) so Get can detect a row whose
-// clear-text columns were altered, and so Ref.Hash pins the lineage link as well as the items.
+// integrity (id, tenant, conversation, kind, previous, owner, created_at) so Get can detect a row
+// whose clear-text columns were altered, and so Ref.Hash pins the lineage link as well as the items.
 //
-//	"CDA1" | uvarint-len string ×6 (id, tenant, conversation, kind, previous, reserved) |
+//	"CDA1" | uvarint-len string ×6 (id, tenant, conversation, kind, previous, owner) |
 //	varint created_at (unix µs) | uvarint n | n × (uvarint-len item bytes)
+//
+// The sixth string was reserved (always empty) before segments had owners; a segment written then
+// reads as owner "", which is what its column holds after the migration.
 const plainMagic = "CDA1"
 
 type header struct {
-	ID, Tenant, Conversation, Kind, Previous string
-	CreatedUS                                int64
+	ID, Tenant, Conversation, Kind, Previous, Owner string
+	CreatedUS                                       int64
 }
 
 func encodePlain(h header, items []json.RawMessage) []byte {
 	n := len(plainMagic) + 6*binary.MaxVarintLen64 + len(h.ID) + len(h.Tenant) + len(h.Conversation) +
-		len(h.Kind) + len(h.Previous) + 2*binary.MaxVarintLen64
+		len(h.Kind) + len(h.Previous) + len(h.Owner) + 2*binary.MaxVarintLen64
 	for _, it := range items {
 		n += binary.MaxVarintLen64 + len(it)
 	}
 	b := make([]byte, 0, n)
 	b = append(b, plainMagic...)
-	for _, s := range [...]string{h.ID, h.Tenant, h.Conversation, h.Kind, h.Previous, ""} {
+	for _, s := range [...]string{h.ID, h.Tenant, h.Conversation, h.Kind, h.Previous, h.Owner} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
@@ -76,10 +79,7 @@ func decodePlain(b []byte) (header, []json.RawMessage, error) {
 		}
 		fields[i] = string(v)
 	}
-	if fields[5] != "" { // reserved for a later frame version
-		return h, nil, errFrame
-	}
-	h.ID, h.Tenant, h.Conversation, h.Kind, h.Previous = fields[0], fields[1], fields[2], fields[3], fields[4]
+	h.ID, h.Tenant, h.Conversation, h.Kind, h.Previous, h.Owner = fields[0], fields[1], fields[2], fields[3], fields[4], fields[5]
 	t, k := binary.Varint(b)
 	if k <= 0 {
 		return h, nil, errFrame

@@ -14,15 +14,21 @@ import (
 
 // The conversation memo's rows live next to the archive segments, in the same database, so
 // every replica sharing a PostgreSQL archive shares the memo too. A row maps
-// (tenant, kind, dialect, model, prefix hash) to an opaque blob the engine produced (a recorded
-// compaction, or a speculative summary), sealed at rest with the archive's Sealer.
+// (tenant, owner, kind, dialect, model, prefix hash) to an opaque blob the engine produced (a
+// recorded compaction, or a speculative summary), sealed at rest with the archive's Sealer.
 //
-// What is in the clear: tenant, kind, dialect, model, the item count, times, the sealed size,
-// and a keyed form of the prefix hash, HMAC-SHA256(k, tenant || prefix) with k derived from the
-// Sealer's index key. The prefix hash itself is an unkeyed function of the conversation, so
+// A row belongs to its owner (internal/owner: the digest of the tenant and credential of the
+// request that wrote it) and only that owner's lookups find it: the same history sent with
+// another credential misses, so no client is ever handed a compaction another client's request
+// made, whatever the two send.
+//
+// What is in the clear: tenant, kind, dialect, model, the conversation id the row was made in
+// (so deleting a conversation deletes its rows), the item count, times, the sealed size, and a
+// keyed form of the prefix hash, HMAC-SHA256(k, tenant || owner || prefix) with k derived from
+// the Sealer's index key. The prefix hash itself is an unkeyed function of the conversation, so
 // stored as is it would let whoever holds the database confirm a guessed conversation (a
-// standard first message, say); keyed per tenant it confirms nothing and cannot be correlated
-// across tenants, as with the archive's blind index. The blob is sealed bound to the row's
+// standard first message, say); keyed per tenant and owner it confirms nothing and cannot be
+// correlated across tenants or owners, as with the archive's blind index. The blob is sealed bound to the row's
 // identity and tenant, and the sealed plaintext repeats the identity columns and the item
 // count, so a row whose clear-text columns were altered, or a blob moved to another row or
 // tenant, fails to open and is treated as a miss.
@@ -36,15 +42,19 @@ const (
 // MemoRecord is one memo row. Prefix is the prefix hash of the first Items items of the
 // conversation; Blob is what the engine stored, returned byte-exact.
 type MemoRecord struct {
-	Tenant    string // "default" when empty
-	Kind      string // MemoCompaction or MemoSpeculative
-	Dialect   string // the route's dialect (memo.Dialect), required
-	Model     string // speculative summaries only: the summariser model
-	Prefix    [32]byte
-	Items     int
-	Blob      []byte
-	CreatedAt time.Time // set by Put
-	ExpiresAt time.Time // set by Put (now + TTL), extended when a lookup uses the record
+	Tenant string // "default" when empty
+	Owner  string // the owner digest of the request that wrote it (internal/owner)
+	// Conversation is the archive conversation the row was made in ("" when unknown): deleting
+	// the conversation deletes the row.
+	Conversation string
+	Kind         string // MemoCompaction or MemoSpeculative
+	Dialect      string // the route's dialect (memo.Dialect), required
+	Model        string // speculative summaries only: the summariser model
+	Prefix       [32]byte
+	Items        int
+	Blob         []byte
+	CreatedAt    time.Time // set by Put
+	ExpiresAt    time.Time // set by Put (now + TTL), extended when a lookup uses the record
 }
 
 // MemoOptions bounds the memo. Zero fields take the defaults below.
@@ -71,6 +81,8 @@ const (
 	MaxMemoBlob = 4 << 20
 	// memoLookupBatch bounds the IN list of one lookup query.
 	memoLookupBatch = 256
+	// maxMemoConversation bounds a row's conversation id (the proxy's are at most 128 bytes).
+	maxMemoConversation = 256
 )
 
 // ErrMemoNoStore: the Store is not one of this package's SQL backends.
@@ -107,10 +119,13 @@ func NewMemoStore(st Store, o MemoOptions) (*MemoStore, error) {
 	return &MemoStore{s: s, o: o, pkey: mac.Sum(nil)}, nil
 }
 
-// col is the stored form of a prefix hash for a tenant (see the comment at the top).
-func (m *MemoStore) col(tenant string, prefix [32]byte) string {
+// col is the stored form of a prefix hash for a tenant and owner (see the comment at the top).
+// The owner is a fixed-length digest or "", so the NUL-separated fields are unambiguous.
+func (m *MemoStore) col(tenant, owner string, prefix [32]byte) string {
 	mac := hmac.New(sha256.New, m.pkey)
 	mac.Write([]byte(tenant))
+	mac.Write([]byte{0})
+	mac.Write([]byte(owner))
 	mac.Write([]byte{0})
 	mac.Write(prefix[:])
 	return hex.EncodeToString(mac.Sum(nil))
@@ -132,7 +147,7 @@ func memoID(kind, dialect, model string, prefix [32]byte) string {
 // memoPlain is the sealed plaintext: length-prefixed identity fields, the item count, the blob.
 func memoPlain(r MemoRecord) []byte {
 	b := make([]byte, 0, 64+len(r.Blob))
-	for _, s := range []string{r.Tenant, r.Kind, r.Dialect, r.Model, string(r.Prefix[:])} {
+	for _, s := range []string{r.Tenant, r.Owner, r.Conversation, r.Kind, r.Dialect, r.Model, string(r.Prefix[:])} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
@@ -142,7 +157,7 @@ func memoPlain(r MemoRecord) []byte {
 
 // openMemoPlain checks the sealed header against want's columns and returns the blob.
 func openMemoPlain(p []byte, want MemoRecord) ([]byte, error) {
-	for _, s := range []string{want.Tenant, want.Kind, want.Dialect, want.Model, string(want.Prefix[:])} {
+	for _, s := range []string{want.Tenant, want.Owner, want.Conversation, want.Kind, want.Dialect, want.Model, string(want.Prefix[:])} {
 		n, k := binary.Uvarint(p)
 		if k <= 0 || n > uint64(len(p)-k) || string(p[k:k+int(n)]) != s {
 			return nil, errors.New("columns differ from sealed header")
@@ -169,6 +184,10 @@ func (m *MemoStore) check(r *MemoRecord) error {
 		return errors.New("archive: memo: a recorded compaction has no model")
 	case r.Items <= 0:
 		return fmt.Errorf("archive: memo: item count %d", r.Items)
+	case len(r.Owner) > maxOwner:
+		return fmt.Errorf("archive: memo: owner is %d bytes", len(r.Owner))
+	case len(r.Conversation) > maxMemoConversation:
+		return fmt.Errorf("archive: memo: conversation id is %d bytes", len(r.Conversation))
 	case len(r.Blob) > MaxMemoBlob:
 		return fmt.Errorf("archive: memo: blob is %d bytes, limit %d", len(r.Blob), MaxMemoBlob)
 	}
@@ -194,15 +213,15 @@ func (m *MemoStore) put(ctx context.Context, r MemoRecord) error {
 		return fmt.Errorf("archive: memo put: %w", err)
 	}
 	defer tx.Rollback()
-	prefix := m.col(r.Tenant, r.Prefix)
+	prefix := m.col(r.Tenant, r.Owner, r.Prefix)
 	if _, err := tx.ExecContext(ctx, m.s.q(`INSERT INTO memo_records
-		(tenant, kind, dialect, model, prefix, items, created_at, expires_at, bytes, sealed)
-		VALUES (?,?,?,?,?,?,?,?,?,?)
+		(tenant, kind, dialect, model, prefix, items, created_at, expires_at, bytes, sealed, conversation)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT (tenant, kind, dialect, model, prefix) DO UPDATE SET
 		items = excluded.items, created_at = excluded.created_at, expires_at = excluded.expires_at,
-		bytes = excluded.bytes, sealed = excluded.sealed`),
+		bytes = excluded.bytes, sealed = excluded.sealed, conversation = excluded.conversation`),
 		r.Tenant, r.Kind, r.Dialect, r.Model, prefix, r.Items, now.UnixMicro(), r.ExpiresAt.UnixMicro(),
-		int64(len(sealed)), sealed); err != nil {
+		int64(len(sealed)), sealed, r.Conversation); err != nil {
 		return fmt.Errorf("archive: memo put: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, m.s.q(`DELETE FROM memo_records WHERE tenant = ? AND kind = ? AND expires_at <= ?`),
@@ -270,13 +289,14 @@ type candidate32 struct {
 	index  int
 }
 
-// query reads the live rows of one (tenant, kind, dialect, model) among cands (keyed by col).
-func (m *MemoStore) query(ctx context.Context, tenant, kind, dialect, model string, cands map[string]candidate32, now int64) ([]memoRow, error) {
+// query reads the live rows of one (tenant, owner, kind, dialect, model) among cands (keyed by
+// col, which folds the owner in).
+func (m *MemoStore) query(ctx context.Context, tenant, owner, kind, dialect, model string, cands map[string]candidate32, now int64) ([]memoRow, error) {
 	args := []any{tenant, kind, dialect, model, now}
 	for c := range cands {
 		args = append(args, c)
 	}
-	rows, err := m.s.db.QueryContext(ctx, m.s.q(`SELECT prefix, items, created_at, expires_at, sealed
+	rows, err := m.s.db.QueryContext(ctx, m.s.q(`SELECT prefix, items, created_at, expires_at, sealed, conversation
 		FROM memo_records WHERE tenant = ? AND kind = ? AND dialect = ? AND model = ? AND expires_at > ?
 		AND prefix IN (`+strings.TrimSuffix(strings.Repeat("?,", len(cands)), ",")+`)`), args...)
 	if err != nil {
@@ -286,11 +306,11 @@ func (m *MemoStore) query(ctx context.Context, tenant, kind, dialect, model stri
 	var out []memoRow
 	for rows.Next() {
 		var (
-			row              = memoRow{r: MemoRecord{Tenant: tenant, Kind: kind, Dialect: dialect, Model: model}}
+			row              = memoRow{r: MemoRecord{Tenant: tenant, Owner: owner, Kind: kind, Dialect: dialect, Model: model}}
 			col              string
 			created, expires int64
 		)
-		if err := rows.Scan(&col, &row.r.Items, &created, &expires, &row.sealed); err != nil {
+		if err := rows.Scan(&col, &row.r.Items, &created, &expires, &row.sealed, &row.r.Conversation); err != nil {
 			return nil, fmt.Errorf("archive: memo lookup: %w", err)
 		}
 		c, ok := cands[col]
@@ -304,7 +324,7 @@ func (m *MemoStore) query(ctx context.Context, tenant, kind, dialect, model stri
 	return out, rows.Err()
 }
 
-// LookupLongest returns the tenant's recorded compaction for the first of candidates (prefix
+// LookupLongest returns the owner's recorded compaction for the first of candidates (prefix
 // hashes, longest prefix first) that has one. A miss is (zero, false, nil). A row that fails to
 // open (tampered, moved, sealed under a key no longer in the keyring) is skipped in favour of
 // the next candidate; when nothing opens and some row failed, the ErrIntegrity error is
@@ -312,7 +332,7 @@ func (m *MemoStore) query(ctx context.Context, tenant, kind, dialect, model stri
 //
 // Using a record extends its expiry (when less than half its TTL is left), so a conversation
 // that stays active keeps its record however long it runs.
-func (m *MemoStore) LookupLongest(ctx context.Context, tenant, dialect string, candidates [][32]byte) (MemoRecord, bool, error) {
+func (m *MemoStore) LookupLongest(ctx context.Context, tenant, owner, dialect string, candidates [][32]byte) (MemoRecord, bool, error) {
 	tenant = tenantOr(tenant)
 	now := m.o.Now()
 	var firstErr error
@@ -320,12 +340,12 @@ func (m *MemoStore) LookupLongest(ctx context.Context, tenant, dialect string, c
 		batch := candidates[start:min(len(candidates), start+memoLookupBatch)]
 		cands := make(map[string]candidate32, len(batch))
 		for i, c := range batch {
-			k := m.col(tenant, c)
+			k := m.col(tenant, owner, c)
 			if _, dup := cands[k]; !dup {
 				cands[k] = candidate32{prefix: c, index: start + i}
 			}
 		}
-		rows, err := m.query(ctx, tenant, MemoCompaction, dialect, "", cands, now.UnixMicro())
+		rows, err := m.query(ctx, tenant, owner, MemoCompaction, dialect, "", cands, now.UnixMicro())
 		if err != nil {
 			return MemoRecord{}, false, err
 		}
@@ -360,15 +380,15 @@ func (m *MemoStore) touch(ctx context.Context, r MemoRecord, now time.Time) {
 	}
 	m.s.db.ExecContext(ctx, m.s.q(`UPDATE memo_records SET expires_at = ?
 		WHERE tenant = ? AND kind = ? AND dialect = ? AND model = ? AND prefix = ?`),
-		now.Add(ttl).UnixMicro(), r.Tenant, r.Kind, r.Dialect, r.Model, m.col(r.Tenant, r.Prefix))
+		now.Add(ttl).UnixMicro(), r.Tenant, r.Kind, r.Dialect, r.Model, m.col(r.Tenant, r.Owner, r.Prefix))
 }
 
-// GetSpeculative returns the speculative summary for exactly (tenant, dialect, model, prefix).
-// A miss is (zero, false, nil); a row that fails to open is (zero, false, ErrIntegrity…).
-func (m *MemoStore) GetSpeculative(ctx context.Context, tenant, dialect, model string, prefix [32]byte) (MemoRecord, bool, error) {
+// GetSpeculative returns the speculative summary for exactly (tenant, owner, dialect, model,
+// prefix). A miss is (zero, false, nil); a row that fails to open is (zero, false, ErrIntegrity…).
+func (m *MemoStore) GetSpeculative(ctx context.Context, tenant, owner, dialect, model string, prefix [32]byte) (MemoRecord, bool, error) {
 	tenant = tenantOr(tenant)
-	cands := map[string]candidate32{m.col(tenant, prefix): {prefix: prefix}}
-	rows, err := m.query(ctx, tenant, MemoSpeculative, dialect, model, cands, m.o.Now().UnixMicro())
+	cands := map[string]candidate32{m.col(tenant, owner, prefix): {prefix: prefix}}
+	rows, err := m.query(ctx, tenant, owner, MemoSpeculative, dialect, model, cands, m.o.Now().UnixMicro())
 	if err != nil || len(rows) == 0 {
 		return MemoRecord{}, false, err
 	}
@@ -377,6 +397,21 @@ func (m *MemoStore) GetSpeculative(ctx context.Context, tenant, dialect, model s
 		return MemoRecord{}, false, err
 	}
 	return r, true, nil
+}
+
+// DeleteConversation deletes the tenant's memo rows made in the conversation, of every owner and
+// kind, and returns how many (Store.DeleteConversation does the same in its own transaction).
+func (m *MemoStore) DeleteConversation(ctx context.Context, tenant, conversation string) (int, error) {
+	if conversation == "" {
+		return 0, nil
+	}
+	res, err := m.s.db.ExecContext(ctx, m.s.q(`DELETE FROM memo_records WHERE tenant = ? AND conversation = ?`),
+		tenantOr(tenant), conversation)
+	if err != nil {
+		return 0, fmt.Errorf("archive: memo delete conversation: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
 }
 
 // PruneExpired deletes every tenant's expired memo rows and returns how many.

@@ -82,7 +82,7 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 			{"no candidates", nil, 0},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				r, ok, err := m.LookupLongest(ctx, "acme", "messages", tc.cands)
+				r, ok, err := m.LookupLongest(ctx, "acme", "", "messages", tc.cands)
 				if err != nil {
 					t.Fatalf("err = %v (a miss is never an error)", err)
 				}
@@ -103,7 +103,7 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 			})
 		}
 		// Another dialect does not see these records.
-		if _, ok, err := m.LookupLongest(ctx, "acme", "responses", newestFirst(c)); ok || err != nil {
+		if _, ok, err := m.LookupLongest(ctx, "acme", "", "responses", newestFirst(c)); ok || err != nil {
 			t.Errorf("other dialect: ok=%v err=%v", ok, err)
 		}
 	})
@@ -115,7 +115,7 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 		if err := m.PutCompaction(ctx, MemoRecord{Dialect: "responses", Prefix: c[10], Items: 11, Blob: blob("x")}); err != nil {
 			t.Fatal(err)
 		}
-		r, ok, err := m.LookupLongest(ctx, "", "responses", newestFirst(c))
+		r, ok, err := m.LookupLongest(ctx, "", "", "responses", newestFirst(c))
 		if err != nil || !ok || r.Items != 11 || r.Tenant != DefaultTenant {
 			t.Fatalf("ok=%v err=%v %+v", ok, err, r)
 		}
@@ -132,10 +132,10 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 			t.Fatal(err)
 		}
 		for _, tenant := range []string{"globex", "", "ACME"} {
-			if r, ok, err := m.LookupLongest(ctx, tenant, "messages", newestFirst(c)); ok || err != nil {
+			if r, ok, err := m.LookupLongest(ctx, tenant, "", "messages", newestFirst(c)); ok || err != nil {
 				t.Errorf("tenant %q: LookupLongest ok=%v err=%v %+v", tenant, ok, err, r)
 			}
-			if r, ok, err := m.GetSpeculative(ctx, tenant, "messages", "m", c[3]); ok || err != nil {
+			if r, ok, err := m.GetSpeculative(ctx, tenant, "", "messages", "m", c[3]); ok || err != nil {
 				t.Errorf("tenant %q: GetSpeculative ok=%v err=%v %+v", tenant, ok, err, r)
 			}
 		}
@@ -146,17 +146,17 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 		if _, err := db.db.Exec(db.q(`UPDATE memo_records SET tenant = ? WHERE tenant = ?`), "globex", "acme"); err != nil {
 			t.Fatal(err)
 		}
-		if r, ok, err := m.LookupLongest(ctx, "globex", "messages", newestFirst(c)); ok || err != nil {
+		if r, ok, err := m.LookupLongest(ctx, "globex", "", "messages", newestFirst(c)); ok || err != nil {
 			t.Errorf("moved row: ok=%v err=%v %+v", ok, err, r)
 		}
-		if _, err := db.db.Exec(db.q(`UPDATE memo_records SET prefix = ? WHERE tenant = ?`), m.col("globex", c[3]), "globex"); err != nil {
+		if _, err := db.db.Exec(db.q(`UPDATE memo_records SET prefix = ? WHERE tenant = ?`), m.col("globex", "", c[3]), "globex"); err != nil {
 			t.Fatal(err)
 		}
-		r, ok, err := m.LookupLongest(ctx, "globex", "messages", newestFirst(c))
+		r, ok, err := m.LookupLongest(ctx, "globex", "", "messages", newestFirst(c))
 		if ok || !errors.Is(err, ErrIntegrity) {
 			t.Errorf("moved row with its column recomputed: ok=%v err=%v %+v", ok, err, r)
 		}
-		if _, ok, err := m.GetSpeculative(ctx, "globex", "messages", "m", c[3]); ok || !errors.Is(err, ErrIntegrity) {
+		if _, ok, err := m.GetSpeculative(ctx, "globex", "", "messages", "m", c[3]); ok || !errors.Is(err, ErrIntegrity) {
 			t.Errorf("moved speculative row: ok=%v err=%v", ok, err)
 		}
 	})
@@ -187,7 +187,7 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 				t.Fatal(err)
 			}
 		}
-		r, ok, err := m.LookupLongest(ctx, "", "messages", newestFirst(c))
+		r, ok, err := m.LookupLongest(ctx, "", "", "messages", newestFirst(c))
 		if ok || !errors.Is(err, ErrIntegrity) {
 			t.Errorf("swapped blobs: ok=%v err=%v %+v", ok, err, r)
 		}
@@ -207,7 +207,7 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 		if _, err := db.db.Exec(`UPDATE memo_records SET items = 7 WHERE items = 6`); err != nil {
 			t.Fatal(err)
 		}
-		r, ok, err := m.LookupLongest(ctx, "", "messages", newestFirst(c))
+		r, ok, err := m.LookupLongest(ctx, "", "", "messages", newestFirst(c))
 		if err != nil || !ok || r.Items != 2 {
 			t.Fatalf("want the intact 2-item record, got ok=%v err=%v %+v", ok, err, r)
 		}
@@ -270,14 +270,14 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 		}
 		hit := func(conv string) bool {
 			t.Helper()
-			_, ok, err := m.LookupLongest(ctx, "", "responses", newestFirst(chain(conv, 3)))
+			_, ok, err := m.LookupLongest(ctx, "", "", "responses", newestFirst(chain(conv, 3)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return ok
 		}
 		clk.add(2 * time.Hour) // past the speculative TTL
-		if _, ok, err := m.GetSpeculative(ctx, "", "responses", "m", c[2]); ok || err != nil {
+		if _, ok, err := m.GetSpeculative(ctx, "", "", "responses", "m", c[2]); ok || err != nil {
 			t.Errorf("expired speculative summary: ok=%v err=%v", ok, err)
 		}
 		clk.add(4 * time.Hour) // 6h: less than half the TTL left; a hit extends it
@@ -323,7 +323,7 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 			}
 		}
 		for i := range 5 {
-			_, ok, err := m.LookupLongest(ctx, "acme", "messages", chain(fmt.Sprint(i), 1))
+			_, ok, err := m.LookupLongest(ctx, "acme", "", "messages", chain(fmt.Sprint(i), 1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -331,7 +331,7 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 				t.Errorf("record %d: hit=%v, want %v (the oldest two are evicted)", i, ok, want)
 			}
 		}
-		if _, ok, _ := m.LookupLongest(ctx, "globex", "messages", chain("g", 1)); !ok {
+		if _, ok, _ := m.LookupLongest(ctx, "globex", "", "messages", chain("g", 1)); !ok {
 			t.Error("another tenant's record was evicted")
 		}
 		if got := countRows(t, st, "memo_records"); got != 3+1+3 {
@@ -349,17 +349,17 @@ func testMemo(t *testing.T, open func(t *testing.T) Store) {
 		if err := m.PutSpeculative(ctx, MemoRecord{Tenant: "acme", Dialect: "responses", Model: "gpt-5-mini", Prefix: p, Items: 5, Blob: blob("v2")}); err != nil {
 			t.Fatal(err)
 		}
-		r, ok, err := m.GetSpeculative(ctx, "acme", "responses", "gpt-5-mini", p)
+		r, ok, err := m.GetSpeculative(ctx, "acme", "", "responses", "gpt-5-mini", p)
 		if err != nil || !ok || !bytes.Equal(r.Blob, blob("v2")) || r.Items != 5 || r.Model != "gpt-5-mini" || r.Kind != MemoSpeculative {
 			t.Fatalf("ok=%v err=%v %+v", ok, err, r)
 		}
 		for _, tc := range []struct{ dialect, model string }{{"responses", "gpt-5"}, {"messages", "gpt-5-mini"}} {
-			if _, ok, err := m.GetSpeculative(ctx, "acme", tc.dialect, tc.model, p); ok || err != nil {
+			if _, ok, err := m.GetSpeculative(ctx, "acme", "", tc.dialect, tc.model, p); ok || err != nil {
 				t.Errorf("%+v: ok=%v err=%v", tc, ok, err)
 			}
 		}
 		// A speculative summary is not a recorded compaction.
-		if _, ok, err := m.LookupLongest(ctx, "acme", "responses", [][32]byte{p}); ok || err != nil {
+		if _, ok, err := m.LookupLongest(ctx, "acme", "", "responses", [][32]byte{p}); ok || err != nil {
 			t.Errorf("LookupLongest found a speculative summary: ok=%v err=%v", ok, err)
 		}
 	})
@@ -449,7 +449,7 @@ func TestMemoReplicas(t *testing.T) {
 		if err := ma.PutCompaction(ctx, MemoRecord{Tenant: "acme", Dialect: "messages", Prefix: c[5], Items: 6, Blob: blob("from A")}); err != nil {
 			t.Fatal(err)
 		}
-		r, ok, err := mb.LookupLongest(ctx, "acme", "messages", newestFirst(c))
+		r, ok, err := mb.LookupLongest(ctx, "acme", "", "messages", newestFirst(c))
 		if err != nil || !ok || r.Items != 6 || !bytes.Equal(r.Blob, blob("from A")) {
 			t.Fatalf("replica B: ok=%v err=%v %+v", ok, err, r)
 		}
@@ -457,18 +457,18 @@ func TestMemoReplicas(t *testing.T) {
 		if err := mb.PutCompaction(ctx, MemoRecord{Tenant: "acme", Dialect: "messages", Prefix: c[7], Items: 8, Blob: blob("from B")}); err != nil {
 			t.Fatal(err)
 		}
-		if r, ok, err := ma.LookupLongest(ctx, "acme", "messages", newestFirst(c)); err != nil || !ok || r.Items != 8 {
+		if r, ok, err := ma.LookupLongest(ctx, "acme", "", "messages", newestFirst(c)); err != nil || !ok || r.Items != 8 {
 			t.Fatalf("replica A: ok=%v err=%v %+v", ok, err, r)
 		}
 		// A speculative summary prepared on A is used by the crossing turn on B.
 		if err := ma.PutSpeculative(ctx, MemoRecord{Tenant: "acme", Dialect: "messages", Model: "haiku", Prefix: c[8], Items: 9, Blob: blob("spec A")}); err != nil {
 			t.Fatal(err)
 		}
-		if r, ok, err := mb.GetSpeculative(ctx, "acme", "messages", "haiku", c[8]); err != nil || !ok || !bytes.Equal(r.Blob, blob("spec A")) {
+		if r, ok, err := mb.GetSpeculative(ctx, "acme", "", "messages", "haiku", c[8]); err != nil || !ok || !bytes.Equal(r.Blob, blob("spec A")) {
 			t.Fatalf("replica B speculative: ok=%v err=%v %+v", ok, err, r)
 		}
 		// Still tenant-bound across replicas.
-		if _, ok, err := mb.LookupLongest(ctx, "globex", "messages", newestFirst(c)); ok || err != nil {
+		if _, ok, err := mb.LookupLongest(ctx, "globex", "", "messages", newestFirst(c)); ok || err != nil {
 			t.Errorf("other tenant on B: ok=%v err=%v", ok, err)
 		}
 	}
@@ -512,10 +512,7 @@ func TestMemoMigratesV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := old.Put(ctx, Segment{Conversation: "c", Items: plantedItems()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := putLegacy(t, ctx, db, Segment{Conversation: "c", Items: plantedItems()})
 	old.Close()
 
 	st := openPath(t, path)
@@ -527,8 +524,8 @@ func TestMemoMigratesV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v int
-	if err := st.(*sqlStore).db.QueryRow(`SELECT version FROM archive_schema`).Scan(&v); err != nil || v != 2 {
-		t.Errorf("schema version %d, %v; want 2", v, err)
+	if err := st.(*sqlStore).db.QueryRow(`SELECT version FROM archive_schema`).Scan(&v); err != nil || v != 3 {
+		t.Errorf("schema version %d, %v; want 3", v, err)
 	}
 }
 

@@ -39,12 +39,13 @@ var postgresDialect = &dialect{
 		`CREATE INDEX archive_segments_tsv ON archive_segments USING GIN (tsv)`,
 	},
 		memoSchemaPostgres, // 2: the conversation memo (memo.go)
+		ownerSchema,        // 3: owners of segments, conversations of memo records
 	},
 	search: func(filters string) (string, bool) {
 		// Normalisation 1 divides the rank by 1+log(length), like bm25's preference for short
 		// documents; every word occurs once per document, so frequency carries no signal.
 		// As in SQLite, documents are read for the winners only, not carried through the sort.
-		return `SELECT s.id, s.conversation, s.kind, s.created_at, s.doc, m.rank
+		return `SELECT s.id, s.conversation, s.kind, s.owner, s.created_at, s.doc, m.rank
 			FROM (SELECT s.seq, ts_rank(s.tsv, q.q, 1)::float8 AS rank
 				FROM archive_segments s, to_tsquery('simple', ?) AS q(q)
 				WHERE s.tsv @@ q.q AND s.tenant = ?` + filters + `

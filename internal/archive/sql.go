@@ -121,6 +121,9 @@ func (s *sqlStore) Put(ctx context.Context, seg Segment) (Ref, error) {
 	if seg.Conversation == "" {
 		return Ref{}, errors.New("archive: Put: conversation is required")
 	}
+	if len(seg.Owner) > maxOwner {
+		return Ref{}, fmt.Errorf("archive: Put: owner is %d bytes, limit %d", len(seg.Owner), maxOwner)
+	}
 	if seg.ID == "" {
 		seg.ID = newSegmentID()
 	}
@@ -142,7 +145,7 @@ func (s *sqlStore) Put(ctx context.Context, seg Segment) (Ref, error) {
 		}
 	}
 	h := header{ID: seg.ID, Tenant: seg.Tenant, Conversation: seg.Conversation, Kind: seg.Kind,
-		Previous: seg.Previous, CreatedUS: seg.CreatedAt.UnixMicro()}
+		Previous: seg.Previous, Owner: seg.Owner, CreatedUS: seg.CreatedAt.UnixMicro()}
 	plain := encodePlain(h, seg.Items)
 	ref := Ref{ID: seg.ID, Hash: hashPlain(plain)}
 	sealed, err := s.sealer.SealArchive(pack(plain), seg.ID, seg.Tenant)
@@ -156,15 +159,15 @@ func (s *sqlStore) Put(ctx context.Context, seg Segment) (Ref, error) {
 		return Ref{}, fmt.Errorf("archive: Put: %w", err)
 	}
 	defer tx.Rollback()
-	cols := `id, tenant, conversation, kind, created_at, previous, hash, bytes, meta, sealed`
-	args := []any{seg.ID, seg.Tenant, seg.Conversation, seg.Kind, h.CreatedUS, seg.Previous, ref.Hash,
+	cols := `id, tenant, conversation, kind, created_at, previous, owner, hash, bytes, meta, sealed`
+	args := []any{seg.ID, seg.Tenant, seg.Conversation, seg.Kind, h.CreatedUS, seg.Previous, seg.Owner, ref.Hash,
 		int64(len(sealed)), string(meta), sealed}
 	if s.d.docInRow {
-		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO archive_segments (`+cols+`, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?)`),
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO archive_segments (`+cols+`, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`),
 			append(args, doc)...)
 	} else {
 		var res sql.Result
-		res, err = tx.ExecContext(ctx, s.q(`INSERT INTO archive_segments (`+cols+`) VALUES (?,?,?,?,?,?,?,?,?,?)`), args...)
+		res, err = tx.ExecContext(ctx, s.q(`INSERT INTO archive_segments (`+cols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`), args...)
 		if err == nil {
 			var seq int64
 			if seq, err = res.LastInsertId(); err == nil {
@@ -189,9 +192,9 @@ func (s *sqlStore) load(ctx context.Context, tenant, id string) (Segment, error)
 		createdUS          int64
 		hash, meta, sealed string
 	)
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT conversation, kind, created_at, previous, hash, meta, sealed
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT conversation, kind, created_at, previous, owner, hash, meta, sealed
 		FROM archive_segments WHERE tenant = ? AND id = ?`), tenant, id).
-		Scan(&seg.Conversation, &seg.Kind, &createdUS, &seg.Previous, &hash, &meta, &sealed)
+		Scan(&seg.Conversation, &seg.Kind, &createdUS, &seg.Previous, &seg.Owner, &hash, &meta, &sealed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Segment{}, ErrNotFound
 	}
@@ -213,7 +216,8 @@ func (s *sqlStore) load(ctx context.Context, tenant, id string) (Segment, error)
 	if err != nil {
 		return Segment{}, fmt.Errorf("%w: %s: %v", ErrIntegrity, id, err)
 	}
-	want := header{ID: id, Tenant: tenant, Conversation: seg.Conversation, Kind: seg.Kind, Previous: seg.Previous, CreatedUS: createdUS}
+	want := header{ID: id, Tenant: tenant, Conversation: seg.Conversation, Kind: seg.Kind, Previous: seg.Previous,
+		Owner: seg.Owner, CreatedUS: createdUS}
 	if h != want {
 		return Segment{}, fmt.Errorf("%w: %s: columns differ from sealed header", ErrIntegrity, id)
 	}
@@ -260,9 +264,9 @@ func (s *sqlStore) Lineage(ctx context.Context, tenant, id string) ([]Ref, error
 }
 
 type candidate struct {
-	id, conversation, kind string
-	createdUS              int64
-	score                  float64
+	id, conversation, kind, owner string
+	createdUS                     int64
+	score                         float64
 }
 
 // candidates runs one ranked full-text query and scores rows by query words matched (read from
@@ -277,6 +281,15 @@ func (s *sqlStore) candidates(ctx context.Context, q Query, hq []queryWord, matc
 	if q.Kind != "" {
 		filters.WriteString(" AND s.kind = ?")
 		args = append(args, q.Kind)
+	}
+	if q.Owners != nil {
+		if len(q.Owners) == 0 {
+			return nil, nil // scoped to no owner: nothing to read
+		}
+		filters.WriteString(" AND s.owner IN (" + strings.TrimSuffix(strings.Repeat("?,", len(q.Owners)), ",") + ")")
+		for _, o := range q.Owners {
+			args = append(args, o)
+		}
 	}
 	query, limitFirst := s.d.search(filters.String())
 	if limitFirst {
@@ -295,7 +308,7 @@ func (s *sqlStore) candidates(ctx context.Context, q Query, hq []queryWord, matc
 		var c candidate
 		var doc string
 		var rank float64
-		if err := rows.Scan(&c.id, &c.conversation, &c.kind, &c.createdUS, &doc, &rank); err != nil {
+		if err := rows.Scan(&c.id, &c.conversation, &c.kind, &c.owner, &c.createdUS, &doc, &rank); err != nil {
 			return nil, fmt.Errorf("archive: search: %w", err)
 		}
 		clear(set)
@@ -318,6 +331,9 @@ func (s *sqlStore) Search(ctx context.Context, q Query) ([]Hit, error) {
 		q.Limit = defaultLimit
 	}
 	q.Limit = min(q.Limit, maxLimit)
+	if len(q.Owners) > maxQueryOwners {
+		return nil, fmt.Errorf("archive: search: %d owners, limit %d", len(q.Owners), maxQueryOwners)
+	}
 	if q.ExcerptBytes <= 0 {
 		q.ExcerptBytes = defaultExcerptBytes
 	}
@@ -360,7 +376,7 @@ func (s *sqlStore) Search(ctx context.Context, q Query) ([]Hit, error) {
 			return nil, err
 		}
 		idx, excerpt := bestExcerpt(plainQ, seg.Items, q.ExcerptBytes)
-		hits = append(hits, Hit{SegmentID: c.id, Conversation: c.conversation, Kind: c.kind,
+		hits = append(hits, Hit{SegmentID: c.id, Conversation: c.conversation, Kind: c.kind, Owner: c.owner,
 			CreatedAt: time.UnixMicro(c.createdUS).UTC(), ItemIndex: idx, Excerpt: excerpt, Score: c.score})
 	}
 	return hits, nil
@@ -388,15 +404,30 @@ func (s *sqlStore) Conversations(ctx context.Context, tenant string) ([]Conversa
 }
 
 // DeleteConversation removes the conversation's segments and their index entries (SQLite: by
-// trigger; PostgreSQL: same row).
+// trigger; PostgreSQL: same row), and in the same transaction the memo's records and speculative
+// summaries of it, so no later turn is handed a summary of what was deleted.
 func (s *sqlStore) DeleteConversation(ctx context.Context, tenant, conversation string) (int, error) {
-	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM archive_segments WHERE tenant = ? AND conversation = ?`),
-		tenantOr(tenant), conversation)
+	tenant = tenantOr(tenant)
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("archive: delete conversation: %w", err)
 	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, s.q(`DELETE FROM archive_segments WHERE tenant = ? AND conversation = ?`), tenant, conversation)
+	if err != nil {
+		return 0, fmt.Errorf("archive: delete conversation: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM memo_records WHERE tenant = ? AND conversation = ?`), tenant, conversation); err != nil {
+		return 0, fmt.Errorf("archive: delete conversation: memo: %w", err)
+	}
 	n, err := res.RowsAffected()
-	return int(n), err
+	if err != nil {
+		return 0, fmt.Errorf("archive: delete conversation: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("archive: delete conversation: %w", err)
+	}
+	return int(n), nil
 }
 
 // pruneBatch bounds the IN list of one DELETE.

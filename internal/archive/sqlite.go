@@ -42,6 +42,7 @@ var sqliteDialect = &dialect{
 		END`,
 	},
 		memoSchemaSQLite, // 2: the conversation memo (memo.go)
+		ownerSchema,      // 3: owners of segments, conversations of memo records
 	},
 	// The inner query ranks and limits carrying only (seq, rank); documents and columns are read
 	// for the winners only. Without conversation/kind filters the inner query does not join at
@@ -50,7 +51,7 @@ var sqliteDialect = &dialect{
 	// row was most of the cost for common words.
 	search: func(filters string) (string, bool) {
 		if filters == "" {
-			return `SELECT s.id, s.conversation, s.kind, s.created_at,
+			return `SELECT s.id, s.conversation, s.kind, s.owner, s.created_at,
 					(SELECT doc FROM archive_fts d WHERE d.rowid = m.seq), m.r
 				FROM (SELECT rowid AS seq, -bm25(archive_fts) AS r FROM archive_fts
 					WHERE archive_fts MATCH ? ORDER BY bm25(archive_fts) LIMIT ?) m
@@ -58,7 +59,7 @@ var sqliteDialect = &dialect{
 				WHERE s.tenant = ?
 				ORDER BY m.r DESC`, true
 		}
-		return `SELECT s.id, s.conversation, s.kind, s.created_at,
+		return `SELECT s.id, s.conversation, s.kind, s.owner, s.created_at,
 				(SELECT doc FROM archive_fts d WHERE d.rowid = m.seq), m.r
 			FROM (SELECT s.seq AS seq, -bm25(archive_fts) AS r
 				FROM archive_fts CROSS JOIN archive_segments s ON s.seq = archive_fts.rowid

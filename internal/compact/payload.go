@@ -39,6 +39,10 @@ type ArchiveRef struct {
 	// Conversation is the archive conversation the segment belongs to; later compactions of the
 	// same conversation inherit it through the lineage when the client names none.
 	Conversation string `json:"conversation,omitempty"`
+	// Owner is the owner digest (internal/owner) the segment was archived under: whoever carries
+	// this compaction back may read it, as it may read the summary ("" in items sealed before
+	// owners existed, whose segments have owner "" too).
+	Owner string `json:"owner,omitempty"`
 }
 
 // Encoding tags: the first byte of a marshalled payload.
@@ -160,6 +164,10 @@ func (p *Payload) appendJSON(b []byte) []byte {
 			b = append(b, `,"conversation":`...)
 			b = api.AppendString(b, p.Archive.Conversation)
 		}
+		if p.Archive.Owner != "" {
+			b = append(b, `,"owner":`...)
+			b = api.AppendString(b, p.Archive.Owner)
+		}
 		b = append(b, '}')
 	}
 	if p.Ledger != "" {
@@ -229,6 +237,9 @@ func parsePayload(js []byte) (*Payload, error) {
 				str("archive.hash", r.Get("hash"), &p.Archive.Hash)
 				if c := r.Get("conversation"); c.Exists() {
 					str("archive.conversation", c, &p.Archive.Conversation)
+				}
+				if o := r.Get("owner"); o.Exists() {
+					str("archive.owner", o, &p.Archive.Owner)
 				}
 			} else if r.Type != gjson.Null {
 				err = errors.New("archive: not an object")

@@ -29,7 +29,7 @@ func (e *Engine) archiveReplaced(ctx context.Context, in Request, model string, 
 		}
 	}
 	seg := archive.Segment{
-		Tenant: in.Tenant, Conversation: in.Conversation, Kind: archive.KindCompaction, Items: raw,
+		Tenant: in.Tenant, Conversation: in.Conversation, Owner: in.Owner, Kind: archive.KindCompaction, Items: raw,
 		Meta: map[string]string{"item": in.ID, "model": model},
 	}
 	if in.Prev != nil && in.Prev.Payload.Archive != nil {
@@ -39,5 +39,5 @@ func (e *Engine) archiveReplaced(ctx context.Context, in Request, model string, 
 	if err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
-	return &compact.ArchiveRef{ID: ref.ID, Hash: ref.Hash, Conversation: in.Conversation}, nil
+	return &compact.ArchiveRef{ID: ref.ID, Hash: ref.Hash, Conversation: in.Conversation, Owner: in.Owner}, nil
 }

@@ -130,9 +130,13 @@ type Request struct {
 	ID           string // the new item's or block's id; generated when ""
 	Model        string
 	Instructions string // replaces the default summarisation prompt when set
-	Conversation string // archive conversation id
+	Conversation string // archive conversation id: a label within the owner's namespace
 	Tenant       string // bound into the seal and the archive segment
-	Auth         summarizer.Auth
+	// Owner is the request's owner digest (internal/owner): the archive segment and the memo
+	// record are stamped with it, and the sealed payload names it, so whoever carries the item
+	// back may read what it replaced.
+	Owner string
+	Auth  summarizer.Auth
 	// Items is the neutral view of the context to compact (after any earlier handoff).
 	Items []api.Item
 	// Units are what speculation keys on and what a kept tail is counted in: nil means Items

@@ -16,10 +16,14 @@ import (
 // cache keeps hitting. The memo lives in the archive store, so every replica applies what any
 // replica compacted. A miss, and any memo error, is a normal compaction.
 
+// Scope is whose memo a turn reads and writes (memo.Key): its tenant and owner, and the archive
+// conversation what it records belongs to (deleted with it).
+type Scope struct{ Tenant, Owner, Conversation string }
+
 // Memory is what the memo knows of one turn's client items.
 type Memory struct {
 	dialect  memo.Dialect
-	tenant   string
+	scope    Scope
 	prefixes []memo.Hash // prefixes[i] names the client's items[0..i]
 	// Opened is the compaction recorded for the longest known prefix, opened and checked; nil
 	// on a miss. Items is how many of the client's items it covers.
@@ -31,12 +35,12 @@ type Memory struct {
 // the client sends, never the compacted view) and returns the compaction recorded for the
 // longest prefix of them, if any. It never fails: a memo that errs, a record that no longer
 // opens (a rotated key, an expired item), or no memo at all is a miss.
-func (e *Engine) Remembered(ctx context.Context, d Dialect, tenant string, items []json.RawMessage) *Memory {
+func (e *Engine) Remembered(ctx context.Context, d Dialect, sc Scope, items []json.RawMessage) *Memory {
 	if e.cfg.Memo == nil || d.Memo == "" {
 		return nil
 	}
-	m := &Memory{dialect: d.Memo, tenant: tenant}
-	l, err := memo.Find(ctx, e.cfg.Memo, memo.Key{Tenant: tenant, Dialect: d.Memo}, items)
+	m := &Memory{dialect: d.Memo, scope: sc}
+	l, err := memo.Find(ctx, e.cfg.Memo, sc.key(d.Memo), items)
 	m.prefixes = l.Prefixes
 	if err != nil {
 		e.log.Warn("memo lookup failed; compacting as usual", "api", d.Name, "err", err)
@@ -46,7 +50,7 @@ func (e *Engine) Remembered(ctx context.Context, d Dialect, tenant string, items
 		e.obs.Memo("miss")
 		return m
 	}
-	o, err := e.Open(string(l.Entry.Compaction), "", d.SealKind, tenant, "")
+	o, err := e.Open(string(l.Entry.Compaction), "", d.SealKind, sc.Tenant, "")
 	if err != nil {
 		e.log.Warn("memo record does not open; compacting as usual", "api", d.Name, "reason", Reason(err))
 		e.obs.Memo("stale")
@@ -63,11 +67,35 @@ func (e *Engine) remember(ctx context.Context, m *Memory, covers int, c *Compact
 	if m == nil || covers <= 0 || covers > len(m.prefixes) {
 		return
 	}
-	err := e.cfg.Memo.Record(ctx, memo.Key{Tenant: m.tenant, Dialect: m.dialect}, m.prefixes[covers-1], covers, []byte(c.EncryptedContent))
+	k := m.scope.key(m.dialect)
+	if c.Payload != nil && c.Payload.Archive != nil {
+		k.Conversation = c.Payload.Archive.Conversation
+	}
+	err := e.cfg.Memo.Record(ctx, k, m.prefixes[covers-1], covers, []byte(c.EncryptedContent))
 	if err != nil {
 		e.log.Warn("memo record failed", "err", err)
 		e.obs.Memo("record_error")
 		return
 	}
 	e.obs.Memo("recorded")
+}
+
+func (sc Scope) key(d memo.Dialect) memo.Key {
+	return memo.Key{Tenant: sc.Tenant, Owner: sc.Owner, Dialect: d, Conversation: sc.Conversation}
+}
+
+// Forget deletes what the memo and this replica's speculation hold of the tenant's conversation
+// (the admin API's delete, beside the archive's): no later turn is handed a compaction or a
+// speculative summary made in it. Other replicas' in-memory speculative summaries are not
+// reached; they expire within the speculative TTL and are keyed to their owners' exact history.
+func (e *Engine) Forget(ctx context.Context, tenant, conversation string) (int, error) {
+	n := 0
+	if e.spec != nil {
+		n += e.spec.forget(tenant, conversation)
+	}
+	if e.cfg.Memo == nil {
+		return n, nil
+	}
+	m, err := e.cfg.Memo.Forget(ctx, tenant, conversation)
+	return n + m, err
 }

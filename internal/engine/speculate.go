@@ -53,15 +53,17 @@ type specResult struct {
 }
 
 type specEntry struct {
-	key     uint64
-	n       int // length of the prefix (in items) the summary covers
-	total   int // tokens of the turn that started it (MinGrowth)
-	done    chan struct{}
-	out     specResult
-	err     error
-	cancel  context.CancelFunc
-	expires time.Time
-	elem    *list.Element
+	key uint64
+	// tenant and conversation say what the summary was made in (Engine.Forget).
+	tenant, conversation string
+	n                    int // length of the prefix (in items) the summary covers
+	total                int // tokens of the turn that started it (MinGrowth)
+	done                 chan struct{}
+	out                  specResult
+	err                  error
+	cancel               context.CancelFunc
+	expires              time.Time
+	elem                 *list.Element
 }
 
 type speculator struct {
@@ -170,7 +172,7 @@ func speculationPrefix(items []api.Item) int {
 // of a shorter prefix is recent enough (less than minGrowth tokens behind total, the turn's
 // tokens: covered), the pool is full, or the prefix is empty. run does the summarising with a
 // context the speculator cancels.
-func (sp *speculator) start(model string, items []api.Item, total, minGrowth int, run func(ctx context.Context, prefix []api.Item) (specResult, error)) (started, covered bool) {
+func (sp *speculator) start(model string, sc Scope, items []api.Item, total, minGrowth int, run func(ctx context.Context, prefix []api.Item) (specResult, error)) (started, covered bool) {
 	n := speculationPrefix(items)
 	if n == 0 {
 		return false, false
@@ -203,7 +205,7 @@ func (sp *speculator) start(model string, items []api.Item, total, minGrowth int
 		return false, false
 	}
 	ctx, cancel := context.WithCancel(sp.base)
-	e := &specEntry{key: key, n: n, total: total, done: make(chan struct{}), cancel: cancel, expires: sp.now().Add(sp.cfg.TTL)}
+	e := &specEntry{key: key, tenant: sc.Tenant, conversation: sc.Conversation, n: n, total: total, done: make(chan struct{}), cancel: cancel, expires: sp.now().Add(sp.cfg.TTL)}
 	e.elem = sp.order.PushFront(e)
 	sp.entries[key] = e
 	sp.lengths[n]++
@@ -284,6 +286,22 @@ func (sp *speculator) expireLocked() {
 	}
 }
 
+// forget drops (and cancels) every entry made in the tenant's conversation.
+func (sp *speculator) forget(tenant, conversation string) int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	n := 0
+	for el := sp.order.Front(); el != nil; {
+		next := el.Next()
+		if e := el.Value.(*specEntry); e.tenant == tenant && e.conversation == conversation && conversation != "" {
+			sp.removeLocked(e)
+			n++
+		}
+		el = next
+	}
+	return n
+}
+
 // close cancels every job.
 func (sp *speculator) close() {
 	sp.mu.Lock()
@@ -319,11 +337,12 @@ func (e *Engine) Speculating(total, limit int) bool {
 }
 
 // specKey keys speculation by dialect and model: two dialects' prefixes are different bytes, and
-// a summary written for one is never used by the other.
+// a summary written for one is never used by the other; and by tenant and owner, like the memo:
+// a summary prepared for one owner's conversation is never handed to another's request.
 // The key also names the dialect's canonical form (memo.Dialect), which the prefix hashes are
 // taken over (specCanon).
-func specKey(d Dialect, model string) string {
-	return d.Name + "\x00" + string(d.Memo) + "\x00" + model
+func specKey(d Dialect, model, tenant, owner string) string {
+	return d.Name + "\x00" + string(d.Memo) + "\x00" + model + "\x00" + tenant + "\x00" + owner
 }
 
 // specCanon is the canonical form a specKey names ("" for none).
@@ -337,8 +356,10 @@ func specCanon(key string) memo.Dialect {
 type SpecRequest struct {
 	Dialect Dialect
 	Tenant  string
-	Model   string
-	Auth    summarizer.Auth
+	// Owner and Conversation are as in Request: whose summary it is and what it was made in.
+	Owner, Conversation string
+	Model               string
+	Auth                summarizer.Auth
 	// Units and Prefix are as in Request (nil Prefix: units are the neutral items themselves).
 	Units  []api.Item
 	Prefix func(n int) []api.Item
@@ -356,7 +377,8 @@ func (e *Engine) Speculate(r SpecRequest) {
 		return
 	}
 	minGrowth := int(e.spec.cfg.MinGrowth * float64(r.Limit))
-	started, covered := e.spec.start(specKey(r.Dialect, r.Model), r.Units, r.Total, minGrowth, func(ctx context.Context, p []api.Item) (specResult, error) {
+	sc := Scope{Tenant: r.Tenant, Owner: r.Owner, Conversation: r.Conversation}
+	started, covered := e.spec.start(specKey(r.Dialect, r.Model, r.Tenant, r.Owner), sc, r.Units, r.Total, minGrowth, func(ctx context.Context, p []api.Item) (specResult, error) {
 		items := p
 		if r.Prefix != nil {
 			items = r.Prefix(len(p))
@@ -370,7 +392,7 @@ func (e *Engine) Speculate(r SpecRequest) {
 			return specResult{}, err
 		}
 		out := specResult{res: res, ledger: e.ledger(ctx, r.Auth, r.Model, items, w, res, &res.Usage)}
-		e.shareSpeculation(ctx, r.Dialect, r.Tenant, r.Model, p, out)
+		e.shareSpeculation(ctx, r.Dialect, sc, r.Model, p, out)
 		return out, nil
 	})
 	switch {
@@ -388,9 +410,9 @@ func (e *Engine) useSpeculation(ctx context.Context, in Request, items []api.Ite
 	if e.spec == nil {
 		return 0, specResult{}
 	}
-	n, en := e.spec.lookup(specKey(in.Dialect, in.Model), items)
+	n, en := e.spec.lookup(specKey(in.Dialect, in.Model, in.Tenant, in.Owner), items)
 	if en == nil {
-		if n, out := e.sharedSpeculation(ctx, in.Dialect, in.Tenant, in.Model, items); n > 0 {
+		if n, out := e.sharedSpeculation(ctx, in.Dialect, Scope{Tenant: in.Tenant, Owner: in.Owner}, in.Model, items); n > 0 {
 			e.obs.Speculative("hit")
 			return n, out
 		}

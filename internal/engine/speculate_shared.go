@@ -11,7 +11,7 @@ import (
 
 // Speculation across replicas. A speculative summary is prepared on whichever replica served the
 // turn that passed the speculative fraction; the crossing turn may land on another. So a finished
-// job also stores its summary and ledger in the memo, keyed by tenant, dialect, summariser model
+// job also stores its summary and ledger in the memo, keyed by tenant, owner, dialect, summariser model
 // and the canonical hash of the exact prefix it covers, and a crossing turn that finds nothing in
 // its own replica's speculator asks the memo for the prefixes a speculation could have covered.
 
@@ -32,7 +32,7 @@ type sharedSpec struct {
 }
 
 // shareSpeculation stores a finished speculative summary of prefix in the memo.
-func (e *Engine) shareSpeculation(ctx context.Context, d Dialect, tenant, model string, prefix []api.Item, out specResult) {
+func (e *Engine) shareSpeculation(ctx context.Context, d Dialect, sc Scope, model string, prefix []api.Item, out specResult) {
 	if e.cfg.Memo == nil || d.Memo == "" || out.res.Summary == "" {
 		return
 	}
@@ -41,7 +41,7 @@ func (e *Engine) shareSpeculation(ctx context.Context, d Dialect, tenant, model 
 		return
 	}
 	blob, _ := json.Marshal(sharedSpec{Summary: out.res.Summary, Model: out.res.Model, Ledger: out.ledger, Usage: out.res.Usage})
-	k := memo.Key{Tenant: tenant, Dialect: d.Memo}
+	k := sc.key(d.Memo)
 	if err := e.cfg.Memo.PutSpeculative(ctx, k, model, hashes[len(hashes)-1], len(prefix), blob); err != nil {
 		e.log.Warn("speculative summary not shared", "err", err)
 		return
@@ -51,7 +51,7 @@ func (e *Engine) shareSpeculation(ctx context.Context, d Dialect, tenant, model 
 
 // sharedSpeculation looks in the memo for a summary another replica prepared for a prefix of
 // units; n == 0 is a miss.
-func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, tenant, model string, units []api.Item) (int, specResult) {
+func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, sc Scope, model string, units []api.Item) (int, specResult) {
 	if e.cfg.Memo == nil || d.Memo == "" {
 		return 0, specResult{}
 	}
@@ -65,7 +65,7 @@ func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, tenant, model
 		return 0, specResult{}
 	}
 	hashes, _ := memo.Prefixes(d.Memo, rawItems(units[:cands[0]]))
-	k := memo.Key{Tenant: tenant, Dialect: d.Memo}
+	k := sc.key(d.Memo)
 	for _, n := range cands {
 		if n > len(hashes) {
 			continue

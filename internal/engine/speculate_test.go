@@ -47,10 +47,10 @@ func TestSpeculatorHitMissAndChangedPrefix(t *testing.T) {
 	sp := newSpeculator(SpeculativeConfig{})
 	b := newBlockingRun()
 	turn := specItems("u1", "a1", "u2", "a2", "u3") // prefix = items before the newest user message
-	if !started(sp.start("m", turn, 0, 0, b.run)) {
+	if !started(sp.start("m", Scope{}, turn, 0, 0, b.run)) {
 		t.Fatal("speculation not started")
 	}
-	if started(sp.start("m", turn, 0, 0, b.run)) {
+	if started(sp.start("m", Scope{}, turn, 0, 0, b.run)) {
 		t.Error("the same prefix was speculated twice")
 	}
 	close(b.release)
@@ -87,10 +87,10 @@ func TestSpeculatorCancelsWhatNobodyUses(t *testing.T) {
 	sp.now = func() time.Time { return now }
 	b := newBlockingRun()
 
-	sp.start("m", specItems("u1", "a1", "u2"), 0, 0, b.run)
+	sp.start("m", Scope{}, specItems("u1", "a1", "u2"), 0, 0, b.run)
 	first := <-b.ctxs
 	// Evicted by a newer prefix (MaxEntries 1): the first job is cancelled.
-	sp.start("m", specItems("x1", "y1", "x2"), 0, 0, b.run)
+	sp.start("m", Scope{}, specItems("x1", "y1", "x2"), 0, 0, b.run)
 	second := <-b.ctxs
 	select {
 	case <-first.Done():
@@ -112,14 +112,14 @@ func TestSpeculatorCancelsWhatNobodyUses(t *testing.T) {
 func TestSpeculatorBoundsConcurrency(t *testing.T) {
 	sp := newSpeculator(SpeculativeConfig{MaxConcurrent: 1})
 	b := newBlockingRun()
-	if !started(sp.start("m", specItems("u1", "a1", "u2"), 0, 0, b.run)) {
+	if !started(sp.start("m", Scope{}, specItems("u1", "a1", "u2"), 0, 0, b.run)) {
 		t.Fatal("first not started")
 	}
 	<-b.ctxs
-	if started(sp.start("m", specItems("v1", "b1", "v2"), 0, 0, b.run)) {
+	if started(sp.start("m", Scope{}, specItems("v1", "b1", "v2"), 0, 0, b.run)) {
 		t.Error("started past MaxConcurrent")
 	}
-	if started(sp.start("m", specItems("u1"), 0, 0, b.run)) {
+	if started(sp.start("m", Scope{}, specItems("u1"), 0, 0, b.run)) {
 		t.Error("started with nothing before the newest user message")
 	}
 	sp.close()
@@ -128,7 +128,7 @@ func TestSpeculatorBoundsConcurrency(t *testing.T) {
 func TestUseSpeculationFailedJobFallsBack(t *testing.T) {
 	s := &Engine{spec: newSpeculator(SpeculativeConfig{}), obs: nopObserver{}}
 	items := specItems("u1", "a1", "u2")
-	s.spec.start(specKey(Dialect{}, "m"), items, 0, 0, func(context.Context, []api.Item) (specResult, error) {
+	s.spec.start(specKey(Dialect{}, "m", "", ""), Scope{}, items, 0, 0, func(context.Context, []api.Item) (specResult, error) {
 		return specResult{}, errors.New("summariser down")
 	})
 	if n, _ := s.useSpeculation(context.Background(), Request{Model: "m"}, append(items, specItems("a2", "u3")...)); n != 0 {
@@ -141,7 +141,7 @@ func TestSpeculatorStop(t *testing.T) {
 		sp := newSpeculator(SpeculativeConfig{})
 		b := newBlockingRun()
 		items := specItems("u1", "a1", "u2")
-		if !started(sp.start("m", items, 0, 0, b.run)) {
+		if !started(sp.start("m", Scope{}, items, 0, 0, b.run)) {
 			t.Fatal("not started")
 		}
 		jobCtx := <-b.ctxs
@@ -155,14 +155,14 @@ func TestSpeculatorStop(t *testing.T) {
 		if jobCtx.Err() == nil {
 			t.Error("stop returned with a job's context still live")
 		}
-		if started(sp.start("m", specItems("v1", "b1", "v2"), 0, 0, b.run)) {
+		if started(sp.start("m", Scope{}, specItems("v1", "b1", "v2"), 0, 0, b.run)) {
 			t.Error("a job started after stop")
 		}
 	})
 	t.Run("bounded by its context", func(t *testing.T) {
 		sp := newSpeculator(SpeculativeConfig{})
 		release, started := make(chan struct{}), make(chan struct{})
-		sp.start("m", specItems("u1", "a1", "u2"), 0, 0, func(context.Context, []api.Item) (specResult, error) {
+		sp.start("m", Scope{}, specItems("u1", "a1", "u2"), 0, 0, func(context.Context, []api.Item) (specResult, error) {
 			close(started)
 			<-release // ignores cancellation
 			return specResult{}, errors.New("released")
@@ -198,12 +198,12 @@ func TestSpeculationKeysAreCanonical(t *testing.T) {
 	} {
 		sp := newSpeculator(SpeculativeConfig{})
 		done := make(chan struct{})
-		sp.start(specKey(tc.d, "m"), then, 0, 0, func(context.Context, []api.Item) (specResult, error) {
+		sp.start(specKey(tc.d, "m", "", ""), Scope{}, then, 0, 0, func(context.Context, []api.Item) (specResult, error) {
 			close(done)
 			return specResult{res: summarizer.Result{Summary: "s"}}, nil
 		})
 		<-done
-		if n, e := sp.lookup(specKey(tc.d, "m"), now); (e != nil) != tc.want || (tc.want && n != 2) {
+		if n, e := sp.lookup(specKey(tc.d, "m", "", ""), now); (e != nil) != tc.want || (tc.want && n != 2) {
 			t.Errorf("%s: lookup = %d, %v; want a hit %v on the 2-message prefix", tc.d.Name, n, e != nil, tc.want)
 		}
 		sp.close()
@@ -222,7 +222,7 @@ func TestSpeculatorMinGrowth(t *testing.T) {
 	b := newBlockingRun()
 	defer close(b.release)
 	const minGrowth = 1000
-	if s, _ := sp.start("m", specItems("u1", "a1", "u2"), 5000, minGrowth, b.run); !s {
+	if s, _ := sp.start("m", Scope{}, specItems("u1", "a1", "u2"), 5000, minGrowth, b.run); !s {
 		t.Fatal("the first speculation did not start")
 	}
 	for _, tc := range []struct {
@@ -236,7 +236,7 @@ func TestSpeculatorMinGrowth(t *testing.T) {
 		{"the newest one covers the next turn", specItems("u1", "a1", "u2", "a2", "u3", "a3", "u4", "a4", "u5"), 6500, false, true},
 		{"another conversation", specItems("v1", "b1", "v2"), 5000, true, false},
 	} {
-		s, c := sp.start("m", tc.items, tc.total, minGrowth, b.run)
+		s, c := sp.start("m", Scope{}, tc.items, tc.total, minGrowth, b.run)
 		if s != tc.started || c != tc.cov {
 			t.Errorf("%s: started %v covered %v, want %v %v", tc.name, s, c, tc.started, tc.cov)
 		}
@@ -247,7 +247,7 @@ func TestSpeculatorMinGrowth(t *testing.T) {
 	boom := func(context.Context, []api.Item) (specResult, error) {
 		return specResult{}, errors.New("summariser down")
 	}
-	fail.start("m", specItems("u1", "a1", "u2"), 5000, minGrowth, boom)
+	fail.start("m", Scope{}, specItems("u1", "a1", "u2"), 5000, minGrowth, boom)
 	n, e := 0, (*specEntry)(nil)
 	fail.mu.Lock()
 	for _, en := range fail.entries {
@@ -258,7 +258,7 @@ func TestSpeculatorMinGrowth(t *testing.T) {
 		t.Fatalf("the failing job's entry: %v (prefix %d)", e, n)
 	}
 	<-e.done
-	if s, c := fail.start("m", specItems("u1", "a1", "u2", "a2", "u3"), 5100, minGrowth, b.run); !s || c {
+	if s, c := fail.start("m", Scope{}, specItems("u1", "a1", "u2", "a2", "u3"), 5100, minGrowth, b.run); !s || c {
 		t.Errorf("after a failed summary: started %v covered %v, want a new one", s, c)
 	}
 }

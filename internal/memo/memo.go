@@ -70,10 +70,16 @@ import (
 	"github.com/compactd/compactd/internal/archive"
 )
 
-// Key says whose memo a turn reads and writes: the tenant and the route's dialect.
+// Key says whose memo a turn reads and writes: the tenant, the owner and the route's dialect.
+// Only the owner that recorded something finds it (internal/owner: the digest of the tenant and
+// the request's credential), so the same history sent with another credential is a miss.
 type Key struct {
 	Tenant  string // "default" when empty
+	Owner   string
 	Dialect Dialect
+	// Conversation is the archive conversation the turn belongs to: what it records is deleted
+	// with that conversation (Forget). Lookups ignore it.
+	Conversation string
 }
 
 // Entry is a recorded compaction.
@@ -100,6 +106,9 @@ type Memo interface {
 	PutSpeculative(ctx context.Context, k Key, model string, prefix Hash, items int, summary []byte) error
 	// Speculative returns the summary prepared for exactly (model, prefix), on any replica.
 	Speculative(ctx context.Context, k Key, model string, prefix Hash) ([]byte, bool, error)
+	// Forget deletes every record and speculative summary made in the tenant's conversation,
+	// whoever owned them, and returns how many it deleted.
+	Forget(ctx context.Context, tenant, conversation string) (int, error)
 }
 
 // Lookup is the memo's answer for one input: the prefix hashes of all its items (to record the
@@ -135,6 +144,7 @@ func (Nop) PutSpeculative(context.Context, Key, string, Hash, int, []byte) error
 func (Nop) Speculative(context.Context, Key, string, Hash) ([]byte, bool, error) {
 	return nil, false, nil
 }
+func (Nop) Forget(context.Context, string, string) (int, error) { return 0, nil }
 
 // Store is the Memo over the archive database.
 type Store struct{ s *archive.MemoStore }
@@ -152,8 +162,8 @@ func NewStore(st archive.Store, o archive.MemoOptions) (*Store, error) {
 func (m *Store) Archive() *archive.MemoStore { return m.s }
 
 func (m *Store) Record(ctx context.Context, k Key, prefix Hash, items int, compaction []byte) error {
-	return m.s.PutCompaction(ctx, archive.MemoRecord{Tenant: k.Tenant, Dialect: string(k.Dialect),
-		Prefix: prefix, Items: items, Blob: compaction})
+	return m.s.PutCompaction(ctx, archive.MemoRecord{Tenant: k.Tenant, Owner: k.Owner, Conversation: k.Conversation,
+		Dialect: string(k.Dialect), Prefix: prefix, Items: items, Blob: compaction})
 }
 
 func (m *Store) Longest(ctx context.Context, k Key, prefixes []Hash) (Entry, bool, error) {
@@ -164,7 +174,7 @@ func (m *Store) Longest(ctx context.Context, k Key, prefixes []Hash) (Entry, boo
 	for i, p := range prefixes {
 		cands[len(prefixes)-1-i] = p
 	}
-	r, ok, err := m.s.LookupLongest(ctx, k.Tenant, string(k.Dialect), cands)
+	r, ok, err := m.s.LookupLongest(ctx, k.Tenant, k.Owner, string(k.Dialect), cands)
 	if !ok {
 		return Entry{}, false, err
 	}
@@ -177,16 +187,20 @@ func (m *Store) Longest(ctx context.Context, k Key, prefixes []Hash) (Entry, boo
 }
 
 func (m *Store) PutSpeculative(ctx context.Context, k Key, model string, prefix Hash, items int, summary []byte) error {
-	return m.s.PutSpeculative(ctx, archive.MemoRecord{Tenant: k.Tenant, Dialect: string(k.Dialect),
-		Model: model, Prefix: prefix, Items: items, Blob: summary})
+	return m.s.PutSpeculative(ctx, archive.MemoRecord{Tenant: k.Tenant, Owner: k.Owner, Conversation: k.Conversation,
+		Dialect: string(k.Dialect), Model: model, Prefix: prefix, Items: items, Blob: summary})
 }
 
 func (m *Store) Speculative(ctx context.Context, k Key, model string, prefix Hash) ([]byte, bool, error) {
-	r, ok, err := m.s.GetSpeculative(ctx, k.Tenant, string(k.Dialect), model, prefix)
+	r, ok, err := m.s.GetSpeculative(ctx, k.Tenant, k.Owner, string(k.Dialect), model, prefix)
 	if !ok {
 		return nil, false, err
 	}
 	return r.Blob, true, nil
+}
+
+func (m *Store) Forget(ctx context.Context, tenant, conversation string) (int, error) {
+	return m.s.DeleteConversation(ctx, tenant, conversation)
 }
 
 var (
