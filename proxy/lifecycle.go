@@ -69,7 +69,7 @@ func (s *Server) close(ctx context.Context) error {
 // configured.
 func (s *Server) startRetention() {
 	r := s.cfg.ArchiveRetention
-	if s.cfg.Archive == nil || (r.MaxAge <= 0 && r.MaxBytes <= 0) {
+	if s.cfg.Archive == nil || !r.Enabled() {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -153,6 +153,7 @@ func (c *Config) validate() error {
 		{"Recall.ExcerptBytes", int64(c.Recall.ExcerptBytes)},
 		{"ArchiveRetention.MaxAge", int64(c.ArchiveRetention.MaxAge)},
 		{"ArchiveRetention.MaxBytes", c.ArchiveRetention.MaxBytes},
+		{"ArchiveRetention.MaxTotalBytes", c.ArchiveRetention.MaxTotalBytes},
 		{"ArchiveRetentionInterval", int64(c.ArchiveRetentionInterval)},
 		{"MemoOptions.MaxPerTenant", int64(c.MemoOptions.MaxPerTenant)},
 		{"MemoOptions.TTL", int64(c.MemoOptions.TTL)},
@@ -164,10 +165,13 @@ func (c *Config) validate() error {
 	if f := c.Speculative.Fraction; math.IsNaN(f) || f >= 1 {
 		bad("Speculative.Fraction", "is %v: it is the fraction of the threshold at which to start, below 1 (negative turns speculation off)", f)
 	}
-	if c.Archive == nil && (c.ArchiveRetention.MaxAge != 0 || c.ArchiveRetention.MaxBytes != 0) {
+	if c.Archive == nil && c.ArchiveRetention != (archive.Retention{}) {
 		bad("ArchiveRetention", "is set without an Archive to prune")
 	}
-	if c.ArchiveRetentionInterval != 0 && c.ArchiveRetention.MaxAge == 0 && c.ArchiveRetention.MaxBytes == 0 {
+	if c.ArchiveRetention.Tenant != "" && c.ArchiveRetention.MaxTotalBytes > 0 {
+		bad("ArchiveRetention", "has a Tenant and a MaxTotalBytes: the total ceiling bounds all tenants together")
+	}
+	if c.ArchiveRetentionInterval != 0 && !c.ArchiveRetention.Enabled() {
 		bad("ArchiveRetentionInterval", "is set without an ArchiveRetention limit: there is nothing to prune that often")
 	}
 	if _, err := ParseForeignItems(string(c.ForeignItems)); err != nil {

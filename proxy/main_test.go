@@ -79,6 +79,11 @@ func TestNewRejectsNonsense(t *testing.T) {
 		{"negative Recall.TopK", func(c *proxy.Config) { c.Recall.TopK = -1 }, "Config.Recall.TopK"},
 		{"retention without archive", func(c *proxy.Config) { c.ArchiveRetention.MaxAge = time.Hour }, "Config.ArchiveRetention"},
 		{"retention interval without a limit", func(c *proxy.Config) { c.ArchiveRetentionInterval = time.Minute }, "Config.ArchiveRetentionInterval"},
+		{"negative ArchiveRetention.MaxTotalBytes", func(c *proxy.Config) { c.ArchiveRetention.MaxTotalBytes = -1 }, "Config.ArchiveRetention.MaxTotalBytes"},
+		{"total retention ceiling confined to a tenant", func(c *proxy.Config) {
+			c.Archive = &countingStore{pruned: make(chan struct{})}
+			c.ArchiveRetention = archive.Retention{MaxTotalBytes: 1, Tenant: "acme"}
+		}, "Config.ArchiveRetention"},
 		{"user without password", func(c *proxy.Config) { c.MetricsUser = "ops" }, "Config.MetricsUser"},
 		{"two mistakes, both named", func(c *proxy.Config) { c.Sealer = nil; c.RetainTokens = -1 }, "Config.RetainTokens"},
 	} {

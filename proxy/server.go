@@ -88,9 +88,9 @@ type Config struct {
 	NoMemo bool
 	// MemoOptions bounds the memo New makes (records per tenant, how long a record lives).
 	MemoOptions archive.MemoOptions
-	// ArchiveRetention, when either limit is set, prunes Archive at start and then every
-	// ArchiveRetentionInterval (default archive.DefaultRetentionInterval) until Close. It needs
-	// an Archive.
+	// ArchiveRetention, when any limit is set, prunes Archive at start and then every
+	// ArchiveRetentionInterval (default archive.DefaultRetentionInterval) until Close: MaxBytes
+	// per tenant, MaxTotalBytes over all of them (see archive.Retention). It needs an Archive.
 	ArchiveRetention         archive.Retention
 	ArchiveRetentionInterval time.Duration
 	// Recall configures the recall tool compactd offers the model after a compaction.

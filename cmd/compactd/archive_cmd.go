@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -64,10 +65,13 @@ func (a *archiveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.keyFile, "key-file", "", "keyring file (as for serve)")
 	fs.StringVar(&a.dataDir, "data-dir", crypto.DefaultDataDir(), "data directory (as for serve)")
 	fs.StringVar(&a.indexKey, "archive-index-key", "", "key id of the search index (as for serve)")
-	fs.StringVar(&a.tenant, "tenant", archive.DefaultTenant, "tenant")
+	fs.StringVar(&a.tenant, "tenant", archive.DefaultTenant, "tenant (archive prune: without --tenant, every tenant)")
 }
 
-func (a *archiveFlags) open() (archive.Store, error) {
+// open opens the archive. Without create, an archive that is not there (a mistyped --archive
+// or --data-dir) is an error rather than a new empty archive: only commands that write to it
+// (sessions index) create it; serve creates it too.
+func (a *archiveFlags) open(create bool) (archive.Store, error) {
 	if a.dsn == "off" {
 		return nil, errors.New("the archive is off (--archive off)")
 	}
@@ -79,7 +83,15 @@ func (a *archiveFlags) open() (archive.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return archive.Open(context.Background(), archiveDSN(a.dsn, a.dataDir), sealer)
+	openFn := archive.OpenExisting
+	if create {
+		openFn = archive.Open
+	}
+	store, err := openFn(context.Background(), archiveDSN(a.dsn, a.dataDir), sealer)
+	if errors.Is(err, archive.ErrNoArchive) {
+		return nil, fmt.Errorf("%w (check --archive and --data-dir: serve creates the archive where they point)", err)
+	}
+	return store, err
 }
 
 func runRecall(args []string) error {
@@ -101,7 +113,7 @@ func runRecall(args []string) error {
 	case *limit <= 0 || *excerpt <= 0:
 		return usageErrorf("recall", "-k and --excerpt-bytes must be positive")
 	}
-	store, err := af.open()
+	store, err := af.open(false)
 	if err != nil {
 		return err
 	}
@@ -128,7 +140,8 @@ func runArchive(args []string) error {
 	var af archiveFlags
 	af.register(fs)
 	maxAge := fs.Duration("max-age", 0, "prune: delete segments older than this")
-	maxBytes := fs.Int64("max-bytes", 0, "prune: delete the oldest segments past this many bytes in all")
+	maxBytes := fs.Int64("max-bytes", 0, "prune: delete each tenant's oldest segments past this many bytes of that tenant (with --tenant: that tenant's only)")
+	maxTotal := fs.Int64("max-total-bytes", 0, "prune: then, while all tenants together hold more than this, delete the oldest segments of the largest tenant")
 	if err := parseFlags(fs, args, withArgs(1, 2), withEnv(archiveEnv...)); err != nil {
 		return err
 	}
@@ -141,8 +154,8 @@ func runArchive(args []string) error {
 	default:
 		return usageErrorf("archive", "unknown subcommand %q (want list, delete or prune)", sub)
 	}
-	if sub != "prune" && (set["max-age"] || set["max-bytes"]) {
-		return usageErrorf("archive", "--max-age and --max-bytes are flags of archive prune, not archive %s", sub)
+	if sub != "prune" && (set["max-age"] || set["max-bytes"] || set["max-total-bytes"]) {
+		return usageErrorf("archive", "--max-age, --max-bytes and --max-total-bytes are flags of archive prune, not archive %s", sub)
 	}
 	if want := map[string]int{"list": 1, "delete": 2, "prune": 1}[sub]; len(rest) != want {
 		if want == 2 {
@@ -150,18 +163,25 @@ func runArchive(args []string) error {
 		}
 		return usageErrorf("archive", "unexpected argument %q", rest[want])
 	}
-	retention := archive.Retention{MaxAge: *maxAge, MaxBytes: *maxBytes}
+	retention := archive.Retention{MaxAge: *maxAge, MaxBytes: *maxBytes, MaxTotalBytes: *maxTotal}
 	if sub == "prune" {
 		// A prune without a limit would delete nothing and exit 0: retention that silently
 		// does nothing.
-		if *maxAge < 0 || *maxBytes < 0 {
-			return usageErrorf("archive", "--max-age and --max-bytes must not be negative")
+		if *maxAge < 0 || *maxBytes < 0 || *maxTotal < 0 {
+			return usageErrorf("archive", "--max-age, --max-bytes and --max-total-bytes must not be negative")
 		}
-		if *maxAge == 0 && *maxBytes == 0 {
-			return usageErrorf("archive", "archive prune needs --max-age or --max-bytes")
+		if !retention.Enabled() {
+			return usageErrorf("archive", "archive prune needs --max-age, --max-bytes or --max-total-bytes")
+		}
+		// Without --tenant a prune bounds every tenant (each on its own); with it, that one.
+		if set["tenant"] {
+			if *maxTotal > 0 {
+				return usageErrorf("archive", "--max-total-bytes bounds all tenants together; it cannot be combined with --tenant")
+			}
+			retention.Tenant = cmp.Or(af.tenant, archive.DefaultTenant)
 		}
 	}
-	store, err := af.open()
+	store, err := af.open(false)
 	if err != nil {
 		return err
 	}
@@ -191,6 +211,10 @@ func runArchive(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stdout, "pruned %d segments\n", n)
+	if retention.Tenant != "" {
+		fmt.Fprintf(os.Stdout, "pruned %d segments of tenant %s\n", n, retention.Tenant)
+	} else {
+		fmt.Fprintf(os.Stdout, "pruned %d segments\n", n)
+	}
 	return nil
 }

@@ -179,7 +179,7 @@ func TestHelpAndVersion(t *testing.T) {
 		{[]string{"--version"}, []string{"compactd " + version}},
 		{[]string{"-version"}, []string{"compactd " + version}},
 		{[]string{"version"}, []string{"compactd " + version}},
-		{[]string{"help", "archive", "prune"}, []string{"compactd archive prune [flags] (--max-age D | --max-bytes N)"}},
+		{[]string{"help", "archive", "prune"}, []string{"compactd archive prune [flags] [--tenant T] (--max-age D | --max-bytes N | --max-total-bytes N)"}},
 		{[]string{"help", "sessions", "search"}, []string{"compactd sessions search [flags] QUERY..."}},
 		{[]string{"archive", "prune", "-h"}, []string{"--max-age duration"}},
 		{[]string{"demo", "-h"}, []string{"--retain-tokens int"}},

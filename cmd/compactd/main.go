@@ -37,7 +37,7 @@ func commandTable() []command {
 		{"hash-key", "< KEY", "hash a client key for the tenants file (reads the key from stdin)", "", runHashKey},
 		{"healthcheck", "[flags]", "probe a running compactd's /healthz; exit non-zero if it is down or unhealthy", healthcheckHelp, runHealthcheck},
 		{"recall", "[flags] --conversation ID QUERY...", "search a conversation's archived history", archiveEnvHelp, runRecall},
-		{"archive", "list [flags]\ndelete [flags] CONVERSATION_ID\nprune [flags] (--max-age D | --max-bytes N)", "list, delete or prune archived conversations", archiveEnvHelp, runArchive},
+		{"archive", "list [flags]\ndelete [flags] CONVERSATION_ID\nprune [flags] [--tenant T] (--max-age D | --max-bytes N | --max-total-bytes N)", "list, delete or prune archived conversations", archiveEnvHelp, runArchive},
 		{"handoff", "[flags] SESSION.jsonl...\n--watch DIR [--idle 2m] [--max-bytes N] [flags]", "write a resume prompt from agent session logs", handoffHelp, runHandoff},
 		{"sessions", "index [flags] DIR...\nsearch [flags] QUERY...", "index agent session logs and search across them", archiveEnvHelp, runSessions},
 		{"hooks", "install|uninstall|status [flags] claude|codex\nrun claude|codex EVENT", "install compactd's hooks into Claude Code or Codex settings (PreCompact, SessionStart, optional PreToolUse guard)", hooksHelp, runHooks},

@@ -77,6 +77,7 @@ type serveConfig struct {
 	archiveDSN, archiveIndexKey string
 	archiveMaxAge               time.Duration
 	archiveMaxBytes             int64
+	archiveMaxTotalBytes        int64
 	adminToken                  string
 	recall                      bool
 	recallConfig                proxy.RecallConfig
@@ -118,7 +119,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.archiveDSN, "archive", "", "archive of replaced history: \"\" = SQLite in the data dir, a .db path, postgres://…, or \"off\"")
 	fs.StringVar(&c.archiveIndexKey, "archive-index-key", "", "key id the archive's search index is derived from (default: the active key; pin it before rotating keys)")
 	fs.DurationVar(&c.archiveMaxAge, "archive-max-age", 0, "delete archived history older than this (0: off, keep it)")
-	fs.Int64Var(&c.archiveMaxBytes, "archive-max-bytes", 0, "delete the oldest archived history past this many bytes (0: off, unlimited)")
+	fs.Int64Var(&c.archiveMaxBytes, "archive-max-bytes", 0, "per tenant: delete a tenant's oldest archived history past this many bytes of that tenant, no other tenant's (0: off, unlimited)")
+	fs.Int64Var(&c.archiveMaxTotalBytes, "archive-max-total-bytes", 0, "all tenants together: past this many archived bytes, delete the oldest history of the tenant holding the most (0: off, unlimited)")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener; the API is off without it")
 	fs.BoolVar(&c.recall, "recall", true, "offer the model the recall tool after a compaction")
 	deprecateInverted(fs, "recall-off", "recall")
@@ -201,6 +203,7 @@ func (c *serveConfig) check() error {
 	}{
 		{"archive-max-age", c.archiveMaxAge < 0},
 		{"archive-max-bytes", c.archiveMaxBytes < 0},
+		{"archive-max-total-bytes", c.archiveMaxTotalBytes < 0},
 		{"item-max-age", c.itemMaxAge < 0},
 		{"max-concurrent-compactions", c.resilience.MaxConcurrent < 0},
 		{"max-header-bytes", c.maxHeaderBytes < 0},
@@ -352,7 +355,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		NoAgentCompaction:    !c.upgradeAgentCompaction,
 		AgentSummarizer:      agentSum,
 		Archive:              store,
-		ArchiveRetention:     archive.Retention{MaxAge: c.archiveMaxAge, MaxBytes: c.archiveMaxBytes},
+		ArchiveRetention:     archive.Retention{MaxAge: c.archiveMaxAge, MaxBytes: c.archiveMaxBytes, MaxTotalBytes: c.archiveMaxTotalBytes},
 		Recall:               c.recallConfig,
 		AdminToken:           c.adminToken,
 		Upstream:             up,

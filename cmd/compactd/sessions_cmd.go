@@ -49,7 +49,7 @@ func runSessions(args []string) error {
 	case *limit <= 0 || *excerpt <= 0:
 		return usageErrorf("sessions", "-k and --excerpt-bytes must be positive")
 	}
-	store, err := af.open()
+	store, err := af.open(rest[0] == "index") // search needs an archive that is there
 	if err != nil {
 		return err
 	}

@@ -112,15 +112,34 @@ type ConversationInfo struct {
 	First, Last time.Time
 }
 
-// Retention bounds the archive; zero fields are unlimited. Bytes are stored (sealed) bytes,
-// summed over all tenants.
+// Retention bounds the archive; zero fields are unlimited. Bytes are stored (sealed) bytes.
+// Segments go oldest first (by creation time, then insertion order) and one at a time, never a
+// whole conversation at once: a conversation that loses its oldest segments keeps its newest, and
+// Lineage stops at the first link that is gone.
 type Retention struct {
-	MaxAge   time.Duration
+	// MaxAge deletes every segment older than this, whatever its tenant.
+	MaxAge time.Duration
+	// MaxBytes bounds each tenant on its own: a tenant past it loses its own oldest segments
+	// until it is within it again, and no other tenant loses anything.
 	MaxBytes int64
+	// MaxTotalBytes is an optional ceiling on all tenants together, applied after MaxAge and
+	// MaxBytes. Past it the largest tenant is trimmed first, oldest segments first: the
+	// tenants holding the most bytes are cut down to a common level just low enough for the
+	// total to fit, and a tenant below that level loses nothing (small tenants are untouched
+	// until they are among the largest).
+	MaxTotalBytes int64
+	// Tenant, when not empty, confines the prune to that tenant's segments (MaxAge and
+	// MaxBytes). A ceiling on the total concerns every tenant, so MaxTotalBytes cannot be
+	// combined with it (Prune refuses).
+	Tenant string
 }
 
-// Store is the archive. Every method is scoped to one tenant except Prune, which enforces a global
-// budget. Implementations are safe for concurrent use.
+// Enabled reports whether r has any limit, that is whether a Prune with it can delete anything.
+func (r Retention) Enabled() bool { return r.MaxAge > 0 || r.MaxBytes > 0 || r.MaxTotalBytes > 0 }
+
+// Store is the archive. Every method is scoped to one tenant except Prune, whose Retention says
+// which tenants it bounds (each on its own, and optionally all together). Implementations are
+// safe for concurrent use.
 type Store interface {
 	Put(ctx context.Context, s Segment) (Ref, error)
 	// Get returns the segment after verifying its hash and sealed header; ErrNotFound, ErrIntegrity.
@@ -134,7 +153,8 @@ type Store interface {
 	// conversation memo's records and speculative summaries of it (memo.go); it returns how
 	// many segments it deleted.
 	DeleteConversation(ctx context.Context, tenant, conversation string) (int, error)
-	// Prune deletes oldest segments first until within r; it returns how many it deleted.
+	// Prune deletes oldest segments first until within r (see Retention); it returns how many
+	// it deleted, also when it fails part way (what it deleted before the error stays deleted).
 	Prune(ctx context.Context, r Retention) (int, error)
 	Close() error
 }
@@ -146,6 +166,9 @@ var (
 	ErrIntegrity = errors.New("archive: segment failed integrity check")
 	// ErrEmptyQuery: the query text has no searchable token.
 	ErrEmptyQuery = errors.New("archive: query has no searchable words")
+	// ErrNoArchive: OpenExisting found no archive at the DSN (no SQLite file there, or a
+	// database without compactd's schema).
+	ErrNoArchive = errors.New("archive: no archive")
 )
 
 // Limits that keep rows and queries bounded.
@@ -176,6 +199,20 @@ var ownerSchema = []string{
 //
 // The schema is created or migrated on Open.
 func Open(ctx context.Context, dsn string, s Sealer) (Store, error) {
+	return openDSN(ctx, dsn, s, true)
+}
+
+// OpenExisting is Open for commands that work on an archive that is already there (listing,
+// searching, deleting, pruning): where the DSN holds no archive — a SQLite path that does not
+// exist, or a database without compactd's schema — it fails with an error wrapping ErrNoArchive
+// and creates nothing (no directory, no file, no table), so that a mistyped path is reported
+// rather than answered from a new empty archive. An existing archive of an older schema version
+// is migrated, as by Open.
+func OpenExisting(ctx context.Context, dsn string, s Sealer) (Store, error) {
+	return openDSN(ctx, dsn, s, false)
+}
+
+func openDSN(ctx context.Context, dsn string, s Sealer, create bool) (Store, error) {
 	if s == nil {
 		return nil, errors.New("archive: nil Sealer")
 	}
@@ -188,13 +225,13 @@ func Open(ctx context.Context, dsn string, s Sealer) (Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return openSQLite(ctx, p, s)
+		return openSQLite(ctx, p, s, create)
 	case strings.HasPrefix(dsn, "sqlite:"):
-		return openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"), s)
+		return openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"), s, create)
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return openPostgres(ctx, dsn, s)
+		return openPostgres(ctx, dsn, s, create)
 	case strings.HasSuffix(dsn, ".db"):
-		return openSQLite(ctx, dsn, s)
+		return openSQLite(ctx, dsn, s, create)
 	}
 	return nil, fmt.Errorf("archive: unrecognised DSN scheme (want sqlite:PATH, PATH.db or postgres://…)")
 }

@@ -40,7 +40,11 @@ var postgresDialect = &dialect{
 	},
 		memoSchemaPostgres, // 2: the conversation memo (memo.go)
 		ownerSchema,        // 3: owners of segments, conversations of memo records
+		// 4: each tenant's segments oldest first, for per-tenant retention (Prune).
+		{`CREATE INDEX archive_segments_tenant_created ON archive_segments (tenant, created_at, seq)`},
 	},
+	// On the search_path, where Open's CREATE TABLE puts it.
+	hasSchema: `SELECT CASE WHEN to_regclass('archive_schema') IS NULL THEN 0 ELSE 1 END`,
 	search: func(filters string) (string, bool) {
 		// Normalisation 1 divides the rank by 1+log(length), like bm25's preference for short
 		// documents; every word occurs once per document, so frequency carries no signal.
@@ -57,7 +61,7 @@ var postgresDialect = &dialect{
 	or:  " | ",
 }
 
-func openPostgres(ctx context.Context, dsn string, s Sealer) (Store, error) {
+func openPostgres(ctx context.Context, dsn string, s Sealer, create bool) (Store, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("archive: open postgres: %w", err)
@@ -68,7 +72,7 @@ func openPostgres(ctx context.Context, dsn string, s Sealer) (Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("archive: open postgres: %w", err)
 	}
-	st, err := newSQLStore(ctx, db, postgresDialect, s)
+	st, err := openSQLStore(ctx, db, postgresDialect, s, create)
 	if err != nil {
 		db.Close()
 		return nil, err

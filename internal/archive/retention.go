@@ -14,10 +14,10 @@ const retentionPassTimeout = 5 * time.Minute
 // RunRetention applies r to s at once and then every interval (DefaultRetentionInterval when
 // interval <= 0) until ctx is done, and returns then: the caller owns the loop's lifetime
 // through ctx, and a cancelled ctx also cuts short a Prune in progress. report, if not nil,
-// receives every pass's result (segments deleted, error). A zero Retention prunes nothing, so
-// RunRetention returns at once without touching s.
+// receives every pass's result (segments deleted, error). A Retention without a limit (see
+// Retention.Enabled) prunes nothing, so RunRetention returns at once without touching s.
 func RunRetention(ctx context.Context, s Store, r Retention, interval time.Duration, report func(deleted int, err error)) {
-	if r.MaxAge <= 0 && r.MaxBytes <= 0 {
+	if !r.Enabled() {
 		return
 	}
 	runPeriodically(ctx, interval, func(ctx context.Context) (int, error) { return s.Prune(ctx, r) }, report)

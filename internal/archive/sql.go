@@ -2,11 +2,13 @@ package archive
 
 import (
 	"cmp"
+	"container/heap"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +25,8 @@ type dialect struct {
 	migrations [][]string
 	// migrateLock, when set, runs first in the migration transaction (serialises concurrent Opens).
 	migrateLock string
+	// hasSchema counts (0 or 1) the archive_schema table: whether the database holds an archive.
+	hasSchema string
 	// docInRow: the hashed document is a column of archive_segments (PostgreSQL) rather than a row
 	// of the separate FTS table archive_fts keyed by seq (SQLite).
 	docInRow bool
@@ -42,7 +46,22 @@ type sqlStore struct {
 }
 
 func newSQLStore(ctx context.Context, db *sql.DB, d *dialect, s Sealer) (*sqlStore, error) {
+	return openSQLStore(ctx, db, d, s, true)
+}
+
+// openSQLStore migrates the schema; without create, a database that holds no archive schema at
+// all is ErrNoArchive and is left untouched.
+func openSQLStore(ctx context.Context, db *sql.DB, d *dialect, s Sealer, create bool) (*sqlStore, error) {
 	st := &sqlStore{db: db, d: d, sealer: s, ix: newBlindIndex(s.IndexKey())}
+	if !create {
+		var n int
+		if err := db.QueryRowContext(ctx, d.hasSchema).Scan(&n); err != nil {
+			return nil, fmt.Errorf("archive: %s schema: %w", d.name, err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%w in this %s database: it has no archive tables", ErrNoArchive, d.name)
+		}
+	}
 	if err := st.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("archive: %s schema: %w", d.name, err)
 	}
@@ -430,73 +449,245 @@ func (s *sqlStore) DeleteConversation(ctx context.Context, tenant, conversation 
 	return int(n), nil
 }
 
-// pruneBatch bounds the IN list of one DELETE.
-const pruneBatch = 500
+// pruneBatch bounds the rows one retention step reads and the IN list of one DELETE (a variable
+// so that tests can make batches small).
+var pruneBatch = 500
 
+// Prune applies r in three passes, each seeing what the one before left: MaxAge (one DELETE),
+// then MaxBytes per tenant, then MaxTotalBytes. The byte passes read one row per tenant (its
+// total) and then walk only the segments they delete, oldest first, in batches of pruneBatch
+// over the (tenant, created_at) index, each batch its own statement: no pass holds rows in
+// memory beyond one batch, and no transaction spans a pass, so writers are not held off for
+// long. Segments written meanwhile are the next pass's business.
 func (s *sqlStore) Prune(ctx context.Context, r Retention) (int, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("archive: prune: %w", err)
+	if r.Tenant != "" && r.MaxTotalBytes > 0 {
+		return 0, errors.New("archive: prune: MaxTotalBytes bounds all tenants together and cannot be confined to one Tenant")
 	}
-	defer tx.Rollback()
 	deleted := 0
 	if r.MaxAge > 0 {
-		cutoff := time.Now().Add(-r.MaxAge).UnixMicro()
-		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM archive_segments WHERE created_at < ?`), cutoff)
+		query, args := `DELETE FROM archive_segments WHERE created_at < ?`, []any{time.Now().Add(-r.MaxAge).UnixMicro()}
+		if r.Tenant != "" {
+			query, args = query+` AND tenant = ?`, append(args, r.Tenant)
+		}
+		res, err := s.db.ExecContext(ctx, s.q(query), args...)
 		if err != nil {
 			return 0, fmt.Errorf("archive: prune by age: %w", err)
 		}
 		n, _ := res.RowsAffected()
 		deleted += int(n)
 	}
+	if r.MaxBytes <= 0 && r.MaxTotalBytes <= 0 {
+		return deleted, nil
+	}
+	sizes, err := s.tenantBytes(ctx, r.Tenant)
+	if err != nil {
+		return deleted, fmt.Errorf("archive: prune by size: %w", err)
+	}
 	if r.MaxBytes > 0 {
-		var total int64
-		if err := tx.QueryRowContext(ctx, `SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM archive_segments`).Scan(&total); err != nil {
-			return 0, fmt.Errorf("archive: prune by size: %w", err)
-		}
-		if total > r.MaxBytes {
-			seqs, err := oldestOver(ctx, tx, total-r.MaxBytes)
-			if err != nil {
-				return 0, fmt.Errorf("archive: prune by size: %w", err)
-			}
-			for len(seqs) > 0 {
-				batch := seqs[:min(len(seqs), pruneBatch)]
-				seqs = seqs[len(batch):]
-				args := make([]any, len(batch))
-				for i, v := range batch {
-					args[i] = v
-				}
-				ph := strings.TrimSuffix(strings.Repeat("?,", len(batch)), ",")
-				res, err := tx.ExecContext(ctx, s.q(`DELETE FROM archive_segments WHERE seq IN (`+ph+`)`), args...)
+		for i := range sizes {
+			if over := sizes[i].bytes - r.MaxBytes; over > 0 {
+				n, freed, err := s.evictOldest(ctx, sizes[i].tenant, over)
+				deleted += n
+				sizes[i].bytes -= freed
 				if err != nil {
-					return 0, fmt.Errorf("archive: prune by size: %w", err)
+					return deleted, fmt.Errorf("archive: prune tenant %q by size: %w", sizes[i].tenant, err)
 				}
-				n, _ := res.RowsAffected()
-				deleted += int(n)
 			}
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("archive: prune: %w", err)
+	if r.MaxTotalBytes > 0 {
+		n, err := s.trimLargest(ctx, sizes, r.MaxTotalBytes)
+		deleted += n
+		if err != nil {
+			return deleted, fmt.Errorf("archive: prune by the total ceiling: %w", err)
+		}
 	}
 	return deleted, nil
 }
 
-// oldestOver returns the seqs of the oldest segments whose bytes add up to at least excess.
-func oldestOver(ctx context.Context, tx *sql.Tx, excess int64) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT seq, bytes FROM archive_segments ORDER BY created_at, seq`)
+type tenantSize struct {
+	tenant string
+	bytes  int64
+}
+
+// tenantBytes sums stored bytes per tenant (only tenant's when it is not empty): one row per
+// tenant, however many segments.
+func (s *sqlStore) tenantBytes(ctx context.Context, tenant string) ([]tenantSize, error) {
+	query, args := `SELECT tenant, CAST(SUM(bytes) AS BIGINT) FROM archive_segments`, []any(nil)
+	if tenant != "" {
+		query, args = query+` WHERE tenant = ?`, append(args, tenant)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(query+` GROUP BY tenant`), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var seqs []int64
-	for excess > 0 && rows.Next() {
-		var seq, n int64
-		if err := rows.Scan(&seq, &n); err != nil {
+	var out []tenantSize
+	for rows.Next() {
+		var t tenantSize
+		if err := rows.Scan(&t.tenant, &t.bytes); err != nil {
 			return nil, err
 		}
-		seqs = append(seqs, seq)
-		excess -= n
+		out = append(out, t)
 	}
-	return seqs, rows.Err()
+	return out, rows.Err()
+}
+
+// trimLargest deletes, while the total of sizes is over ceiling, the oldest segment of whichever
+// tenant holds the most bytes at that moment (ties: the first by name). A big tenant is thus
+// trimmed first, down to the next largest, then the two alternately, and so on; a small tenant
+// loses nothing until it is among the largest. Each tenant taking part is read oldest first
+// through a keyset cursor, pruneBatch rows at a time, and its doomed segments are deleted
+// pruneBatch at a time: memory is one batch per tenant trimmed, the work linear in what goes.
+func (s *sqlStore) trimLargest(ctx context.Context, sizes []tenantSize, ceiling int64) (int, error) {
+	var total int64
+	for _, t := range sizes {
+		total += t.bytes
+	}
+	if total <= ceiling {
+		return 0, nil
+	}
+	h := make(cursorHeap, len(sizes))
+	for i, t := range sizes {
+		h[i] = &tenantCursor{tenantSize: t, after: keyset{math.MinInt64, math.MinInt64}}
+	}
+	heap.Init(&h)
+	deleted := 0
+	flush := func(c *tenantCursor) error {
+		n, err := s.deleteSeqs(ctx, c.doomed)
+		deleted += n
+		c.doomed = c.doomed[:0]
+		return err
+	}
+	for total > ceiling && len(h) > 0 {
+		c := h[0]
+		if len(c.buf) == 0 {
+			rows, err := s.oldestRows(ctx, c.tenant, c.after)
+			if err != nil {
+				return deleted, err
+			}
+			if len(rows) == 0 { // nothing left to take (deleted meanwhile): out of the race
+				heap.Pop(&h)
+				if err := flush(c); err != nil {
+					return deleted, err
+				}
+				continue
+			}
+			c.buf = rows
+		}
+		row := c.buf[0]
+		c.buf = c.buf[1:]
+		c.after = row.key
+		c.doomed = append(c.doomed, row.key.seq)
+		c.bytes -= row.bytes
+		total -= row.bytes
+		heap.Fix(&h, 0)
+		if len(c.doomed) == pruneBatch {
+			if err := flush(c); err != nil {
+				return deleted, err
+			}
+		}
+	}
+	for _, c := range h {
+		if err := flush(c); err != nil {
+			return deleted, err
+		}
+	}
+	return deleted, nil
+}
+
+// keyset is a position in a tenant's segments, oldest first.
+type keyset struct{ createdUS, seq int64 }
+
+type segRow struct {
+	key   keyset
+	bytes int64
+}
+
+type tenantCursor struct {
+	tenantSize
+	after  keyset   // the last row taken
+	buf    []segRow // read, not yet taken
+	doomed []any    // seqs taken, not yet deleted
+}
+
+// cursorHeap orders tenants largest first, ties by name.
+type cursorHeap []*tenantCursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	return h[i].bytes > h[j].bytes || h[i].bytes == h[j].bytes && h[i].tenant < h[j].tenant
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*tenantCursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+// oldestRows reads up to pruneBatch of tenant's segments after the keyset, oldest first, over
+// the (tenant, created_at) index.
+func (s *sqlStore) oldestRows(ctx context.Context, tenant string, after keyset) ([]segRow, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, created_at, bytes FROM archive_segments
+		WHERE tenant = ? AND (created_at, seq) > (?, ?) ORDER BY created_at, seq LIMIT ?`),
+		tenant, after.createdUS, after.seq, pruneBatch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]segRow, 0, pruneBatch)
+	for rows.Next() {
+		var r segRow
+		if err := rows.Scan(&r.key.seq, &r.key.createdUS, &r.bytes); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// deleteSeqs deletes the segments of seqs (at most pruneBatch) and their index entries.
+func (s *sqlStore) deleteSeqs(ctx context.Context, seqs []any) (int, error) {
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	ph := strings.TrimSuffix(strings.Repeat("?,", len(seqs)), ",")
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM archive_segments WHERE seq IN (`+ph+`)`), seqs...)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// evictOldest deletes tenant's oldest segments, pruneBatch at a time, until at least need bytes
+// are gone or the tenant has none left. It walks a (created_at, seq) keyset over the
+// (tenant, created_at) index, so every batch reads only rows it deletes (and, once, the rest of
+// the batch where it stops).
+func (s *sqlStore) evictOldest(ctx context.Context, tenant string, need int64) (deleted int, freed int64, err error) {
+	after := keyset{math.MinInt64, math.MinInt64}
+	doomed := make([]any, 0, pruneBatch)
+	for freed < need {
+		rows, err := s.oldestRows(ctx, tenant, after)
+		if err != nil {
+			return deleted, freed, err
+		}
+		doomed = doomed[:0]
+		for _, r := range rows {
+			if freed >= need {
+				break
+			}
+			doomed = append(doomed, r.key.seq)
+			freed += r.bytes
+			after = r.key
+		}
+		n, err := s.deleteSeqs(ctx, doomed)
+		deleted += n
+		if err != nil || len(rows) < pruneBatch {
+			return deleted, freed, err // an error, or the tenant's segments ran out
+		}
+	}
+	return deleted, freed, nil
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,7 +44,11 @@ var sqliteDialect = &dialect{
 	},
 		memoSchemaSQLite, // 2: the conversation memo (memo.go)
 		ownerSchema,      // 3: owners of segments, conversations of memo records
+		// 4: each tenant's segments oldest first, for per-tenant retention (Prune); the rowid
+		// (seq) is implicitly the last column, so (created_at, seq) keysets use it whole.
+		{`CREATE INDEX archive_segments_tenant_created ON archive_segments (tenant, created_at)`},
 	},
+	hasSchema: `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'archive_schema'`,
 	// The inner query ranks and limits carrying only (seq, rank); documents and columns are read
 	// for the winners only. Without conversation/kind filters the inner query does not join at
 	// all: hash words are keyed per tenant, so a MATCH only finds the query tenant's documents
@@ -79,7 +84,28 @@ var sqliteDialect = &dialect{
 const sqliteParams = "?_busy_timeout=10000&_journal_mode=WAL&_synchronous=NORMAL" +
 	"&_pragma=secure_delete(1)&_txlock=immediate"
 
-func openSQLite(ctx context.Context, path string, s Sealer) (Store, error) {
+// openSQLite opens the database at path; without create, a path that does not exist is
+// ErrNoArchive and nothing is created.
+// sqliteHasArchive opens path read-only (SQLite's mode=ro URI: the file is neither created nor
+// written) and reports whether it holds the archive's schema.
+func sqliteHasArchive(ctx context.Context, path string) (bool, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false, err
+	}
+	db, err := sql.Open("sqlite", "file:"+strings.ReplaceAll(abs, "%", "%25")+"?mode=ro")
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, sqliteDialect.hasSchema).Scan(&n); err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+func openSQLite(ctx context.Context, path string, s Sealer, create bool) (Store, error) {
 	if path == "" {
 		return nil, errors.New("archive: empty SQLite path")
 	}
@@ -87,7 +113,30 @@ func openSQLite(ctx context.Context, path string, s Sealer) (Store, error) {
 		return nil, fmt.Errorf("archive: SQLite path may not contain '?' or '#' or be a file: URI")
 	}
 	memory := path == ":memory:"
-	if !memory {
+	if !create {
+		if memory {
+			return nil, fmt.Errorf("%w in a new in-memory database", ErrNoArchive)
+		}
+		fi, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w at %s: the file does not exist", ErrNoArchive, path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("archive: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%w at %s: not a regular file", ErrNoArchive, path)
+		}
+		// Look read-only first: opening read-write would already write to the file (the WAL
+		// pragma), an empty one included.
+		ok, err := sqliteHasArchive(ctx, path)
+		if err != nil {
+			return nil, fmt.Errorf("archive: open sqlite: %w", err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w at %s: the database has no archive tables", ErrNoArchive, path)
+		}
+	} else if !memory {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("archive: %w", err)
 		}
@@ -115,7 +164,7 @@ func openSQLite(ctx context.Context, path string, s Sealer) (Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("archive: open sqlite: %w", err)
 	}
-	st, err := newSQLStore(ctx, db, sqliteDialect, s)
+	st, err := openSQLStore(ctx, db, sqliteDialect, s, create)
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -3,9 +3,14 @@ package archive
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -119,4 +124,90 @@ func TestOpenDSN(t *testing.T) {
 	if _, err := Open(ctx, "sqlite::memory:", nil); err == nil {
 		t.Error("Open with nil Sealer succeeded")
 	}
+}
+
+// TestOpenExistingSQLite: issue 22, item 15: a read-only command on a mistyped path got a new
+// empty archive (and its directories) instead of an error. OpenExisting refuses a missing
+// database and creates nothing; an existing one opens.
+func TestOpenExistingSQLite(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		setup func(path string) // what is there before
+	}{
+		{"missing directory", func(string) {}},
+		{"missing file", func(p string) { os.MkdirAll(filepath.Dir(p), 0o700) }},
+		{"empty file", func(p string) { os.MkdirAll(filepath.Dir(p), 0o700); os.WriteFile(p, nil, 0o600) }},
+		{"a directory", func(p string) { os.MkdirAll(p, 0o700) }},
+		{"another SQLite database", func(p string) {
+			os.MkdirAll(filepath.Dir(p), 0o700)
+			db, err := sql.Open("sqlite", p)
+			if err == nil {
+				_, err = db.Exec(`CREATE TABLE notes (body TEXT)`)
+				db.Close()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(root, strings.ReplaceAll(tc.name, " ", "-"), "state", "archive.db")
+			tc.setup(path)
+			before := listTree(t, root)
+			st, err := OpenExisting(ctx, "sqlite:"+path, newTestSealer())
+			if err == nil {
+				st.Close()
+				t.Fatal("opened")
+			}
+			if !errors.Is(err, ErrNoArchive) || !strings.Contains(err.Error(), path) {
+				t.Errorf("err = %v, want ErrNoArchive naming the path", err)
+			}
+			if after := listTree(t, root); !slices.Equal(before, after) {
+				t.Errorf("files changed:\nbefore %q\nafter  %q", before, after)
+			}
+		})
+	}
+	t.Run("existing archive", func(t *testing.T) {
+		path := filepath.Join(root, "real 100%25", "archive.db") // SQLite's URI form must not decode %25
+		st, err := Open(ctx, path, newTestSealer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := st.Put(ctx, Segment{Conversation: "c", Items: plantedItems()})
+		st.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err = OpenExisting(ctx, path, newTestSealer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if _, err := st.Get(ctx, "", ref.ID); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// listTree lists every path under root with its size.
+func listTree(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out = append(out, fmt.Sprintf("%s %d", p, info.Size()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -51,6 +51,12 @@ func fillerItems(n int, topic string) []json.RawMessage {
 
 func testStore(t *testing.T, open func(t *testing.T) Store) {
 	ctx := context.Background()
+	t.Run("Retention", func(t *testing.T) { testRetention(t, open) })
+	t.Run("RetentionInBatchesOf2", func(t *testing.T) {
+		defer func(n int) { pruneBatch = n }(pruneBatch)
+		pruneBatch = 2 // every pass crosses batch boundaries
+		testRetention(t, open)
+	})
 
 	t.Run("PutGetRoundTrip", func(t *testing.T) {
 		st := open(t)
@@ -381,7 +387,6 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 			}
 			ids = append(ids, r.ID)
 		}
-		// Another tenant's data counts against the same global budget.
 		convs, err := st.Conversations(ctx, "")
 		if err != nil {
 			t.Fatal(err)
@@ -541,4 +546,52 @@ func TestPostgres(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		return st
 	})
+}
+
+// TestOpenExistingPostgres: OpenExisting on a database (here a schema) without the archive's
+// tables refuses and creates none; once Open made them, it opens.
+func TestOpenExistingPostgres(t *testing.T) {
+	dsn := os.Getenv("COMPACTD_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		t.Skip("COMPACTD_TEST_POSTGRES_DSN not set; run `eval \"$(.ci/postgres.sh)\"` to test the PostgreSQL backend")
+	}
+	ctx := context.Background()
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	schema := fmt.Sprintf("archive_test_existing_%d", os.Getpid())
+	if _, err := admin.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.ExecContext(ctx, `DROP SCHEMA `+schema+` CASCADE`)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	sdsn := dsn + sep + "search_path=" + schema
+	tables := func() int {
+		var n int
+		if err := admin.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_tables WHERE schemaname = $1`, schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := OpenExisting(ctx, sdsn, newTestSealer()); !errors.Is(err, ErrNoArchive) {
+		t.Errorf("err = %v, want ErrNoArchive", err)
+	}
+	if n := tables(); n != 0 {
+		t.Errorf("OpenExisting created %d tables", n)
+	}
+	st, err := Open(ctx, sdsn, newTestSealer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st, err = OpenExisting(ctx, sdsn, newTestSealer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 }
