@@ -824,7 +824,8 @@ func TestKubernetes(t *testing.T) {
 		}
 	}
 
-	// One port: the one compactd listens on, probed, and targeted by the Service.
+	// The port compactd listens on, probed and targeted by the Service; and the ops listener's,
+	// the only one that serves /metrics once it is set, which the ServiceMonitor must scrape.
 	listen, ok := env["COMPACTD_LISTEN"]
 	if !ok {
 		t.Fatal("COMPACTD_LISTEN is not configured")
@@ -835,6 +836,13 @@ func TestKubernetes(t *testing.T) {
 	}
 	if _, ok := portOf(c, port); !ok {
 		t.Errorf("COMPACTD_LISTEN port %d is not a containerPort", port)
+	}
+	metricsPort := port
+	if ops, ok := env["COMPACTD_OPS_LISTEN"]; ok {
+		metricsPort = listenPort(t, ops)
+		if _, ok := portOf(c, metricsPort); !ok {
+			t.Errorf("COMPACTD_OPS_LISTEN port %d is not a containerPort", metricsPort)
+		}
 	}
 	probes := map[string]*probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe}
 	for name, want := range map[string]string{"liveness": "/healthz", "readiness": "/readyz"} {
@@ -869,10 +877,13 @@ func TestKubernetes(t *testing.T) {
 	if len(svc.Spec.Ports) == 0 {
 		t.Fatal("Service has no ports")
 	}
+	servicePorts := map[string]int{} // Service port name -> the container port it reaches
 	for _, sp := range svc.Spec.Ports {
-		if got, ok := portOf(c, sp.TargetPort); !ok || got != port {
-			t.Errorf("Service port %s targets %v, not the listen port %d", sp.Name, sp.TargetPort, port)
+		got, ok := portOf(c, sp.TargetPort)
+		if !ok || got != port && got != metricsPort {
+			t.Errorf("Service port %s targets %v, not the listen port %d or the ops port %d", sp.Name, sp.TargetPort, port, metricsPort)
 		}
+		servicePorts[sp.Name] = got
 	}
 
 	var sm struct {
@@ -891,15 +902,16 @@ func TestKubernetes(t *testing.T) {
 	if len(sm.Spec.Endpoints) == 0 {
 		t.Error("ServiceMonitor has no endpoints")
 	}
+	if want := fmt.Sprintf("(%d, `COMPACTD_OPS_LISTEN`) for `/metrics`", metricsPort); !strings.Contains(readmeSection(t, "### Kubernetes"), want) {
+		t.Errorf("README's Kubernetes section does not name the metrics port: want %q", want)
+	}
 	for _, ep := range sm.Spec.Endpoints {
-		if !slices.ContainsFunc(svc.Spec.Ports, func(p struct {
-			Name       string `yaml:"name"`
-			Port       int    `yaml:"port"`
-			TargetPort any    `yaml:"targetPort"`
-		}) bool {
-			return p.Name == ep.Port
-		}) {
+		target, named := servicePorts[ep.Port]
+		switch {
+		case !named:
 			t.Errorf("ServiceMonitor scrapes port %q, which the Service does not name", ep.Port)
+		case target != metricsPort:
+			t.Errorf("ServiceMonitor scrapes port %q (container port %d), but /metrics is served on %d", ep.Port, target, metricsPort)
 		}
 		if ep.Path != "/metrics" {
 			t.Errorf("ServiceMonitor path %q", ep.Path)
@@ -1196,6 +1208,10 @@ func TestCompose(t *testing.T) {
 	if !scraped {
 		t.Errorf("%s does not scrape compactd:%d", promFile, metricsPort)
 	}
+	// And the README tells a newcomer the port Prometheus really scrapes.
+	if want := fmt.Sprintf("`compactd:%d/metrics`", metricsPort); !strings.Contains(readmeSection(t, "### Docker Compose"), want) {
+		t.Errorf("README's Docker Compose section does not say Prometheus scrapes %s", want)
+	}
 	for _, rf := range prom.RuleFiles {
 		if _, ok := mounts["prometheus:"+rf]; !ok {
 			t.Errorf("prometheus.yml loads rules from %s, which compose does not mount", rf)
@@ -1276,4 +1292,24 @@ func readYAML(t *testing.T, file string, v any) {
 	if err := yaml.Unmarshal(b, v); err != nil {
 		t.Fatalf("%s: %v", file, err)
 	}
+}
+
+// readmeSection is the README's text from the heading to the next heading of the same level.
+func readmeSection(t *testing.T, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(path("README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "\n"+heading)
+	if i < 0 {
+		t.Fatalf("README has no %q section", heading)
+	}
+	s = s[i+1:]
+	level := heading[:strings.IndexByte(heading, ' ')+1]
+	if j := strings.Index(s[len(heading):], "\n"+level); j >= 0 {
+		s = s[:len(heading)+j]
+	}
+	return s
 }

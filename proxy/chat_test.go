@@ -451,15 +451,24 @@ func TestChatTruncatedUserMessage(t *testing.T) {
 	}
 }
 
-// TestChatCompactionMetric: a chat compaction is counted under the api label "openai" (the
-// label folds every OpenAI dialect; the route label tells chat apart) with trigger "policy".
+// TestChatCompactionMetric: a chat compaction is counted under the api label "chat", the
+// dialect's name in the log line (it was "openai", folded with Responses), with trigger "policy";
+// the agent trigger's series exist before its first use.
 func TestChatCompactionMetric(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, fakeupstream.Options{}, withRegistry(reg, chatPolicy(2000)))
+	for _, api := range []string{"anthropic", "chat"} {
+		if series(t, reg, "compactd_compactions_total", "api", api, "trigger", "agent", "outcome", "ok") == nil {
+			t.Errorf("no compactions{api=%s,trigger=agent,outcome=ok} series before the first agent compaction", api)
+		}
+	}
 	if _, err := h.client.Chat.Completions.New(context.Background(), chatParams(chatHistory(4, 600))); err != nil {
 		t.Fatal(err)
 	}
-	if got := value(t, reg, "compactd_compactions_total", "api", "openai", "trigger", "policy", "outcome", "ok"); got != 1 {
-		t.Errorf("compactions{api=openai,trigger=policy,outcome=ok} = %v, want 1", got)
+	if got := value(t, reg, "compactd_compactions_total", "api", "chat", "trigger", "policy", "outcome", "ok"); got != 1 {
+		t.Errorf("compactions{api=chat,trigger=policy,outcome=ok} = %v, want 1", got)
+	}
+	if got := value(t, reg, "compactd_compactions_total", "api", "openai", "trigger", "policy", "outcome", "ok"); got != 0 {
+		t.Errorf("compactions{api=openai,trigger=policy,outcome=ok} = %v, want 0: a chat compaction is not a Responses one", got)
 	}
 }

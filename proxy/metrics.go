@@ -19,8 +19,8 @@ func NewRegistry() *prometheus.Registry {
 // Label values that are fixed by compactd's code. Series for them are created up front (at zero),
 // so rate() and ratio expressions in dashboards and alerts have data before the first event.
 var (
-	metricAPIs     = []string{"openai", "anthropic"}
-	metricTriggers = []string{"threshold", "policy", "compact_endpoint", "compaction_trigger", "on_demand"}
+	metricAPIs     = []string{"openai", "anthropic", "chat"}
+	metricTriggers = []string{"threshold", "policy", "compact_endpoint", "compaction_trigger", "on_demand", agentTrigger}
 	metricOutcomes = []string{"ok", "failed", "nothing"}
 	metricReasons  = []string{"tampered", "unknown_key", "wrong_tenant", "malformed", "expired"}
 	sumOutcomes    = []string{"ok", "failed", "canceled", "nothing"}
@@ -247,8 +247,8 @@ func newMetrics(cfg Config) *metrics {
 
 // compactionEvent describes one compaction attempt, for metrics.
 type compactionEvent struct {
-	API          string // "openai" or "anthropic"
-	Trigger      string // threshold, policy, compact_endpoint, compaction_trigger, on_demand
+	API          string // "openai", "anthropic" or "chat"
+	Trigger      string // threshold, policy, compact_endpoint, compaction_trigger, on_demand, agent
 	Outcome      string // ok, failed, nothing
 	Model        string
 	TokensBefore int
@@ -417,8 +417,11 @@ func (m *metrics) summarised(outcome string, seconds float64, input, output int6
 	}
 }
 
+// apiLabel is the api label of a compaction-side metric: "openai" (Responses), "anthropic"
+// (Messages) or "chat" (Chat Completions), the dialect's name in the logs.
 func apiLabel(api string) string {
-	if api == "anthropic" {
+	switch api {
+	case "anthropic", "chat":
 		return api
 	}
 	return "openai"

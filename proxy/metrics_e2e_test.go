@@ -134,7 +134,7 @@ var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "
 
 // compactionMetric marks the expressions of the compaction panels: after a scripted conversation
 // with compactions they must return data.
-var compactionMetric = regexp.MustCompile(`compactd_(compaction|summariser|handoffs|item_open)`)
+var compactionMetric = regexp.MustCompile(`compactd_(compaction|summariser|handoffs|item_open|memo|speculative|recall)`)
 
 // TestE2EPromQL: COMPACTD_E2E_PROMETHEUS is Prometheus's base URL; COMPACTD_E2E_DASHBOARDS a
 // directory of dashboard JSON files.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/english"
 )
 
 const archiveEnvHelp = `Reads COMPACTD_ARCHIVE, COMPACTD_KEYS, COMPACTD_KEY_FILE, COMPACTD_DATA_DIR and
@@ -65,7 +66,7 @@ func (a *archiveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.keyFile, "key-file", "", "keyring file (as for serve)")
 	fs.StringVar(&a.dataDir, "data-dir", crypto.DefaultDataDir(), "data directory (as for serve)")
 	fs.StringVar(&a.indexKey, "archive-index-key", "", "key id of the search index (as for serve)")
-	fs.StringVar(&a.tenant, "tenant", archive.DefaultTenant, "tenant (archive prune: without --tenant, every tenant)")
+	fs.StringVar(&a.tenant, "tenant", archive.DefaultTenant, "tenant whose archive to read or change (archive prune without --tenant: every tenant)")
 }
 
 // open opens the archive. Without create, an archive that is not there (a mistyped --archive
@@ -75,7 +76,12 @@ func (a *archiveFlags) open(create bool) (archive.Store, error) {
 	if a.dsn == "off" {
 		return nil, errors.New("the archive is off (--archive off)")
 	}
-	ring, _, err := crypto.LoadKeyring(crypto.LoadOptions{Env: a.keys, File: a.keyFile, DataDir: a.dataDir})
+	// A command that creates the archive creates its keyring too, as serve does; one that reads
+	// an archive needs the keyring it was written with.
+	ring, _, err := crypto.LoadKeyring(crypto.LoadOptions{Env: a.keys, File: a.keyFile, DataDir: a.dataDir, Generate: create})
+	if errors.Is(err, crypto.ErrNoKeyring) {
+		return nil, fmt.Errorf("no keyring in %s, so no archive either: give the one serve uses (--keys, --key-file or --data-dir, or COMPACTD_KEYS)", a.dataDir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +104,7 @@ func runRecall(args []string) error {
 	fs := flag.NewFlagSet("recall", flag.ContinueOnError)
 	var af archiveFlags
 	af.register(fs)
-	conv := fs.String("conversation", "", "conversation id (required; see `compactd archive list`)")
+	conv := fs.String("conversation", "", "conversation id (required; compactd archive list shows them)")
 	limit := fs.Int("k", defaultRecallTopK, "number of excerpts")
 	excerpt := fs.Int("excerpt-bytes", defaultRecallExcerptBytes, "bytes per excerpt")
 	if err := parseFlags(fs, args, withArgs(1, -1), withEnv(archiveEnv...)); err != nil {
@@ -123,13 +129,40 @@ func runRecall(args []string) error {
 		return err
 	}
 	if len(hits) == 0 {
+		known, err := hasConversation(store, af.tenant, *conv)
+		if err != nil {
+			return err
+		}
+		if !known {
+			return fmt.Errorf("tenant %s has no archived conversation %q (compactd archive list shows them)", af.tenant, *conv)
+		}
 		fmt.Fprintf(os.Stderr, "no archived history of %s matches %q\n", *conv, query)
 		return nil
 	}
 	for i, h := range hits {
-		fmt.Fprintf(os.Stdout, "[%d] segment %s item %d, archived %s, score %.2f\n%s\n\n", i+1, h.SegmentID, h.ItemIndex, h.CreatedAt.UTC().Format(time.RFC3339), h.Score, h.Excerpt)
+		// The owner digest tells apart the credentials that wrote under one conversation id
+		// (SECURITY.md §11); "" is a segment from before owners, or a session log.
+		owner := h.Owner
+		if owner == "" {
+			owner = "-"
+		}
+		fmt.Fprintf(os.Stdout, "[%d] segment %s item %d, owner %s, archived %s, score %.2f\n%s\n\n", i+1, h.SegmentID, h.ItemIndex, owner, h.CreatedAt.UTC().Format(time.RFC3339), h.Score, h.Excerpt)
 	}
 	return nil
+}
+
+// hasConversation reports whether the tenant's archive holds the conversation.
+func hasConversation(store archive.Store, tenant, conv string) (bool, error) {
+	convs, err := store.Conversations(context.Background(), tenant)
+	if err != nil {
+		return false, err
+	}
+	for _, c := range convs {
+		if c.ID == conv {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // runArchive is `compactd archive list | delete ID | prune`. The subcommand is the first
@@ -204,7 +237,7 @@ func runArchive(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stdout, "deleted %d segments of %s\n", n, rest[1])
+		fmt.Fprintf(os.Stdout, "deleted %s of %s\n", english.Count(n, "segment"), rest[1])
 		return nil
 	}
 	n, err := store.Prune(ctx, retention)
@@ -212,9 +245,9 @@ func runArchive(args []string) error {
 		return err
 	}
 	if retention.Tenant != "" {
-		fmt.Fprintf(os.Stdout, "pruned %d segments of tenant %s\n", n, retention.Tenant)
+		fmt.Fprintf(os.Stdout, "pruned %s of tenant %s\n", english.Count(n, "segment"), retention.Tenant)
 	} else {
-		fmt.Fprintf(os.Stdout, "pruned %d segments\n", n)
+		fmt.Fprintf(os.Stdout, "pruned %s\n", english.Count(n, "segment"))
 	}
 	return nil
 }

@@ -227,7 +227,20 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"nosuch"}, `unknown command "nosuch"`},
 		{[]string{"help", "nosuch"}, `unknown command "nosuch"`},
 		{[]string{"serve", "extra"}, `unexpected argument "extra"`},
-		{[]string{"serve", "--nosuch"}, "flag provided but not defined"},
+		{[]string{"serve", "--nosuch"}, "flag provided but not defined: --nosuch"},
+		{[]string{"serve", "--retain-tokens", "x"}, "for flag --retain-tokens"},
+		{[]string{"serve", "--upstream", "notaurl"}, `--upstream "notaurl" is not an absolute http(s) URL`},
+		{[]string{"serve", "--anthropic-upstream", "ftp://x"}, "--anthropic-upstream"},
+		{[]string{"serve", "--upstream", "https://api.openai.com/v1"}, `ends in /v1, but compactd adds /v1/… to it itself: use "https://api.openai.com"`},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:11434/v1/"}, "ends in /v1"},
+		{[]string{"serve", "--log-content"}, "--log-content needs --log-level debug"},
+		{[]string{"serve", "--log-level", "loud"}, "--log-level"},
+		{[]string{"serve", "--log-format", "xml"}, "--log-format must be text or json"},
+		{[]string{"serve", "--pprof"}, "--pprof needs --ops-listen"},
+		{[]string{"hooks", "install", "bogus"}, `unknown agent "bogus"`},
+		{[]string{"hooks", "install", "codex", "--guard"}, "--guard is for Claude Code only"},
+		{[]string{"hooks", "install", "claude", "--user", "--project"}, "exclusive"},
+		{[]string{"hooks", "frob", "claude"}, `unknown subcommand "frob"`},
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, `compactd serve: unexpected argument "extra"`},
 		{[]string{"serve", "--retain-tokens", "0"}, "--retain-tokens must be positive"},
 		{[]string{"serve", "--archive-max-age", "-1h"}, "--archive-max-age must not be negative"},
@@ -262,10 +275,19 @@ func TestUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			clearCompactdEnv(t)
-			t.Setenv("COMPACTD_DATA_DIR", t.TempDir()) // nothing may touch the real data dir
+			data, home := t.TempDir(), t.TempDir()
+			t.Setenv("COMPACTD_DATA_DIR", data) // nothing may touch the real data dir
+			t.Setenv("HOME", home)
 			code, stdout, stderr := runCLI(t, tt.args...)
 			if code != 2 {
 				t.Errorf("exit %d, want 2; stderr %q", code, stderr)
+			}
+			// A usage error is found before anything is opened or written: no keyring, no
+			// archive, no settings file.
+			for _, dir := range []string{data, home} {
+				if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+					t.Errorf("a usage error wrote %s", filepath.Join(dir, ents[0].Name()))
+				}
 			}
 			if stdout != "" {
 				t.Errorf("stdout = %q, want nothing", stdout)
@@ -498,5 +520,51 @@ func TestServeLogsDeprecatedNames(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %s:\n%s", want, log)
 		}
+	}
+}
+
+// TestRecallAndArchiveMessages: recall on a conversation the archive does not hold says so and
+// exits 1 (it exited 0 with "no archived history matches"), a hit names its owner, counts are in
+// English ("1 segment"), and sessions index works on a fresh machine (it failed asking to "enable
+// generation", an option that does not exist).
+func TestRecallAndArchiveMessages(t *testing.T) {
+	clearCompactdEnv(t)
+	key, err := crypto.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, dir := key.String(), t.TempDir()
+	store := openTestArchive(t, keys, dir)
+	if _, err := store.Put(context.Background(), archive.Segment{Conversation: "conv-1", Owner: strings.Repeat("ab", 16),
+		Items: []json.RawMessage{json.RawMessage(`{"type":"message","role":"user","content":"the port is 7431"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	flags := []string{"--keys", keys, "--data-dir", dir}
+
+	code, _, stderr := runCLI(t, append([]string{"recall", "--conversation", "nosuch", "port"}, flags...)...)
+	if code != 1 || !strings.Contains(stderr, `no archived conversation "nosuch"`) {
+		t.Errorf("recall on an unknown conversation: exit %d, stderr %q; want 1 and that it is unknown", code, stderr)
+	}
+	code, _, stderr = runCLI(t, append([]string{"recall", "--conversation", "conv-1", "zebra"}, flags...)...)
+	if code != 0 || !strings.Contains(stderr, "no archived history of conv-1 matches") {
+		t.Errorf("recall with no match in a known conversation: exit %d, stderr %q", code, stderr)
+	}
+	code, stdout, _ := runCLI(t, append([]string{"recall", "--conversation", "conv-1", "port"}, flags...)...)
+	if code != 0 || !strings.Contains(stdout, "owner "+strings.Repeat("ab", 16)) || !strings.Contains(stdout, "7431") {
+		t.Errorf("recall hit: exit %d, stdout %q; want the excerpt and its owner", code, stdout)
+	}
+	code, stdout, _ = runCLI(t, append([]string{"archive", "delete", "conv-1"}, flags...)...)
+	if code != 0 || strings.TrimSpace(stdout) != "deleted 1 segment of conv-1" {
+		t.Errorf("archive delete: exit %d, stdout %q; want \"deleted 1 segment of conv-1\"", code, stdout)
+	}
+
+	fresh, logs := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(logs, "s.jsonl"), []byte(`{"type":"session_meta","payload":{"id":"s1","cwd":"/w"}}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI(t, "sessions", "index", "--data-dir", fresh, logs)
+	if code != 0 || !strings.Contains(stderr, "indexed 1 session log\n") {
+		t.Errorf("sessions index on a fresh machine: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,15 @@ type usageError struct {
 }
 
 func (e *usageError) Error() string { return e.msg }
+
+// flagNameInError is how the flag package names a flag in its errors: one dash.
+var flagNameInError = regexp.MustCompile(`(: |flag )-([A-Za-z0-9][A-Za-z0-9-]*)`)
+
+// longFlagSpelling respells the flag package's "-name" as "--name", the spelling compactd's help
+// and README use, so `--nosuch` is reported as --nosuch.
+func longFlagSpelling(msg string) string {
+	return flagNameInError.ReplaceAllString(msg, "$1--$2")
+}
 
 func usageErrorf(cmd, format string, args ...any) *usageError {
 	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, args...)}
@@ -106,7 +116,7 @@ func parseFlags(fs *flag.FlagSet, args []string, opts ...parseOption) error {
 			return errHelp
 		}
 		if err != nil {
-			return usageErrorf(fs.Name(), "%v", err)
+			return usageErrorf(fs.Name(), "%s", longFlagSpelling(err.Error()))
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

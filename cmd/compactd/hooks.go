@@ -46,14 +46,19 @@ func runHooks(args []string) error {
 	}
 	pos := fs.Args()
 	if *user && *project {
-		return errors.New("--user and --project are exclusive")
+		return usageErrorf("hooks", "--user and --project are exclusive")
+	}
+	switch pos[0] {
+	case "install", "uninstall", "status":
+	default:
+		return usageErrorf("hooks", "unknown subcommand %q (want install, uninstall, status or run)", pos[0])
 	}
 	agent, err := agenthooks.ParseAgent(pos[1])
 	if err != nil {
-		return err
+		return usageErrorf("hooks", "%v", err)
 	}
 	if *guard && agent != agenthooks.Claude {
-		return errors.New("--guard is for Claude Code only: compactd installs no PreToolUse hook for Codex")
+		return usageErrorf("hooks", "--guard is for Claude Code only: compactd installs no PreToolUse hook for Codex")
 	}
 	scope := agenthooks.ScopeUser
 	if *project {
@@ -230,6 +235,9 @@ func runHookEvent(args []string) error {
 	// compaction): a command line it does not understand is reported on stderr and answered with
 	// nothing, exit 0, like every other failure of a hook.
 	if err := parseFlags(fs, args, withArgs(2, 2)); err != nil {
+		if errors.Is(err, errHelp) {
+			return err // the help was printed, once
+		}
 		fmt.Fprintf(os.Stderr, "compactd hooks run: %v\n%s\n", err, hooksUsage)
 		return nil
 	}

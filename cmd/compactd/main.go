@@ -132,7 +132,8 @@ func printCommands(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nFlags may come before or after arguments. Run 'compactd help COMMAND' (or 'compactd COMMAND -h')\n"+
 		"for a command's flags. COMPACTD_* environment variables are read by serve, and for the serve\n"+
-		"settings they share with it by healthcheck, recall, archive, sessions and handoff; by no other command.\n")
+		"settings they share with it by healthcheck, recall, archive, sessions, mcp, handoff and hooks run;\n"+
+		"by no other command.\n")
 }
 
 // hasSubcommand reports whether sub is one of c's subcommands (the first word of a usage form).

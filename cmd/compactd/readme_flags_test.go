@@ -15,6 +15,23 @@ func TestREADMEDocumentsEveryServeFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Only the configuration reference's table rows count: a flag named in passing elsewhere
+	// (--agent-summarizer-model was, in the Claude Code section) is not documented.
+	ref := string(readme)
+	start := strings.Index(ref, "\n## Configuration reference")
+	if start < 0 {
+		t.Fatal("README.md has no \"## Configuration reference\" section")
+	}
+	ref = ref[start+1:]
+	if end := strings.Index(ref[3:], "\n## "); end >= 0 {
+		ref = ref[:end+3]
+	}
+	var rows strings.Builder
+	for _, line := range strings.Split(ref, "\n") {
+		if strings.HasPrefix(line, "|") {
+			rows.WriteString(line + "\n")
+		}
+	}
 	var c serveConfig
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	c.flags(fs)
@@ -23,7 +40,7 @@ func TestREADMEDocumentsEveryServeFlag(t *testing.T) {
 		if strings.Contains(f.Usage, "deprecated") {
 			return
 		}
-		if !strings.Contains(string(readme), "`--"+f.Name+"`") {
+		if !strings.Contains(rows.String(), "`--"+f.Name+"`") {
 			missing = append(missing, "--"+f.Name)
 		}
 	})

@@ -215,6 +215,9 @@ func (c *serveConfig) check() error {
 	if _, err := proxy.ParseForeignItems(c.foreignItems); err != nil {
 		return usageErrorf("serve", "--foreign-items: %v", err)
 	}
+	if err := c.checkURLsAndLogs(); err != nil {
+		return err
+	}
 	if err := c.mem.check(c.maxBodyBytes); err != nil {
 		return err
 	}
@@ -224,6 +227,44 @@ func (c *serveConfig) check() error {
 	c.resilience.MaxQueue = offAsNegative(c.resilience.MaxQueue)
 	c.ledgerBytes = offAsNegative(c.ledgerBytes)
 	c.recallConfig.Disabled = !c.recall
+	return nil
+}
+
+// checkURLsAndLogs checks, before anything is opened (keyring, archive), the settings that only
+// have to be read to be wrong: the upstream and summariser URLs, the log settings and the flags
+// that need another.
+func (c *serveConfig) checkURLsAndLogs() error {
+	for _, u := range []struct{ name, v string }{
+		{"upstream", c.upstream}, {"anthropic-upstream", c.anthropicUpstream}, {"summarizer-url", c.summarizerURL},
+	} {
+		if u.v == "" && u.name == "summarizer-url" {
+			continue
+		}
+		pu, err := url.Parse(u.v)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return usageErrorf("serve", "--%s %q is not an absolute http(s) URL", u.name, u.v)
+		}
+		// compactd appends the API paths (/v1/responses, /v1/messages) to the upstreams itself; a
+		// base URL that already ends in /v1 would send /v1/v1/responses. The summariser URL is
+		// the API base, /v1 included.
+		if u.name != "summarizer-url" && strings.HasSuffix(strings.TrimRight(pu.Path, "/"), "/v1") {
+			return usageErrorf("serve", "--%s %q ends in /v1, but compactd adds /v1/… to it itself: use %q",
+				u.name, u.v, strings.TrimSuffix(strings.TrimRight(u.v, "/"), "/v1"))
+		}
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return usageErrorf("serve", "--log-level: %v", err)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return usageErrorf("serve", "--log-format must be text or json, not %q", c.logFormat)
+	}
+	if c.obs.logContent && lv > slog.LevelDebug {
+		return usageErrorf("serve", "--log-content needs --log-level debug")
+	}
+	if c.obs.pprof && c.obs.opsListen == "" {
+		return usageErrorf("serve", "--pprof needs --ops-listen: the profiler is never served on the API listener")
+	}
 	return nil
 }
 

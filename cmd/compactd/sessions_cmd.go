@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/english"
 	"github.com/compactd/compactd/internal/session"
 )
 
@@ -81,7 +82,7 @@ func runSessions(args []string) error {
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "sessions: indexed %d session logs\n", n)
+	fmt.Fprintf(os.Stderr, "sessions: indexed %s\n", english.Count(n, "session log"))
 	return nil
 }
 

@@ -17,6 +17,10 @@ const keyringFileName = "keyring"
 // hundred bytes per key.
 const maxKeyringFile = 1 << 20
 
+// ErrNoKeyring: no keyring is configured and none exists in the data directory (and LoadOptions
+// did not ask to generate one).
+var ErrNoKeyring = errors.New("crypto: no keyring")
+
 // LoadOptions says where LoadKeyring looks, in precedence order: Env, File, then the
 // keyring in DataDir (generated there on first use if Generate is set).
 type LoadOptions struct {
@@ -68,7 +72,7 @@ func LoadKeyring(o LoadOptions) (*Keyring, Source, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, Source{}, err
 	case !o.Generate:
-		return nil, Source{}, fmt.Errorf("crypto: no keyring configured and %s does not exist (set COMPACTD_KEYS, a key file, or enable generation)", path)
+		return nil, Source{}, fmt.Errorf("%w: none configured and %s does not exist (set COMPACTD_KEYS or a key file)", ErrNoKeyring, path)
 	}
 	r, created, err := generateKeyringFile(dir, path)
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/english"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/proxy"
@@ -510,7 +511,7 @@ func (s *session) run(ctx context.Context, roundDone func()) ([]Asked, error) {
 		for _, f := range facts {
 			got, err := s.ask(ctx, history, f.Question)
 			if err != nil {
-				return nil, fmt.Errorf("after %d compactions, asking %q: %w", k+1, f.Question, err)
+				return nil, fmt.Errorf("after %s, asking %q: %w", english.Count(k+1, "compaction"), f.Question, err)
 			}
 			asked = append(asked, Asked{Session: s.index + 1, Shape: s.shape, Compactions: k + 1, Fact: f, Got: got, Correct: Correct(got, f.Answer)})
 		}

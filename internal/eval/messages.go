@@ -13,6 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/english"
 )
 
 // Wire APIs a session can be sent over (Config.API).
@@ -206,7 +207,7 @@ func (s *session) runMessages(ctx context.Context, roundDone func()) ([]Asked, e
 			q := append(slices.Clip(history), antMsg{Role: "user", Content: []json.RawMessage{js(map[string]any{"type": "text", "text": f.Question})}})
 			out, err := s.postMessages(ctx, q, false)
 			if err != nil {
-				return nil, fmt.Errorf("after %d compactions, asking %q: %w", k+1, f.Question, err)
+				return nil, fmt.Errorf("after %s, asking %q: %w", english.Count(k+1, "compaction"), f.Question, err)
 			}
 			var got strings.Builder
 			for _, c := range out.Content {

@@ -3,6 +3,7 @@ package eval
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/compactd/compactd/internal/english"
 	"html"
 	"io"
 	"strings"
@@ -31,9 +32,9 @@ func (r *Report) describe() string {
 		steps, threshold = r.Config.MessagesSteps(), fmt.Sprintf("trigger %d input tokens", r.Config.messagesTrigger())
 		retain = "nothing retained verbatim" // a Messages compaction summarises the whole conversation
 	}
-	return fmt.Sprintf("route %s; %d sessions (%s), seed %d, %d steps and %d facts per round, %s, %s; %s",
-		route, r.Config.Sessions, strings.Join(r.Config.Shapes, ", "), r.Config.Seed, steps, r.Config.Facts,
-		threshold, retain, up)
+	return fmt.Sprintf("route %s; %s (%s), seed %d, %s and %s per round, %s, %s; %s",
+		route, english.Count(r.Config.Sessions, "session"), strings.Join(r.Config.Shapes, ", "), r.Config.Seed,
+		english.Count(steps, "step"), english.Count(r.Config.Facts, "fact"), threshold, retain, up)
 }
 
 func (v Variant) title() string {
@@ -80,7 +81,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if len(r.Rows) > 0 && len(r.Config.Checkpoints) > 0 {
 		last := len(r.Config.Checkpoints) - 1
-		fmt.Fprintf(&b, "\nby fact kind after %d compactions:\n%-18s", r.Config.Checkpoints[last], "")
+		fmt.Fprintf(&b, "\nby fact kind after %s:\n%-18s", english.Count(r.Config.Checkpoints[last], "compaction"), "")
 		for _, k := range Kinds {
 			fmt.Fprintf(&b, " %17s", k)
 		}
