@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -73,6 +74,12 @@ func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request
 		Text: q, Tenant: adminTenant(r, s.cfg.Tenant), Conversation: chi.URLParam(r, "id"), Limit: k,
 		ExcerptBytes: s.cfg.Recall.withDefaults().ExcerptBytes,
 	})
+	if errors.Is(err, archive.ErrEmptyQuery) {
+		api.InvalidRequest("q", "invalid_query", "The query 'q' has no word to search for. The archive is searched by words: runs of "+
+			"letters and digits, with _ . / - : kept inside a word (identifiers, paths, values); other characters only separate words, "+
+			"and there are no operators or wildcards such as *.").Write(w)
+		return
+	}
 	if err != nil {
 		s.log.Warn("admin search failed", "err", err)
 		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive search failed"}).Write(w)
