@@ -118,7 +118,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.archiveIndexKey, "archive-index-key", "", "key id the archive's search index is derived from (default: the active key; pin it before rotating keys)")
 	fs.DurationVar(&c.archiveMaxAge, "archive-max-age", 0, "delete archived history older than this (0: off, keep it)")
 	fs.Int64Var(&c.archiveMaxBytes, "archive-max-bytes", 0, "delete the oldest archived history past this many bytes (0: off, unlimited)")
-	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener; the API is off without it")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener; the API is off without it (prefer the env variable: a flag shows in ps)")
 	fs.BoolVar(&c.recall, "recall", true, "offer the model the recall tool after a compaction")
 	deprecateInverted(fs, "recall-off", "recall")
 	fs.StringVar(&c.recallConfig.ToolName, "recall-tool-name", defaultRecallToolName, "name of the recall tool")
