@@ -50,6 +50,7 @@ type serveConfig struct {
 
 	maxBodyBytes                                   int64
 	bodyReadTimeout                                time.Duration
+	streamWriteTimeout                             time.Duration
 	readHeaderTimeout, idleTimeout, upstreamHeader time.Duration
 	keepAlive, shutdownGrace                       time.Duration
 	stripCodexFields                               bool
@@ -107,6 +108,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.keyFile, "key-file", "", "path of a keyring file (same format as --keys, mode 0600)")
 	fs.StringVar(&c.dataDir, "data-dir", crypto.DefaultDataDir(), "where a generated keyring (and the archive) live")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body compactd reads")
+	fs.DurationVar(&c.streamWriteTimeout, "stream-write-timeout", proxy.DefaultStreamWriteTimeout, "time one write of a response (an SSE event, a piece of a body) may wait on a client that stops reading; past it the connection is dropped and the upstream call cancelled (bounds each write, not the stream; 0: no limit)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time allowed to receive a request body after its headers; 408 past it (responses are not limited; 0: no limit)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time allowed to read request headers (0: off)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "keep-alive connection idle timeout (0: off)")
@@ -362,6 +364,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		MaxBodyBytes:         c.maxBodyBytes,
 		MaxInflightBodyBytes: budget,
 		BodyReadTimeout:      offAsNegative(c.bodyReadTimeout),
+		StreamWriteTimeout:   offAsNegative(c.streamWriteTimeout),
 		KeepAlive:            c.keepAlive,
 		StripCodexFields:     c.stripCodexFields,
 		Logger:               log,
