@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,7 +24,7 @@ import (
 
 func (s *Server) routeAdmin(r chi.Router) {
 	r.Route("/v1/compactd", func(r chi.Router) {
-		r.Use(s.adminAuth)
+		r.Use(s.adminAuth(newFailThrottle()))
 		r.Get("/conversations/{id}/search", s.handleConversationSearch)
 		r.Delete("/conversations/{id}", s.handleConversationDelete)
 		// Without these the subrouter inherits the API's not-found handler, the pass-through,
@@ -40,26 +40,39 @@ func (s *Server) routeAdmin(r chi.Router) {
 	})
 }
 
-func (s *Server) adminAuth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.AdminToken == "" {
-			(&api.OpenAIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "admin_api_disabled",
-				Message: "compactd's admin API is off; start compactd with --admin-token (COMPACTD_ADMIN_TOKEN) to enable it"}).Write(w)
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
-			(&api.OpenAIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-				Message: "the admin API needs 'Authorization: Bearer <admin token>'"}).Write(w)
-			return
-		}
-		if s.cfg.Archive == nil {
-			(&api.OpenAIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "archive_disabled",
-				Message: "the archive is off on this compactd (--archive off)"}).Write(w)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+// adminAuth admits calls that present the admin token. Tokens are compared as SHA-256 digests
+// in constant time (secretEqual), so neither a prefix nor the length of the token leaks through
+// timing, and failed attempts are throttled per client address (adminthrottle.go).
+func (s *Server) adminAuth(th *failThrottle) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s.cfg.AdminToken == "" {
+				(&api.OpenAIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "admin_api_disabled",
+					Message: "compactd's admin API is off; start compactd with --admin-token (COMPACTD_ADMIN_TOKEN) to enable it"}).Write(w)
+				return
+			}
+			addr := throttleAddr(r)
+			if ok, retry := th.take(addr); !ok {
+				s.metrics.adminAuthFailure("throttled")
+				adminThrottled(w, retry)
+				return
+			}
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if match := secretEqual(got, s.cfg.AdminToken); !ok || !match {
+				s.metrics.adminAuthFailure("invalid_token")
+				(&api.OpenAIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+					Message: "the admin API needs 'Authorization: Bearer <admin token>'"}).Write(w)
+				return
+			}
+			th.refund(addr)
+			if s.cfg.Archive == nil {
+				(&api.OpenAIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "archive_disabled",
+					Message: "the archive is off on this compactd (--archive off)"}).Write(w)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request) {
@@ -73,6 +86,12 @@ func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request
 		Text: q, Tenant: adminTenant(r, s.cfg.Tenant), Conversation: chi.URLParam(r, "id"), Limit: k,
 		ExcerptBytes: s.cfg.Recall.withDefaults().ExcerptBytes,
 	})
+	if errors.Is(err, archive.ErrEmptyQuery) {
+		api.InvalidRequest("q", "invalid_query", "The query 'q' has no word to search for. The archive is searched by words: runs of "+
+			"letters and digits, with _ . / - : kept inside a word (identifiers, paths, values); other characters only separate words, "+
+			"and there are no operators or wildcards such as *.").Write(w)
+		return
+	}
 	if err != nil {
 		s.log.Warn("admin search failed", "err", err)
 		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive search failed"}).Write(w)

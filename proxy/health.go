@@ -149,6 +149,11 @@ func dialCheck(ctx context.Context, addr string) string {
 	return "ok"
 }
 
+// OpsGuard wraps h in the guard of /metrics: the bearer token (Config.MetricsToken) or the
+// basic-auth credentials (MetricsUser, MetricsPassword). serve puts the profiler (--pprof)
+// behind it on the ops listener. With neither configured it returns h as it is.
+func (s *Server) OpsGuard(h http.Handler) http.Handler { return s.metricsAuth(h) }
+
 // metricsAuth guards /metrics with the configured bearer token or basic-auth credentials.
 // Comparisons are of SHA-256 digests in constant time, so neither content nor length leaks
 // through timing.

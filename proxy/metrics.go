@@ -76,6 +76,7 @@ type metrics struct {
 	speculativeOutcomes *prometheus.CounterVec // outcome (started, hit, miss, failed)
 	memoOutcomes        *prometheus.CounterVec // outcome (hit, miss, stale, error, recorded, record_error, spec_shared, spec_hit)
 	authFailures        prometheus.Counter
+	adminAuthFailures   *prometheus.CounterVec // outcome (invalid_token, throttled); adminthrottle.go
 	fallbacks           *prometheus.CounterVec // api, policy (passthrough, extractive)
 	clientCompactions   *prometheus.CounterVec // api, phase, reason (from the client's own headers)
 	foreign             *prometheus.CounterVec // api, action (dropped, rejected): foreign.go
@@ -185,6 +186,7 @@ func newMetrics(cfg Config) *metrics {
 		models: newModelLabels(cfg.MetricModels, maxModelLabels),
 	}
 	f(m.authFailures)
+	m.adminAuthFailures = newAdminAuthFailures(cfg.Registry)
 	m.budgetRefusals = prometheus.NewCounter(prometheus.CounterOpts{Name: "compactd_inflight_body_refusals_total",
 		Help: "Requests answered 503 because their body did not fit in the in-flight body budget (--max-inflight-body-bytes)."})
 	f(m.budgetRefusals)

@@ -150,11 +150,15 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		}
 		ow := &st.ow
 		ow.ResponseWriter, ow.st, ow.m, ow.r = w, st, s.metrics, r
+		if s.cfg.StreamWriteTimeout > 0 {
+			ow.wd = writeDeadline{timeout: s.cfg.StreamWriteTimeout, rw: w}
+		}
 
 		s.metrics.requestStarted()
 		defer func() {
 			// Runs after the handler returned, also when it panicked (http.ErrAbortHandler from a
 			// cut stream): the stream gauge is released here and only here, exactly once.
+			ow.wd.clear() // the next request on the connection starts without a write deadline
 			s.metrics.requestDone()
 			if ow.streamRoute != "" {
 				s.metrics.streamClosed(ow.streamRoute)
@@ -274,6 +278,7 @@ type obsWriter struct {
 	bytes       int64
 	streamRoute string // set when the response is an SSE stream counted in the gauge
 	upstreamID  string
+	wd          writeDeadline // every write to the client is bounded (writedeadline.go)
 }
 
 func (w *obsWriter) WriteHeader(code int) {
@@ -282,6 +287,7 @@ func (w *obsWriter) WriteHeader(code int) {
 		return
 	}
 	if code < 200 && code != http.StatusSwitchingProtocols {
+		w.wd.arm()                         // net/http writes an informational response at once
 		w.ResponseWriter.WriteHeader(code) // informational; the real status comes later
 		return
 	}
@@ -308,6 +314,7 @@ func (w *obsWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.wd.arm()
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
 	return n, err
@@ -318,6 +325,7 @@ func (w *obsWriter) Flush() {
 	if w.code == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.wd.arm()
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 

@@ -83,9 +83,11 @@ func messagesBody2KB() []byte {
 	return b
 }
 
-// deadlineRecorder is a ResponseRecorder that takes read deadlines as net/http's connections do,
-// so the gate arms and lifts the body's deadline as it does in production, instead of building
-// the "not supported" error a bare recorder makes it build twice per request.
+// deadlineRecorder is a ResponseRecorder that takes read and write deadlines as net/http's
+// connections do, so the gate arms and lifts the body's deadline, and the response writer its
+// write deadline, as in production, instead of building the "not supported" error a bare
+// recorder makes them build.
 type deadlineRecorder struct{ *httptest.ResponseRecorder }
 
-func (deadlineRecorder) SetReadDeadline(time.Time) error { return nil }
+func (deadlineRecorder) SetReadDeadline(time.Time) error  { return nil }
+func (deadlineRecorder) SetWriteDeadline(time.Time) error { return nil }

@@ -145,6 +145,12 @@ type Config struct {
 	// soon as the body has arrived, so a long streamed response is never cut by it. When it fires
 	// first the client gets a 408 in the route's dialect.
 	BodyReadTimeout time.Duration
+	// StreamWriteTimeout bounds each write of a response to the client (an SSE event, a piece of
+	// a body): a client that stops reading is dropped once a write has waited this long, and its
+	// upstream request is cancelled (writedeadline.go). It bounds one write, not the response: a
+	// stream may last for hours and pause for as long as the upstream pauses. Default
+	// DefaultStreamWriteTimeout (60s); negative: no limit.
+	StreamWriteTimeout time.Duration
 	// KeepAlive is how long a streaming turn may wait on the summariser before compactd commits
 	// the response and starts sending keep-alives (default 5s).
 	KeepAlive time.Duration
@@ -266,6 +272,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
+	if cfg.StreamWriteTimeout == 0 {
+		cfg.StreamWriteTimeout = DefaultStreamWriteTimeout
+	}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 5 * time.Second
 	}
@@ -339,7 +348,9 @@ func New(cfg Config) (*Server, error) {
 }
 
 // gate is what every request on the API handler passes before it is routed, whatever its path
-// and method: compactd's routes, pass-through and unknown paths alike. In order: the header
+// and method: compactd's routes, pass-through and unknown paths alike. In order: the method (one
+// compactd proxies, framing.go); the framing (a chunked HTTP/1 request closes its connection
+// after the response, so nothing smuggled after its body is read as a request); the header
 // limit; authentication and the tenant's rate limit (with tenants on); the spelling of the path
 // (no odd spelling of one of compactd's routes goes anywhere); the declared body size; the
 // in-flight body budget; then the body's size limit and read deadline. Every refusal is in the
@@ -349,6 +360,10 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		raw := r.URL.EscapedPath() // what routing sees and what the upstream would be sent
 		canon := canonicalPath(raw, true)
 		d := dialectOf(canon)
+		if !checkMethod(w, r, d) {
+			return
+		}
+		closeAfterChunked(w, r)
 		if !s.checkHeaders(w, r, d) {
 			return
 		}

@@ -13,6 +13,10 @@ import (
 	"github.com/compactd/compactd/internal/eval"
 )
 
+// maxEvalCompactions bounds --compactions: the run is that many rounds per session and
+// configuration (ten by default), each a summariser call and its questions.
+const maxEvalCompactions = 100
+
 // runEval runs `compactd eval`. Output: the table on stdout (or JSON with --json), an HTML report
 // with --html, a progress bar on stderr when stderr is a terminal.
 func runEval(args []string) error {
@@ -50,6 +54,33 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// Every number is checked here: the eval package reads 0 (and below) as "the default", so an
+	// unchecked --sessions 0 would run three sessions.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"sessions", *sessions}, {"steps", *steps}, {"facts", *facts}, {"turns", *turns}, {"threshold", *threshold},
+		{"retain-tokens", *retain}, {"ledger-bytes", *ledger}, {"lossy-max-lines", *maxLines},
+	} {
+		if f.v < 1 {
+			return usageErrorf("eval", "--%s must be positive (got %d)", f.name, f.v)
+		}
+	}
+	if !(*keep >= 0 && *keep <= 1) {
+		return usageErrorf("eval", "--lossy-keep is a chance, from 0 to 1 (got %v)", *keep)
+	}
+	var counts []int
+	for _, s := range strings.Split(*checkpoints, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		switch {
+		case err != nil || n < 1:
+			return usageErrorf("eval", "--compactions: %q is not a positive count (a comma-separated list, e.g. 1,3,10)", s)
+		case n > maxEvalCompactions:
+			return usageErrorf("eval", "--compactions: %d is more than %d, the most eval runs: every compaction is a round of --steps agent steps in each session and configuration", n, maxEvalCompactions)
+		}
+		counts = append(counts, n)
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	modelSet := set["model"]
@@ -62,7 +93,7 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 		}
 	}
 	if (*upstream != "" || *compactdURL != "") && !modelSet {
-		return fmt.Errorf("--model is required with --upstream or --compactd (the default %q is the fake upstream's)", d.Model)
+		return usageErrorf("eval", "--model is required with --upstream or --compactd (the default %q is the fake upstream's)", d.Model)
 	}
 	cfg := eval.Config{Seed: *seed, Sessions: *sessions, Steps: *steps, Facts: *facts, Turns: *turns,
 		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, Model: *model, API: *apiName,
@@ -86,12 +117,9 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 			cfg.Variants = append(cfg.Variants, s)
 		}
 	}
-	for _, s := range strings.Split(*checkpoints, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return fmt.Errorf("--compactions: %q is not a positive count", s)
-		}
-		cfg.Checkpoints = append(cfg.Checkpoints, n)
+	cfg.Checkpoints = counts
+	if err := cfg.Validate(); err != nil {
+		return usageErrorf("eval", "%v", err)
 	}
 	if progress {
 		cfg.Progress = func(done, total int) { drawProgress(stderr, done, total) }

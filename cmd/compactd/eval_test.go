@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,5 +160,50 @@ func TestEvalCommandMessages(t *testing.T) {
 	}
 	if cr, dr := c.Get("points.0.recall").Float(), dd.Get("points.0.recall").Float(); dr < cr {
 		t.Errorf("after 10 compactions on Messages (d) recall %.2f below (c) %.2f", dr, cr)
+	}
+}
+
+// Every numeric flag of eval is checked: a value the run would silently replace by its default
+// (0 or negative), a chance outside 0..1, a count that is not a number, and a compaction count
+// past the bound are usage errors (exit status 2, naming the flag), not a run with defaults or
+// one that never ends. The rest of each command line is a small run, so that before the check
+// existed the case ran (and passed) quickly.
+func TestEvalNumericFlagsAreUsageErrors(t *testing.T) {
+	small := []string{"--sessions", "1", "--steps", "12", "--threshold", "1000", "--compactions", "1", "--configs", "a"}
+	for _, tc := range []struct {
+		args []string
+		flag string // named in the message
+	}{
+		{[]string{"--threshold", "-5"}, "--threshold"},
+		{[]string{"--threshold", "0"}, "--threshold"},
+		{[]string{"--sessions", "0"}, "--sessions"},
+		{[]string{"--sessions", "-2"}, "--sessions"},
+		{[]string{"--steps", "0"}, "--steps"},
+		{[]string{"--facts", "0"}, "--facts"},
+		{[]string{"--turns", "-1"}, "--turns"},
+		{[]string{"--retain-tokens", "0"}, "--retain-tokens"},
+		{[]string{"--ledger-bytes", "0"}, "--ledger-bytes"},
+		{[]string{"--lossy-keep", "1.5"}, "--lossy-keep"},
+		{[]string{"--lossy-keep", "-0.1"}, "--lossy-keep"},
+		{[]string{"--lossy-max-lines", "0"}, "--lossy-max-lines"},
+		{[]string{"--compactions", "a"}, "--compactions"},
+		{[]string{"--compactions", "1,,3"}, "--compactions"},
+		{[]string{"--compactions", "0"}, "--compactions"},
+		{[]string{"--compactions", "100000000"}, "--compactions"},
+		{[]string{"--shapes", "chat"}, "--shapes"},
+		{[]string{"--configs", "e"}, "--configs"},
+		{[]string{"--api", "grpc"}, "--api"},
+		{[]string{"--upstream", "http://127.0.0.1:1"}, "--model"},
+	} {
+		var out, errb bytes.Buffer
+		err := evalMain(append(slices.Clone(small), tc.args...), &out, &errb, false)
+		var ue *usageError
+		if !errors.As(err, &ue) || ue.cmd != "eval" || !strings.Contains(ue.msg, tc.flag) {
+			t.Errorf("eval %v: err = %v, want a usage error of eval naming %s", tc.args, err, tc.flag)
+		}
+	}
+	// The exit status of a usage error.
+	if code := run([]string{"eval", "--compactions", "a"}); code != 2 {
+		t.Errorf("compactd eval --compactions a: exit status %d, want 2", code)
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/internal/mcpserver"
@@ -58,7 +56,9 @@ func runMCP(args []string) error {
 	})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return srv.Run(ctx, &mcp.StdioTransport{})
+	// Not mcp.StdioTransport, which ends the session at the first bad frame: LineTransport answers
+	// it with a JSON-RPC error and reads on.
+	return srv.Run(ctx, &mcpserver.LineTransport{In: os.Stdin, Out: os.Stdout})
 }
 
 // mcpDefaults fills in the project and the recall conversation from what the agent tells the

@@ -51,6 +51,7 @@ type serveConfig struct {
 
 	maxBodyBytes                                   int64
 	bodyReadTimeout                                time.Duration
+	streamWriteTimeout                             time.Duration
 	readHeaderTimeout, idleTimeout, upstreamHeader time.Duration
 	keepAlive, shutdownGrace                       time.Duration
 	stripCodexFields                               bool
@@ -109,6 +110,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.keyFile, "key-file", "", "path of a keyring file (same format as --keys, mode 0600)")
 	fs.StringVar(&c.dataDir, "data-dir", crypto.DefaultDataDir(), "where a generated keyring (and the archive) live")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body compactd reads")
+	fs.DurationVar(&c.streamWriteTimeout, "stream-write-timeout", proxy.DefaultStreamWriteTimeout, "time one write of a response (an SSE event, a piece of a body) may wait on a client that stops reading; past it the connection is dropped and the upstream call cancelled (bounds each write, not the stream; 0: no limit)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time allowed to receive a request body after its headers; 408 past it (responses are not limited; 0: no limit)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time allowed to read request headers (0: off)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "keep-alive connection idle timeout (0: off)")
@@ -121,7 +123,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.archiveMaxAge, "archive-max-age", 0, "delete archived history older than this (0: off, keep it)")
 	fs.Int64Var(&c.archiveMaxBytes, "archive-max-bytes", 0, "per tenant: delete a tenant's oldest archived history past this many bytes of that tenant, no other tenant's (0: off, unlimited)")
 	fs.Int64Var(&c.archiveMaxTotalBytes, "archive-max-total-bytes", 0, "all tenants together: past this many archived bytes, delete the oldest history of the tenant holding the most (0: off, unlimited)")
-	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener; the API is off without it")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener; the API is off without it (prefer the env variable: a flag shows in ps)")
 	fs.BoolVar(&c.recall, "recall", true, "offer the model the recall tool after a compaction")
 	deprecateInverted(fs, "recall-off", "recall")
 	fs.StringVar(&c.recallConfig.ToolName, "recall-tool-name", defaultRecallToolName, "name of the recall tool")
@@ -262,10 +264,12 @@ func (c *serveConfig) checkURLsAndLogs() error {
 	if c.obs.logContent && lv > slog.LevelDebug {
 		return usageErrorf("serve", "--log-content needs --log-level debug")
 	}
-	if c.obs.pprof && c.obs.opsListen == "" {
-		return usageErrorf("serve", "--pprof needs --ops-listen: the profiler is never served on the API listener")
+	if a := c.obs.metricsBasicAuth; a != "" {
+		if u, p, ok := strings.Cut(a, ":"); !ok || u == "" || p == "" {
+			return usageErrorf("serve", "--metrics-basic-auth must be user:password")
+		}
 	}
-	return nil
+	return c.obs.checkPprof()
 }
 
 // offAsNegative turns the CLI's off (0, or a negative number) into -1, which is off for the
@@ -414,6 +418,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		MaxBodyBytes:         c.maxBodyBytes,
 		MaxInflightBodyBytes: budget,
 		BodyReadTimeout:      offAsNegative(c.bodyReadTimeout),
+		StreamWriteTimeout:   offAsNegative(c.streamWriteTimeout),
 		KeepAlive:            c.keepAlive,
 		StripCodexFields:     c.stripCodexFields,
 		Logger:               log,

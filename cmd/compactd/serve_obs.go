@@ -45,12 +45,31 @@ func (o *obsConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsBasicAuth, "metrics-basic-auth", "", "user:password required on /metrics as basic auth (prefer the env variable)")
 	fs.StringVar(&o.metricModels, "metric-models", "", "comma-separated model names always kept as gen_ai_request_model label values (others: the first 32 seen, then \"other\")")
 	fs.BoolVar(&o.readyCheckUpstream, "ready-check-upstream", false, "/readyz also dials the upstreams (TCP) and reports not ready when one is unreachable")
-	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler (net/http/pprof) under /debug/pprof/ on the ops listener; needs --ops-listen (never on the API listener)")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler (net/http/pprof) under /debug/pprof/ on the ops listener, behind the guard of /metrics; needs --ops-listen (never on the API listener) and --metrics-token or --metrics-basic-auth")
 	fs.BoolVar(&o.logContent, "log-content", false, "DEBUG ONLY: log the head of every request body (prompts!) at debug level; needs --log-level debug")
+}
+
+// checkPprof refuses --pprof where it would not be guarded: it is served on the ops listener
+// only, under the credentials of /metrics, so it needs both. Unguarded, anyone who reaches the
+// ops address could profile the process at will (a CPU profile or an execution trace is load on
+// demand), read its goroutine stacks and symbols, and see how it is built.
+func (o *obsConfig) checkPprof() error {
+	switch {
+	case !o.pprof:
+		return nil
+	case o.opsListen == "":
+		return usageErrorf("serve", "--pprof needs --ops-listen: the profiler is never served on the API listener")
+	case o.metricsToken == "" && o.metricsBasicAuth == "":
+		return usageErrorf("serve", "--pprof needs --metrics-token or --metrics-basic-auth (COMPACTD_METRICS_TOKEN, COMPACTD_METRICS_BASIC_AUTH): the profiler is served behind the guard of /metrics, never without one")
+	}
+	return nil
 }
 
 // newServer completes cfg with the observability settings and builds the proxy.
 func (o *obsConfig) newServer(cfg proxy.Config) (*proxy.Server, error) {
+	if err := o.checkPprof(); err != nil {
+		return nil, err
+	}
 	if o.metrics {
 		cfg.Registry = proxy.NewRegistry()
 	}
@@ -89,10 +108,10 @@ func (o *obsConfig) newServer(cfg proxy.Config) (*proxy.Server, error) {
 
 // serveOps starts the ops listener when --ops-listen is set and returns its stop function.
 func (o *obsConfig) serveOps(s *proxy.Server, log *slog.Logger) (stop func(), err error) {
+	if err := o.checkPprof(); err != nil {
+		return nil, err
+	}
 	if o.opsListen == "" {
-		if o.pprof {
-			return nil, errors.New("--pprof needs --ops-listen: the profiler is never served on the API listener")
-		}
 		return func() {}, nil
 	}
 	ln, err := net.Listen("tcp", o.opsListen)
@@ -101,8 +120,8 @@ func (o *obsConfig) serveOps(s *proxy.Server, log *slog.Logger) (stop func(), er
 	}
 	var h http.Handler = s.OpsHandler()
 	if o.pprof {
-		h = withPprof(h)
-		log.Warn("--pprof is on: the ops listener serves Go's profiler under /debug/pprof/ (heap contents can include prompts); keep it on a private address")
+		h = withPprof(h, s.OpsGuard)
+		log.Warn("--pprof is on: the ops listener serves Go's profiler under /debug/pprof/ (behind the metrics credentials); keep it on a private address")
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: defaultReadHeaderTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -331,16 +350,20 @@ func (h flushingHandler) WithGroup(n string) slog.Handler {
 	return flushingHandler{h.Handler.WithGroup(n), h.buf}
 }
 
-// withPprof serves net/http/pprof under /debug/pprof/ beside ops. It is opt-in and on the ops
-// listener only: a profile of a proxy under load is how a slow path is found in the process that
-// has it (the side-by-side benchmark's rows), and heap profiles hold request bytes.
-func withPprof(ops http.Handler) http.Handler {
+// withPprof serves net/http/pprof under /debug/pprof/ beside ops, every path of it behind guard
+// (the credentials of /metrics). It is opt-in and on the ops listener only: a profile of a proxy
+// under load is how a slow path is found in the process that has it (the side-by-side
+// benchmark's rows). /debug/pprof/cmdline is not served: the command line may hold secrets
+// (--admin-token, --metrics-token, --keys), and a profiler is no place to read them back.
+func withPprof(ops http.Handler, guard func(http.Handler) http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", ops)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/debug/pprof/", guard(http.HandlerFunc(pprof.Index))) // also every named profile: heap, goroutine, …
+	mux.Handle("/debug/pprof/cmdline", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "compactd does not serve its command line: it may hold secrets", http.StatusNotFound)
+	})))
+	mux.Handle("/debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("/debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("/debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace)))
 	return mux
 }

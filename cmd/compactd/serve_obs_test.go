@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -98,52 +100,88 @@ func proxyConfigForTest(log *slog.Logger) proxy.Config {
 	return proxy.Config{Upstream: u, AnthropicUpstream: u, Sealer: ring, Summarizer: sum, Logger: log}
 }
 
-// --pprof serves the profiler on the ops listener only, and refuses to start without one.
+// --pprof serves the profiler on the ops listener only, behind the guard of /metrics (a token
+// or basic auth, one of which it needs), and never serves /debug/pprof/cmdline, which would
+// show secrets given as flags (--admin-token opens the admin API).
 func TestServeOpsPprof(t *testing.T) {
 	info := slog.New(slog.NewTextHandler(io.Discard, nil))
+	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer m-t0k") }
+	basic := func(r *http.Request) { r.SetBasicAuth("prom", "s3cret") }
 	for _, tt := range []struct {
-		name      string
-		obs       obsConfig
-		wantErr   string
-		wantPprof int // status of /debug/pprof/cmdline on the ops listener
+		name    string
+		obs     obsConfig
+		wantErr string
+		auth    func(*http.Request) // the right credentials; nil: pprof is off
 	}{
-		{name: "off", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0"}, wantPprof: http.StatusNotFound},
-		{name: "on", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0", pprof: true}, wantPprof: http.StatusOK},
-		{name: "without an ops listener", obs: obsConfig{metrics: true, pprof: true}, wantErr: "--pprof needs --ops-listen"},
+		{name: "off", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0"}},
+		{name: "token", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0", metricsToken: "m-t0k", pprof: true}, auth: bearer},
+		{name: "basic auth", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0", metricsBasicAuth: "prom:s3cret", pprof: true}, auth: basic},
+		{name: "metrics off", obs: obsConfig{opsListen: "127.0.0.1:0", metricsToken: "m-t0k", pprof: true}, auth: bearer},
+		{name: "without a guard", obs: obsConfig{metrics: true, opsListen: "127.0.0.1:0", pprof: true}, wantErr: "--pprof needs --metrics-token or --metrics-basic-auth"},
+		{name: "without an ops listener", obs: obsConfig{metrics: true, metricsToken: "m-t0k", pprof: true}, wantErr: "--pprof needs --ops-listen"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := tt.obs.newServer(proxyConfigForTest(info))
-			if err != nil {
-				t.Fatal(err)
+			if err == nil {
+				defer s.Close(context.Background())
+				// serveOps listens on opsListen; find the address it took from the log.
+				var logBuf strings.Builder
+				var stop func()
+				if stop, err = tt.obs.serveOps(s, slog.New(slog.NewTextHandler(&logBuf, nil))); err == nil {
+					defer stop()
+					_, rest, ok := strings.Cut(logBuf.String(), "addr=")
+					if !ok {
+						t.Fatalf("no ops address in the log: %q", logBuf.String())
+					}
+					tt.obs.opsListen = strings.Fields(rest)[0]
+				}
 			}
-			o := tt.obs
-			// serveOps listens on opsListen; find the address it took from the log.
-			var logBuf strings.Builder
-			log := slog.New(slog.NewTextHandler(&logBuf, nil))
-			stop, err := o.serveOps(s, log)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				var ue *usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want a usage error %q", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer stop()
-			_, rest, ok := strings.Cut(logBuf.String(), "addr=")
-			if !ok {
-				t.Fatalf("no ops address in the log: %q", logBuf.String())
-			}
-			addr := strings.Fields(rest)[0]
-			for path, want := range map[string]int{"/debug/pprof/cmdline": tt.wantPprof, "/metrics": http.StatusOK} {
-				resp, err := http.Get("http://" + addr + path)
+			get := func(path string, auth func(*http.Request)) (int, string) {
+				req, _ := http.NewRequest("GET", "http://"+tt.obs.opsListen+path, nil)
+				if auth != nil {
+					auth(req)
+				}
+				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
-				resp.Body.Close()
-				if resp.StatusCode != want {
-					t.Errorf("ops %s = %d, want %d", path, resp.StatusCode, want)
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			type check struct {
+				path string
+				auth func(*http.Request)
+				want int
+			}
+			checks := []check{{"/healthz", nil, 200}, {"/debug/pprof/", nil, 404}, {"/debug/pprof/cmdline", nil, 404}}
+			if tt.auth != nil {
+				wrong := func(r *http.Request) { r.Header.Set("Authorization", "Bearer wrong") }
+				checks = []check{
+					{"/healthz", nil, 200}, // probes stay open
+					{"/debug/pprof/", nil, 401}, {"/debug/pprof/", wrong, 401}, {"/debug/pprof/heap?debug=1", nil, 401},
+					{"/debug/pprof/goroutine?debug=1", nil, 401}, {"/debug/pprof/symbol", nil, 401}, {"/debug/pprof/cmdline", nil, 401},
+					{"/debug/pprof/", tt.auth, 200}, {"/debug/pprof/heap?debug=1", tt.auth, 200}, {"/debug/pprof/symbol", tt.auth, 200},
+					{"/debug/pprof/cmdline", tt.auth, 404},
+				}
+			}
+			for i, c := range checks {
+				code, body := get(c.path, c.auth)
+				if code != c.want {
+					t.Errorf("ops %s (check %d) = %d, want %d", c.path, i, code, c.want)
+				}
+				if strings.Contains(body, "m-t0k") || strings.Contains(body, "s3cret") {
+					t.Errorf("ops %s discloses a secret: %.200s", c.path, body)
 				}
 			}
 		})

@@ -162,28 +162,32 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate reports what Run would refuse in c (an unknown API, shape or configuration, or a
+// shape the API does not speak), each error naming the flag of `compactd eval` that sets it.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
 func (c Config) validate() error {
 	if !slices.Contains(APIs, c.API) {
-		return fmt.Errorf("unknown API %q (have %s)", c.API, strings.Join(APIs, ", "))
+		return fmt.Errorf("--api: unknown API %q (have %s)", c.API, strings.Join(APIs, ", "))
 	}
 	if c.API == APIMessages {
 		for _, s := range c.Shapes {
 			if s != ShapeClaudeCode {
-				return fmt.Errorf("shape %q speaks only the Responses API; the Messages route runs %s sessions", s, ShapeClaudeCode)
+				return fmt.Errorf("--shapes: shape %q speaks only the Responses API; the Messages route runs %s sessions", s, ShapeClaudeCode)
 			}
 		}
 	}
 	for _, s := range c.Shapes {
 		if !slices.Contains(Shapes, s) {
-			return fmt.Errorf("unknown shape %q (have %s)", s, strings.Join(Shapes, ", "))
+			return fmt.Errorf("--shapes: unknown shape %q (have %s)", s, strings.Join(Shapes, ", "))
 		}
 	}
 	if c.Checkpoints[0] < 1 {
-		return errors.New("compaction checkpoints must be positive")
+		return errors.New("--compactions: compaction checkpoints must be positive")
 	}
 	for _, v := range c.Variants {
 		if !slices.ContainsFunc(Variants, func(x Variant) bool { return x.Name == v }) {
-			return fmt.Errorf("unknown configuration %q (have a, b, c, d)", v)
+			return fmt.Errorf("--configs: unknown configuration %q (have a, b, c, d)", v)
 		}
 	}
 	return nil
