@@ -24,9 +24,10 @@ import (
 // survives Claude Code's own handling of the reply. The agent gets a better summary and the raw
 // conversation lands in the archive under its session id.
 //
-// Recognition is by structure and markers, never one exact sentence, so a reworded prompt in a
-// later release is still recognised, and anything compactd is not sure about goes on exactly as
-// it would without this file.
+// Recognition is by the prompt's exact shape (isSummaryPrompt), not by words or tags a user can
+// type: an ordinary turn that mentions <analysis> and <summary>, or pastes a paragraph of the
+// prompt, reaches the model. Anything compactd is not sure about (a reworded prompt in a later
+// release included) goes on exactly as it would without this file.
 
 // agentTrigger is the compaction trigger of upgraded agent compactions in logs and metrics.
 const agentTrigger = "agent"
@@ -35,15 +36,17 @@ const agentTrigger = "agent"
 const agentCompactionHeader = "X-Compactd-Agent-Compaction"
 
 // claudeCodeCompaction reports whether req is Claude Code's compaction turn, and returns the
-// conversation to summarise: every message but the prompt (a tool_result sent beside the prompt
-// in the last message is kept; it is conversation).
+// conversation to summarise: every message but the prompt (what Claude Code sends beside the
+// prompt in the last message, the newest tool results and any user text, is kept; it is
+// conversation).
 //
 // Required: a corroborating client identity (the x-claude-code-session-id header, or a claude-cli
 // user agent); no compaction blocks or on-demand compaction (compactd's own paths handle those);
-// no forced tool; a last user message of only text and tool_result blocks whose text asks for a
-// summary of the conversation and names both the <analysis> and <summary> tags. Claude Code's
-// partial compaction ("summarise the RECENT portion", earlier messages kept intact) is not
-// upgraded: compactd would summarise what Claude Code keeps.
+// no forced tool (Claude Code's tools stay attached to its compaction turn, tool_choice unset); a
+// last user message of text and tool_result blocks whose last block is Claude Code's full
+// summarisation prompt, whole (isSummaryPrompt). Claude Code's partial compactions (summarise
+// the RECENT portion, or the part before the newest messages) are not upgraded: their prompts
+// open differently, and compactd would summarise what Claude Code keeps.
 func claudeCodeCompaction(h http.Header, req *api.MessagesRequest) ([]api.Message, bool) {
 	if h.Get("X-Claude-Code-Session-Id") == "" && !strings.Contains(strings.ToLower(h.Get("User-Agent")), "claude-cli") {
 		return nil, false
@@ -59,21 +62,15 @@ func claudeCodeCompaction(h http.Header, req *api.MessagesRequest) ([]api.Messag
 	if last.Role != "user" {
 		return nil, false
 	}
-	var text strings.Builder
-	var kept []api.Block
-	for _, b := range last.Blocks {
-		switch b.Type {
-		case api.BlockText:
-			text.WriteString(gjson.GetBytes(b.Raw, "text").Str)
-			text.WriteByte('\n')
-		case "tool_result":
-			kept = append(kept, b)
-		default:
+	n := len(last.Blocks)
+	if n == 0 || last.Blocks[n-1].Type != api.BlockText || !isSummaryPrompt(gjson.GetBytes(last.Blocks[n-1].Raw, "text").Str) {
+		return nil, false
+	}
+	kept := last.Blocks[: n-1 : n-1]
+	for _, b := range kept {
+		if b.Type != api.BlockText && b.Type != "tool_result" {
 			return nil, false
 		}
-	}
-	if !isSummaryPrompt(text.String()) {
-		return nil, false
 	}
 	msgs := req.Messages[: len(req.Messages)-1 : len(req.Messages)-1]
 	if len(kept) > 0 {
@@ -82,19 +79,98 @@ func claudeCodeCompaction(h http.Header, req *api.MessagesRequest) ([]api.Messag
 	return msgs, true
 }
 
-// isSummaryPrompt reports whether text is a summarisation prompt of the shape Claude Code sends:
-// it asks for a summary of the conversation and instructs both an <analysis> and a <summary>
-// tag. Case-insensitive markers, not a sentence.
+// Claude Code 2.1.332's full summarisation prompt as it reaches the wire (its bundled JS builds
+// it in one function; internal/fixtures/claude-code-2.1.332 holds captures): a no-tools preamble
+// naming the reply's shape, the prompt, optionally "\n\nAdditional Instructions:\n" with the
+// /compact arguments and the PreCompact hooks' output, then a reminder naming the shape again.
+// The middle varies with Claude Code's state (it inserts notes on what counts as a user message)
+// and the instructions are the user's; the anchors below do not vary.
+const (
+	ccPreamble = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n\n" +
+		"- Do NOT use Read, Bash, Grep, Glob, Edit, Write, or ANY other tool.\n" +
+		"- You already have all the context you need in the conversation above.\n" +
+		"- Tool calls will be REJECTED and will waste your only turn \u2014 you will fail the task.\n" +
+		"- Your entire response must be plain text: "
+	ccOpening = ".\n\nYour task is to create a detailed summary of the conversation so far, " +
+		"paying close attention to the user's explicit requests and your previous actions.\n"
+	ccSections    = "\n\nYour summary should include the following sections:\n\n1. Primary Request and Intent:"
+	ccReminder    = "\n\nREMINDER: Do NOT call any tools. Respond with plain text only \u2014 "
+	ccReminderEnd = ". Tool calls will be rejected and you will fail the task."
+)
+
+// ccShapes are the reply shapes the preamble and the reminder name: with the analysis scratchpad,
+// and without it (Claude Code drops the analysis part for models that run without one).
+var ccShapes = [...]string{"an <analysis> block followed by a <summary> block", "a <summary> block"}
+
+// ccNotes open the paragraphs Claude Code may append after the reminder: its note on tool results
+// left out of an oversized request, and its retry paragraph.
+var ccNotes = [...]string{
+	"Some tool results above were left out whole because they did not fit",
+	"For this reply only: write what the instructions above ask for, with the summary inside <summary></summary> tags.",
+}
+
+// isSummaryPrompt reports whether text (one text block, whole) is Claude Code's full
+// summarisation prompt: it begins with the preamble and the prompt's opening sentence, holds the
+// prompt's list of sections, and ends with the reminder (naming the shape the preamble named),
+// followed by nothing but Claude Code's own notes. A message that mentions the tags, quotes the
+// prompt inside other text or asks for a summary in other words is not; nor are the partial
+// compactions' prompts, which open differently.
 func isSummaryPrompt(text string) bool {
-	t := strings.ToLower(text)
-	if !strings.Contains(t, "<analysis>") || !strings.Contains(t, "<summary>") {
+	for _, shape := range ccShapes {
+		head := ccPreamble + shape + ccOpening
+		if !strings.HasPrefix(text, head) {
+			continue
+		}
+		reminder := ccReminder + shape + ccReminderEnd
+		i := strings.LastIndex(text, reminder)
+		return i >= len(head) && strings.Contains(text[len(head):i], ccSections) && ccTail(text[i+len(reminder):])
+	}
+	return false
+}
+
+// ccTail reports whether what follows the reminder is Claude Code's: nothing, or paragraphs that
+// open with one of its notes or are one marker tag alone ("<remote-control-device-report/>").
+func ccTail(rest string) bool {
+	for rest != "" {
+		var ok bool
+		if rest, ok = strings.CutPrefix(rest, "\n\n"); !ok {
+			return false
+		}
+		for _, n := range ccNotes {
+			if strings.HasPrefix(rest, n) {
+				return true // a note runs to the end: Claude Code appends it last
+			}
+		}
+		p, _, _ := strings.Cut(rest, "\n\n")
+		if !isMarkerTag(p) {
+			return false
+		}
+		rest = rest[len(p):]
+	}
+	return true
+}
+
+// isMarkerTag reports whether p is one XML-like tag, <name> or <name/>, of lower-case letters,
+// digits, '-' and '_'.
+func isMarkerTag(p string) bool {
+	p, ok := strings.CutPrefix(p, "<")
+	if !ok {
 		return false
 	}
-	if !strings.Contains(t, "summar") || !strings.Contains(t, "conversation") {
+	p, ok = strings.CutSuffix(p, ">")
+	if !ok {
 		return false
 	}
-	// Partial compaction: only the recent messages are to be summarised.
-	return !strings.Contains(t, "recent portion")
+	p = strings.TrimSuffix(p, "/")
+	if p == "" || len(p) > 64 {
+		return false
+	}
+	for _, c := range []byte(p) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // agentCompaction answers req itself when it is an agent's compaction turn, and reports whether
@@ -226,8 +302,16 @@ func (a agentRouting) Summarize(ctx context.Context, req summarizer.Request) (su
 // "compaction" (internal/fixtures/codex-0.169/local_compaction_request.json). Codex takes the
 // reply's output text as the summary and puts it, behind its own prefix, into the next turn.
 
+// codexPromptOpening opens Codex's summarisation prompt (codex-rs's compact prompt template, the
+// same from 0.169 to 0.171).
+const codexPromptOpening = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM that will resume the task."
+
 // codexCompaction reports whether req is Codex's local compaction turn, and returns the input
-// to summarise: every item but the prompt.
+// to summarise: every item but the prompt. Codex says so itself: x-codex-turn-metadata's
+// request_kind is "compaction" (which no user text can set), and then a prompt that asks for a
+// handoff summary is enough (a compact_prompt override in Codex's config rewords it). Without
+// the metadata, only Codex's own prompt, from its first word, is: a turn that merely mentions a
+// summary or a checkpoint reaches the model.
 func codexCompaction(h http.Header, req *api.ResponsesRequest, items []api.Item) ([]api.Item, bool) {
 	ua := strings.ToLower(h.Get("User-Agent") + " " + h.Get("Originator"))
 	if !strings.Contains(ua, "codex") || req.Trigger >= 0 || req.Compaction >= 0 || len(items) < 2 {
@@ -240,10 +324,18 @@ func codexCompaction(h http.Header, req *api.ResponsesRequest, items []api.Item)
 	if last.Type != "message" || last.Role != "user" {
 		return nil, false
 	}
-	kind := gjson.Get(h.Get("X-Codex-Turn-Metadata"), "request_kind").Str
-	text := strings.ToLower(api.MessageText(last.Raw))
-	marked := strings.Contains(text, "summar") && (strings.Contains(text, "handoff") || strings.Contains(text, "checkpoint"))
-	if !marked || (kind != "" && kind != "compaction") {
+	text := api.MessageText(last.Raw)
+	switch gjson.Get(h.Get("X-Codex-Turn-Metadata"), "request_kind").Str {
+	case "compaction":
+		lower := strings.ToLower(text)
+		if !strings.Contains(lower, "summar") || !strings.Contains(lower, "handoff") && !strings.Contains(lower, "checkpoint") {
+			return nil, false
+		}
+	case "":
+		if !strings.HasPrefix(text, codexPromptOpening) {
+			return nil, false
+		}
+	default:
 		return nil, false
 	}
 	return items[: len(items)-1 : len(items)-1], true

@@ -43,9 +43,10 @@ type ChatMessage struct {
 // "messages[3].content" notation) on bodies that are not JSON objects or nest deeper than
 // jsonx.MaxDepth, whose messages are not an array of objects with string, list or null content
 // and list tool_calls, or that repeat a member compactd acts on (at the top level, in
-// stream_options, in a message, a content part, a tool call or its function): JSON parsers
-// disagree on which copy counts, and the upstream must read the conversation compactd counted
-// and compacted. Everything else is left to the upstream.
+// stream_options, tool_choice or a tool, in a message, a content part, a tool call, its function
+// or a function_call): JSON parsers disagree on which copy counts, and the upstream must read the
+// conversation compactd counted and compacted, with the tool choice recall was decided on.
+// Everything else is left to the upstream.
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	// One pass, as ParseMessagesRequest: the walk validates every byte it passes and descends
 	// only where the skim reads (see chat_twopass_test.go, the oracle it must agree with).
@@ -71,8 +72,21 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			r.msgStart, r.msgEnd = vs, it.Pos()
 			return err == nil
 		}
-		_, end, ok := it.Value()
-		if !ok {
+		var end int
+		switch string(name) {
+		case "tools":
+			err = scanTools(it, openAINotation)
+			end = it.Pos()
+		case "tool_choice":
+			err = scanToolChoice(it)
+			end = it.Pos()
+		default:
+			var ok bool
+			if _, end, ok = it.Value(); !ok {
+				return false
+			}
+		}
+		if err != nil || it.Err() != nil {
 			return false
 		}
 		raw := body[vs:end]
@@ -101,7 +115,8 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	return r, nil
 }
 
-// chatMemberBit numbers the top-level members whose duplicates ParseChatRequest refuses.
+// chatMemberBit numbers the top-level members whose duplicates ParseChatRequest refuses: every
+// member compactd reads (tool_choice and n decide whether a turn is offered the recall tool).
 func chatMemberBit(key []byte) uint8 {
 	switch string(key) {
 	case "messages":
@@ -116,6 +131,10 @@ func chatMemberBit(key []byte) uint8 {
 		return 16
 	case "functions":
 		return 32
+	case "tool_choice":
+		return 64
+	case "n":
+		return 128
 	}
 	return 0
 }
@@ -237,22 +256,26 @@ func (r *ChatRequest) scanMessages(it *jsonx.Iter) error {
 }
 
 // scanChatMessage reads messages[i], which starts at body[s]: its role, and the members compactd
-// reads checked for duplicates and shape, down to the content parts and tool calls. A duplicate
-// member of the message wins over a refusal in its content, which wins over one in its
-// tool_calls, wherever they come in the message (as when its members were checked first).
+// reads checked for duplicates and shape, down to the content parts, tool calls and the
+// deprecated function_call. A duplicate member of the message wins over a refusal in its content,
+// which wins over one in its tool_calls, then in its function_call, wherever they come in the
+// message (as when its members were checked first).
 func scanChatMessage(it *jsonx.Iter, body []byte, i, s int) (ChatMessage, error) {
 	at := func() string { return fmt.Sprintf("messages[%d]", i) }
 	if it.Peek() != '{' {
 		return ChatMessage{}, shapeError(at(), "each message must be an object.")
 	}
 	var role, content, calls []byte
-	var contentErr, callsErr error
+	var contentErr, callsErr, fcErr error
 	err := chatMembers(it, at, func(bit uint16, vs int) {
 		switch {
 		case bit == chatContent && it.Peek() == '[':
 			contentErr = scanChatParts(it, at)
 		case bit == chatToolCalls && it.Peek() == '[':
 			callsErr = scanToolCalls(it, func() string { return at() + ".tool_calls" })
+		case bit == chatFunctionCall && it.Peek() == '{':
+			// the deprecated function_call: its name and arguments are read as a tool call's
+			fcErr = chatMembers(it, func() string { return at() + ".function_call" }, nil)
 		default:
 			if _, _, ok := it.Value(); !ok {
 				return
@@ -287,6 +310,9 @@ func scanChatMessage(it *jsonx.Iter, body []byte, i, s int) (ChatMessage, error)
 		} else {
 			err = callsErr
 		}
+	}
+	if err == nil {
+		err = fcErr
 	}
 	return m, err
 }

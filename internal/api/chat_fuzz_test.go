@@ -34,6 +34,10 @@ var chatSeeds = []string{
 	`{"messages":[{"role":"user","content":"x","role":"system"}]}`,
 	`{"messages":[{"role":"assistant","tool_calls":[{"id":"a","id":"b"}]}]}`,
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a`,
+	// the members recall decides from: tool_choice, n, the tools' names
+	`{"messages":[],"tool_choice":"none","tool_choice":"auto","n":1,"n":2}`,
+	`{"messages":[],"tool_choice":{"type":"function","type":"none","function":{"name":"f"}},"tools":[{"type":"function","function":{"name":"a","name":"b"}}]}`,
+	`{"messages":[],"tools":[1,{"function":5},{"function":{"name":"f"},"function":{}}],"tool_choice":{"x":1,"x":2}}`,
 }
 
 // FuzzParseChatRequest holds the Chat Completions skim to the contract of the others: it never

@@ -61,6 +61,13 @@ func TestParseChatRequestRefuses(t *testing.T) {
 		{"duplicate arguments", `{"messages":[{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}","arguments":"{}"}}]}]}`, "messages[0].tool_calls[0].function.arguments", ErrDuplicateMember},
 		{"duplicate include_usage", `{"stream_options":{"include_usage":false,"include_usage":true}}`, "stream_options.include_usage", ErrDuplicateMember},
 		{"duplicate model", `{"model":"a","model":"b"}`, "model", ErrDuplicateMember},
+		{"duplicate function_call name", `{"messages":[{"role":"assistant","function_call":{"name":"a","arguments":"{}","name":"b"}}]}`, "messages[0].function_call.name", ErrDuplicateMember},
+		{"duplicate n", `{"n":1,"messages":[],"n":2}`, "n", ErrDuplicateMember},
+		{"escaped duplicate n", `{"n":1,"\u006e":2}`, "n", ErrDuplicateMember},
+		{"duplicate tool_choice", `{"tool_choice":"none","tool_choice":"auto"}`, "tool_choice", ErrDuplicateMember},
+		{"duplicate tool_choice type", `{"tool_choice":{"type":"none","type":"function"}}`, "tool_choice.type", ErrDuplicateMember},
+		{"duplicate tool function name", `{"tools":[{"type":"function","function":{"name":"compactd_recall","name":"f"}}]}`, "tools[0].function.name", ErrDuplicateMember},
+		{"duplicate tool function", `{"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"a"},"function":{"name":"b"}}]}`, "tools[1].function", ErrDuplicateMember},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -49,6 +49,9 @@ func parseChatTwoPass(body []byte) (*ChatRequest, error) {
 			r.IncludeUsage, err = scanStreamOptions(raw)
 		case "tools":
 			r.Tools = raw
+			err = toolsTwoPass(raw, openAINotation)
+		case "tool_choice":
+			err = toolChoiceTwoPass(raw)
 		case "functions":
 			r.Functions = raw
 		case "messages":
@@ -115,7 +118,7 @@ func scanChatMessageTwoPass(raw []byte, i int) (ChatMessage, error) {
 	if raw[0] != '{' {
 		return m, shapeError(at, "each message must be an object.")
 	}
-	var role, content, calls []byte
+	var role, content, calls, fc []byte
 	err := chatMembersTwoPass(raw, at, func(bit uint16, v []byte) {
 		switch bit {
 		case chatRole:
@@ -124,6 +127,8 @@ func scanChatMessageTwoPass(raw []byte, i int) (ChatMessage, error) {
 			content = v
 		case chatToolCalls:
 			calls = v
+		case chatFunctionCall:
+			fc = v
 		}
 	})
 	if err != nil {
@@ -148,6 +153,9 @@ func scanChatMessageTwoPass(raw []byte, i int) (ChatMessage, error) {
 	}
 	if err == nil && len(calls) > 0 && calls[0] != 'n' {
 		err = scanToolCallsTwoPass(calls, at+".tool_calls")
+	}
+	if err == nil && len(fc) > 0 && fc[0] == '{' {
+		err = chatMembersTwoPass(fc, at+".function_call", func(uint16, []byte) {})
 	}
 	return m, err
 }
@@ -239,6 +247,17 @@ func TestChatOnePassMatchesTwoPass(t *testing.T) {
 		`{"messages":[{"role":"a","role":"b"}],"x":"` + "\xff" + `"}`,
 		`{"messages":[{"content":[{"type":"a","type":"b"}],"x":` + strings.Repeat("[", 1001) + `}]}`,
 		`{"messages":[{"role":"user","content":"x"}]} {}`,
+		// tool_choice, n and the tools' names: what recall decides from
+		`{"n":1,"messages":[{"role":"a","role":"b"}],"n":2}`,
+		`{"tool_choice":{"type":"none","type":"auto"},"messages":[{"role":"a","role":"b"}]}`,
+		`{"messages":[{"role":"a","role":"b"}],"tools":[{"function":{"name":"a","name":"b"}}]}`,
+		`{"tools":[{"type":"function","function":{"name":"a"},"function":{"name":"b","name":"c"}}]}`,
+		`{"tools":[{"type":"function","function":{"name":"a","name":"b"}}],"x":"` + "\xff" + `"}`,
+		`{"messages":[{"role":"assistant","function_call":{"name":"a","name":"b"}}]}`,
+		`{"messages":[{"function_call":{"arguments":1,"arguments":2},"tool_calls":[{"id":1,"id":2}]}]}`,
+		`{"messages":[{"function_call":{"arguments":1,"arguments":2},"content":5}]}`,
+		`{"messages":[{"function_call":{"arguments":1,"arguments":2},"role":"a","role":"b"}]}`,
+		`{"messages":[{"function_call":"x","function_call":{}}]}`,
 	}, chatSeeds...)
 	for _, c := range cases {
 		r, err := ParseChatRequest([]byte(c))

@@ -68,6 +68,10 @@ var responsesSeeds = []string{
 	`{"input":[],"inp\u0075t":[{"type":"compaction","encrypted_content":"e"}]}`,
 	`{"model":"a","model":"b","input":"x"}`,
 	`{"input":[{"role":"user","content":"a","x":1,"x":2}],"y":1,"y":2}`,
+	`{"input":[],"tool_choice":"none","tool_ch\u006fice":"auto"}`,
+	`{"input":[],"tool_choice":{"type":"function","name":"a","name":"b"},"tools":[{"type":"function","name":"x","name":"y"}]}`,
+	`{"input":[],"tools":[1,"s",{"function":{"name":"a","name":"b"}}],"tool_choice":[{"type":1,"type":2}]}`,
+	`{"instructions":[{"type":"message","type":"compaction","encrypted_content":"e"}]}`,
 	// compaction items where compactd does not open them
 	`{"input":[{"role":"user","content":[{"type":"compaction","encrypted_content":"e"}]}]}`,
 	`{"input":[{"type":"function_call_output","call_id":"c","output":[{"type":"compaction_summary"}]}]}`,
@@ -250,6 +254,11 @@ var messagesSeeds = []string{
 	`{"messages":[{"role":"user","content":[{"type":"text","text":"a","\u0074ype":"compaction"}]}]}`,
 	`{"messages":[{"role":"user","content":"a","content":[{"type":"compaction","content":"s"}]}]}`,
 	`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a","type":"compaction"}]}]}]}`,
+	`{"messages":[],"tool_choice":{"type":"none"},"tool_choice":{"type":"auto"}}`,
+	`{"messages":[],"tool_choice":{"type":"tool","name":"a","name":"b"},"tools":[{"name":"x","name":"y"}]}`,
+	`{"messages":[],"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":{"type":"thinking_turns","value":1,"value":2}}]}}`,
+	`{"messages":[],"context_management":{"edits":[],"edits":[{"type":"compact_20260112"}]},"compaction":{"type":"summarize","type":"x"}}`,
+	`{"messages":[],"context_management":{"edits":[[[{"type":1,"type":2}]]],"x":{"edits":1,"edits":2}}}`,
 	// compaction blocks where compactd does not open them
 	`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"compaction","content":"s"}]}]}]}`,
 	`{"system":[{"type":"compaction","content":"s"}],"messages":[]}`,

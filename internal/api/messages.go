@@ -73,8 +73,9 @@ type member struct {
 // ParseMessagesRequest skims body. It fails (with a *BodyError whose Param is in Anthropic's
 // "messages.0.content.1" notation) on bodies that are not JSON objects or nest deeper than
 // jsonx.MaxDepth, whose messages are not an array of objects with string or list content and
-// object blocks, that repeat a member compactd acts on (at the top level, in a message, in a
-// content block or in a block nested in one), or that carry a compaction block anywhere but
+// object blocks, that repeat a member compactd acts on (at the top level, in tool_choice or a
+// tool, anywhere in context_management or compaction, in a message, in a content block or in a
+// block nested in one), or that carry a compaction block anywhere but
 // directly in a message's content. Everything else is left to the parts of compactd that act on
 // a field, and to the upstream.
 func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
@@ -107,6 +108,16 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 			end = it.Pos()
 		case string(name) == "system" && it.Peek() == '[':
 			err = checkSystem(it, body)
+			end = it.Pos()
+		case string(name) == "tools":
+			err = scanTools(it, anthropicNotation)
+			end = it.Pos()
+		case string(name) == "tool_choice":
+			err = scanToolChoice(it)
+			end = it.Pos()
+		case string(name) == "context_management" || string(name) == "compaction":
+			member := string(name)
+			err = scanStrict(it, func() string { return member })
 			end = it.Pos()
 		default:
 			var ok bool
@@ -156,7 +167,8 @@ func keyString(k, name []byte) string {
 
 // messagesMemberBit numbers the top-level members whose duplicates ParseMessagesRequest refuses:
 // every member compactd reads or rewrites. A body with two messages members would otherwise be
-// checked as one conversation and forwarded as another.
+// checked as one conversation and forwarded as another; one with two tool_choice members would
+// be offered the recall tool on the first and answered by the upstream on the other.
 func messagesMemberBit(key []byte) uint8 {
 	switch string(key) {
 	case "messages":
@@ -173,6 +185,8 @@ func messagesMemberBit(key []byte) uint8 {
 		return 32
 	case "compaction":
 		return 64
+	case "tool_choice":
+		return 128
 	}
 	return 0
 }

@@ -51,10 +51,15 @@ func parseMessagesTwoPass(body []byte) (*MessagesRequest, error) {
 			err = checkSystemTwoPass(raw)
 		case "tools":
 			r.Tools = raw
+			err = toolsTwoPass(raw, anthropicNotation)
+		case "tool_choice":
+			err = toolChoiceTwoPass(raw)
 		case "context_management":
 			r.ContextManagement = raw
+			err = strictTwoPass(raw, key.Str)
 		case "compaction":
 			r.Compaction = raw
+			err = strictTwoPass(raw, key.Str)
 		case "messages":
 			err = scanMessagesTwoPass(r, raw)
 		}
@@ -306,6 +311,21 @@ func TestMessagesOnePassMatchesTwoPass(t *testing.T) {
 		`{"messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"x","content":[`, 490) + `{"type":"t","type":"u"}` + strings.Repeat(`]}`, 490) + `]}]}`,
 		`{"messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"x","content":[`, 500) + `{"type":"t"}` + strings.Repeat(`]}`, 500) + `]}]}`,
 		`{"\u00e9":1,"caf\u00e9":2,"\ud800":3,"messages":[]}`,
+		// tool_choice, the tools' names, and every member of context_management and compaction
+		`{"tool_choice":{"type":"none"},"messages":[],"tool_choice":{"type":"auto"}}`,
+		`{"tool_choice":{"type":"any","type":"auto"},"messages":[{"role":"a","role":"b"}]}`,
+		`{"messages":[{"role":"a","role":"b"}],"tool_choice":{"type":"any","type":"auto"}}`,
+		`{"tools":[{"name":"a"},{"name":"b","name":"c"}],"system":[{"type":"compaction"}]}`,
+		`{"tools":[1,{"function":{"name":"a","name":"b"}}],"tool_choice":"auto"}`,
+		`{"context_management":{"edits":[{"type":"a","trigger":{"value":1,"value":2},"type":"b"}]}}`,
+		`{"context_management":{"edits":[{"type":"a"},{"keep":[{"type":1},{"type":2,"type":3}]}]}}`,
+		`{"context_management":{"x":{"y":1,"y":2},"edits":null,"edits":[]}}`,
+		`{"context_management":[{"edits":1},{"edits":1,"edits":2}],"compaction":{"instructions":1,"instructions":2}}`,
+		`{"compaction":{"type":"summarize","type":"x"},"messages":[{"role":"a","role":"b"}]}`,
+		`{"context_management":{"edits":[{"type":"a","type":"b"}]},"x":[tru]}`,
+		`{"context_management":` + strings.Repeat(`{"edits":[`, 300) + strings.Repeat(`]}`, 300) + `}`,
+		`{"context_management":` + strings.Repeat(`{"edits":[`, 300) + `{"type":1,"type":2}` + strings.Repeat(`]}`, 300) + `}`,
+		`{"context_management":` + strings.Repeat(`{"edits":[`, 500) + strings.Repeat(`]}`, 500) + `}`,
 	}, messagesSeeds...)
 	for _, c := range cases {
 		r, err := ParseMessagesRequest([]byte(c))

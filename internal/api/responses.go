@@ -36,8 +36,8 @@ type ResponsesRequest struct {
 	Tools        []byte
 	// ContextManagement is the raw JSON value of context_management, nil when absent.
 	ContextManagement []byte
-	// ToolChoice is the raw JSON value of the first tool_choice member (the one gjson reads), nil
-	// when absent: the recall tool reads it, and looking it up again would walk the whole body.
+	// ToolChoice is the raw JSON value of tool_choice, nil when absent: the recall tool reads it,
+	// and looking it up again would walk the whole body.
 	ToolChoice []byte
 
 	// InputString is set when input was a bare string rather than an item array; Items then holds
@@ -65,8 +65,9 @@ var ErrInvalidJSON = errors.New("request body is not a valid JSON object")
 
 // ParseResponsesRequest skims body. It fails (with a *BodyError) on bodies that are not JSON
 // objects or nest deeper than jsonx.MaxDepth, whose input is neither a string nor an array of
-// objects, that repeat a member compactd acts on (at the top level, in an input item or in one
-// of its content parts), or that carry a compaction item anywhere but as an item of input.
+// objects, that repeat a member compactd acts on (at the top level, in tool_choice, a tool or an
+// instructions item, in an input item or in one of its content parts), or that carry a
+// compaction item anywhere but as an item of input.
 // Everything else is left to the parts of compactd that act on a field, and to the upstream.
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	// One pass: the walk validates every byte it passes (jsonx.Iter checks what jsonx.Valid
@@ -92,14 +93,26 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			}
 			seen |= bit
 		}
-		if string(name) == "input" && it.Peek() == '[' {
+		var end int
+		switch {
+		case string(name) == "input" && it.Peek() == '[':
 			err = r.scanItems(it)
 			r.inputStart, r.inputEnd = vs, it.Pos()
 			prevEnd = it.Pos()
 			return err == nil
+		case string(name) == "tools":
+			err = scanTools(it, openAINotation)
+			end = it.Pos()
+		case string(name) == "tool_choice":
+			err = scanToolChoice(it)
+			end = it.Pos()
+		default:
+			var ok bool
+			if _, end, ok = it.Value(); !ok {
+				return false
+			}
 		}
-		_, end, ok := it.Value()
-		if !ok {
+		if err != nil || it.Err() != nil {
 			return false
 		}
 		raw := body[vs:end]
@@ -121,9 +134,7 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			r.Tools = raw
 			r.toolsStart, r.toolsEnd = vs, end
 		case "tool_choice":
-			if r.ToolChoice == nil {
-				r.ToolChoice = raw
-			}
+			r.ToolChoice = raw
 		case "context_management":
 			r.ContextManagement = raw
 			r.cmStart, r.cmEnd = memberSpan(body, prevEnd, keyStart, end)
@@ -185,6 +196,8 @@ func memberBit(key []byte) uint16 {
 		return 1 << 7
 	case "client_metadata":
 		return 1 << 8
+	case "tool_choice":
+		return 1 << 9
 	}
 	return 0
 }
@@ -271,12 +284,17 @@ func isCompactionType(t string) bool {
 }
 
 // checkInstructions refuses a compaction item among array instructions: compactd opens
-// compaction items only in input, so one here would reach the upstream sealed.
+// compaction items only in input, so one here would reach the upstream sealed. An item whose
+// type comes twice is refused too: compactd would read the first, a last-wins upstream the other.
 func checkInstructions(raw []byte) error {
 	var err error
 	i := 0
 	jsonx.Elements(raw, func(s, e int) bool {
-		if typ := objectType(raw[s:e]); isCompactionType(typ) {
+		typ, dup := objectType(raw[s:e])
+		switch {
+		case dup:
+			err = duplicateError(fmt.Sprintf("instructions[%d].type", i), "type")
+		case isCompactionType(typ):
 			err = misplacedItem(fmt.Sprintf("instructions[%d]", i), typ, "instructions")
 		}
 		i++
@@ -290,18 +308,23 @@ func misplacedItem(param, typ, where string) *BodyError {
 		"A %s item is only valid as an item of input, not inside %s; compactd does not read it there and will not forward it. Move it to input.", typ, where)}
 }
 
-// objectType returns the "type" of the object raw, "" when raw is not an object or has none.
-func objectType(raw []byte) string {
-	var typ string
+// objectType returns the "type" of the object raw, "" when raw is not an object or has none,
+// and whether the object has more than one.
+func objectType(raw []byte) (typ string, dup bool) {
+	seen := false
 	jsonx.Members(raw, func(k []byte, s, e int) bool {
 		var buf [32]byte
-		if string(memberName(k, &buf)) == "type" {
-			typ = str(raw[s:e])
+		if string(memberName(k, &buf)) != "type" {
+			return true
+		}
+		if seen {
+			dup = true
 			return false
 		}
+		seen, typ = true, str(raw[s:e])
 		return true
 	})
-	return typ
+	return typ, dup
 }
 
 // memberSpan returns the bytes to cut to remove one object member whose key starts at keyStart and

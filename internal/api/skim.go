@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 	"unsafe"
 
 	"github.com/compactd/compactd/internal/jsonx"
@@ -138,4 +139,132 @@ func skimEnd(body []byte, it *jsonx.Iter, err error) error {
 	}
 	// The walk refused what Valid accepts: cannot happen (FuzzIter), but never forward it.
 	return &BodyError{Kind: ErrInvalidJSON, Message: "The request body is not valid JSON."}
+}
+
+// notation is how a route spells a location in its errors: OpenAI's "tools[3].name" or
+// Anthropic's "tools.3.name".
+type notation bool
+
+const (
+	openAINotation    notation = false
+	anthropicNotation notation = true
+)
+
+// at is base indexed by i in the notation.
+func (n notation) at(base string, i int) string {
+	if n == anthropicNotation {
+		return base + "." + strconv.Itoa(i)
+	}
+	return base + "[" + strconv.Itoa(i) + "]"
+}
+
+// uniqueMembers walks the object at it and refuses a second copy of any of the members names
+// (the others are members compactd does not read, left alone); at locates the object, and is only
+// called to build a refusal. fn, when not nil, is called with the index in names of each member
+// named and may walk its value (exactly one value); its refusal stops the walk, as the first
+// duplicate does. names holds at most 16.
+func uniqueMembers(it *jsonx.Iter, names []string, at func() string, fn func(i int) error) error {
+	var seen uint16
+	var err error
+	it.Object(func(k []byte, _, _ int) bool {
+		var buf [32]byte
+		i := nameIndex(names, memberName(k, &buf))
+		if i < 0 {
+			return true
+		}
+		if seen&(1<<i) != 0 {
+			err = duplicateError(at()+"."+names[i], names[i])
+			return false
+		}
+		seen |= 1 << i
+		if fn != nil {
+			err = fn(i)
+		}
+		return err == nil
+	})
+	return err
+}
+
+// nameIndex is the index of name in names, -1 when it is not there.
+func nameIndex(names []string, name []byte) int {
+	for i, n := range names {
+		if string(name) == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// The members of tool_choice compactd reads (toolChoiceAllows in proxy/recall.go, the agent
+// compaction's forced-tool check): its type, and the name of the one tool it forces.
+var toolChoiceNames = []string{"type", "name"}
+
+// The members of a tool compactd reads to tell whether the client brings a tool of the recall
+// tool's name: "name" (Responses, Messages) and "function" with its "name" (Chat Completions).
+var (
+	toolNames     = []string{"name", "function"}
+	functionNames = []string{"name"}
+)
+
+const toolFunction = 1 // toolNames[toolFunction]
+
+// scanToolChoice walks the tool_choice value at it (one value): when it is an object, its type
+// and name at most once each. A string or anything else is the upstream's to validate.
+func scanToolChoice(it *jsonx.Iter) error {
+	if it.Peek() != '{' {
+		it.Value()
+		return nil
+	}
+	return uniqueMembers(it, toolChoiceNames, func() string { return "tool_choice" }, nil)
+}
+
+// scanTools walks the tools value at it (one value): when it is an array, each tool that is an
+// object names itself at most once, and so does its function. The first refusal stops the walk.
+func scanTools(it *jsonx.Iter, n notation) error {
+	if it.Peek() != '[' {
+		it.Value()
+		return nil
+	}
+	var err error
+	it.Array(func(i, _ int) bool {
+		if it.Peek() != '{' {
+			return true
+		}
+		at := func() string { return n.at("tools", i) }
+		err = uniqueMembers(it, toolNames, at, func(m int) error {
+			if m != toolFunction || it.Peek() != '{' {
+				return nil
+			}
+			return uniqueMembers(it, functionNames, func() string { return at() + ".function" }, nil)
+		})
+		return err == nil
+	})
+	return err
+}
+
+// strictNames are the members Messages' context_management and compaction values may hold, at
+// any depth: compactd validates both strictly (an unknown member is a 400), so every member in
+// them is one it reads, and none may come twice.
+var strictNames = []string{"edits", "type", "trigger", "keep", "value", "pause_after_compaction",
+	"instructions", "clear_at_least", "exclude_tools", "clear_tool_inputs"}
+
+// scanStrict walks the value at it (one value), refusing a repeated member (strictNames) in every
+// object in it, at any depth: at locates the value. The nesting is bounded by jsonx.MaxDepth,
+// which the walk counts.
+func scanStrict(it *jsonx.Iter, at func() string) error {
+	switch it.Peek() {
+	case '{':
+		return uniqueMembers(it, strictNames, at, func(m int) error {
+			return scanStrict(it, func() string { return at() + "." + strictNames[m] })
+		})
+	case '[':
+		var err error
+		it.Array(func(i, _ int) bool {
+			err = scanStrict(it, func() string { return anthropicNotation.at(at(), i) })
+			return err == nil
+		})
+		return err
+	}
+	it.Value()
+	return nil
 }

@@ -59,6 +59,10 @@ func parseResponsesTwoPass(body []byte) (*ResponsesRequest, error) {
 			}
 		case "tools":
 			r.Tools = body[value.Index:end]
+			err = toolsTwoPass(r.Tools, openAINotation)
+		case "tool_choice":
+			r.ToolChoice = body[value.Index:end]
+			err = toolChoiceTwoPass(r.ToolChoice)
 		case "context_management":
 			r.ContextManagement = body[value.Index:end]
 			r.cmStart, r.cmEnd = memberSpan(body, prevEnd, key.Index, end)
@@ -204,6 +208,87 @@ func scanPartsTwoPass(arr []byte, i int, member string) error {
 	return err
 }
 
+// uniqueTwoPass refuses an object raw (at) that repeats one of the members names; fn is called
+// with the index in names and the value of each member named, and may refuse it.
+func uniqueTwoPass(raw []byte, names []string, at string, fn func(m int, v []byte) error) error {
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil
+	}
+	seen := map[string]bool{}
+	var err error
+	jsonx.Members(raw, func(k []byte, s, e int) bool {
+		name := string(jsonx.AppendUnquoted(nil, k))
+		m := -1
+		for i, n := range names {
+			if n == name {
+				m = i
+			}
+		}
+		if m < 0 {
+			return true
+		}
+		if seen[name] {
+			err = duplicateError(at+"."+name, name)
+			return false
+		}
+		seen[name] = true
+		if fn != nil {
+			err = fn(m, raw[s:e])
+		}
+		return err == nil
+	})
+	return err
+}
+
+func toolChoiceTwoPass(raw []byte) error {
+	return uniqueTwoPass(raw, []string{"type", "name"}, "tool_choice", nil)
+}
+
+func toolsTwoPass(raw []byte, n notation) error {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil
+	}
+	var err error
+	i := 0
+	jsonx.Elements(raw, func(s, e int) bool {
+		at := n.at("tools", i)
+		err = uniqueTwoPass(raw[s:e], []string{"name", "function"}, at, func(m int, v []byte) error {
+			if m != 1 {
+				return nil
+			}
+			return uniqueTwoPass(v, []string{"name"}, at+".function", nil)
+		})
+		i++
+		return err == nil
+	})
+	return err
+}
+
+// strictTwoPass refuses a repeated member of context_management's (or compaction's) schema in
+// any object of raw (at), at any depth.
+func strictTwoPass(raw []byte, at string) error {
+	names := []string{"edits", "type", "trigger", "keep", "value", "pause_after_compaction",
+		"instructions", "clear_at_least", "exclude_tools", "clear_tool_inputs"}
+	switch {
+	case len(raw) == 0:
+		return nil
+	case raw[0] == '{':
+		return uniqueTwoPass(raw, names, at, func(m int, v []byte) error {
+			return strictTwoPass(v, at+"."+names[m])
+		})
+	case raw[0] == '[':
+		var err error
+		i := 0
+		jsonx.Elements(raw, func(s, e int) bool {
+			err = strictTwoPass(raw[s:e], fmt.Sprintf("%s.%d", at, i))
+			i++
+			return err == nil
+		})
+		return err
+	}
+	return nil
+}
+
 // sameRefusal fails unless the one-pass and two-pass skims both accepted body or both refused
 // it with the same BodyError (kind, param, message); it reports whether they refused.
 func sameRefusal(t *testing.T, body []byte, err, err0 error) bool {
@@ -234,6 +319,7 @@ func sameAsTwoPass(t *testing.T, body []byte, r *ResponsesRequest, err error) {
 	if r.Model != r0.Model || r.Stream != r0.Stream || r.PreviousResponseID != r0.PreviousResponseID ||
 		r.PromptCacheKey != r0.PromptCacheKey || !bytes.Equal(r.Instructions, r0.Instructions) ||
 		!bytes.Equal(r.Tools, r0.Tools) || !bytes.Equal(r.ContextManagement, r0.ContextManagement) ||
+		!sameRaw(r.ToolChoice, r0.ToolChoice) ||
 		r.InputString != r0.InputString || r.Compaction != r0.Compaction || r.Trigger != r0.Trigger ||
 		r.inputStart != r0.inputStart || r.inputEnd != r0.inputEnd || r.cmStart != r0.cmStart ||
 		r.cmEnd != r0.cmEnd || len(r.Items) != len(r0.Items) {
@@ -277,6 +363,18 @@ func TestOnePassSkimMatchesTwoPass(t *testing.T) {
 		`{"input":[{"typ\u0065":"compaction","encrypted_content":"x"}]}`,
 		`{"input":[{"type":"message","content":"plain"}],"stream":true}`,
 		`{"input":[` + item + `]} {}`,
+		// tool_choice and the tools' names: what recall decides from
+		`{"tool_choice":"none","input":[],"tool_choice":"auto"}`,
+		`{"tool_choice":{"type":"none","type":"auto"},"input":[{"role":"a","role":"b"}]}`,
+		`{"input":[{"role":"a","role":"b"}],"tool_choice":{"type":"none","type":"auto"}}`,
+		`{"tools":[{"name":"a"},{"name":"b","function":{"name":"c","name":"d"},"name":"e"}]}`,
+		`{"tools":[{"name":"a","name":"b","function":{"name":"c","name":"d"}}]}`,
+		`{"tools":[1,"x",null,{"function":[]},{"function":{"x":1,"x":2}}],"tool_choice":5}`,
+		`{"tools":{"name":"a","name":"b"},"tool_choice":[{"type":1,"type":2}]}`,
+		`{"tools":[{"name":"a","name":"b"}],"x":[tru]}`,
+		`{"tool_choice":{"name":"a","name":"b"},"x":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}`,
+		`{"instructions":[{"type":"message","type":"compaction"}],"input":[{"role":"a","role":"b"}]}`,
+		`{"instructions":[{"type":"compaction"},{"type":"x","type":"y"}]}`,
 	}
 	for _, c := range cases {
 		r, err := ParseResponsesRequest([]byte(c))

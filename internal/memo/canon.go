@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/internal/jsonx"
 )
@@ -139,9 +141,13 @@ func (t *tree) add(nd node) int32 {
 // canonString returns the canonical encoding of the JSON string literal s (quotes included):
 // the decoded text with only '"', '\\' and control characters escaped (the two-character forms
 // where JSON has them, else \u00xx), so "\u00e9", "\/" and their literal forms all hash the
-// same. A literal whose escapes are all two-character ones other than "\/" is already canonical
-// (valid JSON cannot hold a raw quote or control character), so the common case — agent text
-// full of \n and \" — neither decodes nor copies.
+// same. A lone surrogate escape (a \uD800-\uDFFF that is not half of a pair) has no character
+// to decode to, and decoders disagree on it (Python keeps the surrogate, Go and JavaScript's
+// encoders write U+FFFD, some refuse the string) while compactd forwards it as sent: it stays an
+// escape, its hex in lower case, so "\ud800", "\udfff" and "\ufffd" stay three texts. A literal
+// whose escapes are all two-character ones other than "\/" is already canonical (valid JSON
+// cannot hold a raw quote or control character), so the common case — agent text full of \n
+// and \" — neither decodes nor copies.
 func canonString(s []byte) []byte {
 	for i := bytes.IndexByte(s, '\\'); i >= 0; {
 		switch s[i+1] { // valid JSON: a backslash in a literal is followed by its escape
@@ -158,32 +164,80 @@ func canonString(s []byte) []byte {
 	return s
 }
 
-// recodeString decodes and re-encodes a literal canonically (see canonString).
+const hexDigits = "0123456789abcdef"
+
+// recodeString decodes and re-encodes a literal canonically (see canonString), in one pass over
+// it: bytes outside escapes are valid UTF-8 other than '"', '\\' and controls (jsonx.Valid
+// checked), so they are copied; each escape is decoded and written canonically.
 func recodeString(s []byte) []byte {
-	text := jsonx.AppendUnquoted(make([]byte, 0, len(s)), s[1:len(s)-1])
-	out := make([]byte, 0, len(text)+2)
+	in := s[1 : len(s)-1]
+	out := make([]byte, 0, len(s))
 	out = append(out, '"')
-	for _, c := range text {
-		switch {
-		case c == '"' || c == '\\':
-			out = append(out, '\\', c)
-		case c == '\n':
-			out = append(out, '\\', 'n')
-		case c == '\r':
-			out = append(out, '\\', 'r')
-		case c == '\t':
-			out = append(out, '\\', 't')
-		case c == '\b':
-			out = append(out, '\\', 'b')
-		case c == '\f':
-			out = append(out, '\\', 'f')
-		case c < 0x20:
-			out = append(out, '\\', 'u', '0', '0', "0123456789abcdef"[c>>4], "0123456789abcdef"[c&15])
-		default:
+	for i := 0; i < len(in); i++ {
+		c := in[i]
+		if c != '\\' {
 			out = append(out, c)
+			continue
+		}
+		i++
+		switch in[i] {
+		case '/':
+			out = append(out, '/')
+		case 'u':
+			r := hex4(in[i+1:])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if i+6 < len(in) && in[i+1] == '\\' && in[i+2] == 'u' {
+					if d := utf16.DecodeRune(r, hex4(in[i+3:])); d != utf8.RuneError {
+						out = utf8.AppendRune(out, d)
+						i += 6
+						continue
+					}
+				}
+				out = append(out, '\\', 'u', hexDigits[r>>12], hexDigits[r>>8&15], hexDigits[r>>4&15], hexDigits[r&15])
+				continue
+			}
+			out = appendCanonRune(out, r)
+		default: // '"', '\\', 'b', 'f', 'n', 'r', 't': canonical already
+			out = append(out, '\\', in[i])
 		}
 	}
 	return append(out, '"')
+}
+
+// appendCanonRune appends r (not a surrogate) as the canonical encoding writes it.
+func appendCanonRune(out []byte, r rune) []byte {
+	switch {
+	case r == '"' || r == '\\':
+		return append(out, '\\', byte(r))
+	case r == '\n':
+		return append(out, '\\', 'n')
+	case r == '\r':
+		return append(out, '\\', 'r')
+	case r == '\t':
+		return append(out, '\\', 't')
+	case r == '\b':
+		return append(out, '\\', 'b')
+	case r == '\f':
+		return append(out, '\\', 'f')
+	case r < 0x20:
+		return append(out, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&15])
+	}
+	return utf8.AppendRune(out, r)
+}
+
+// hex4 decodes the four hex digits that begin b (valid JSON: a \u escape has them).
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c <= '9':
+			r = r<<4 | rune(c-'0')
+		default:
+			r = r<<4 | rune((c|0x20)-'a'+10)
+		}
+	}
+	return r
 }
 
 // child returns the first non-dropped member of object o named key (canonical, quotes

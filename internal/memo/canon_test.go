@@ -2,6 +2,7 @@ package memo
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -38,6 +41,14 @@ func TestCanonicalEqual(t *testing.T) {
 		{"escaped key", Responses,
 			`{"\u0074ype":"message","role":"user","content":"x"}`,
 			`{"type":"message","role":"user","content":"x"}`},
+		{"surrogate pair escape is its character", Messages,
+			`{"role":"user","content":"a\ud83d\ude00b"}`, `{"role":"user","content":"a😀b"}`},
+		{"hex case of a lone surrogate", Messages,
+			`{"role":"user","content":"a\uD800b"}`, `{"role":"user","content":"a\ud800b"}`},
+		{"lone surrogate then an escaped letter", Messages,
+			`{"role":"user","content":"\ud800\u0041"}`, `{"role":"user","content":"\ud800A"}`},
+		{"hex case of U+FFFD", Messages,
+			`{"role":"user","content":"a\uFFFDb"}`, "{\"role\":\"user\",\"content\":\"a\uFFFDb\"}"},
 		{"id and status dropped", Responses,
 			`{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"ok"}]}`,
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}`},
@@ -169,6 +180,23 @@ func TestCanonicalDistinct(t *testing.T) {
 				t.Errorf("distinct items canonicalise the same: %s", ca)
 			}
 		})
+	}
+	// Lone surrogate escapes (issue 22, defect 7): valid JSON that decoders read apart (Python
+	// keeps each surrogate, Go and JavaScript's TextEncoder turn them into U+FFFD, some refuse
+	// them), and compactd forwards the escape as sent. Each is its own text.
+	texts := []string{`\ud800`, `\udfff`, `\udbff`, `\udc00`, `\ufffd`, `\ud800\ud800`, `\udc00\ud800`, `\ud800\udc00`, `\ud800A`, `A`, `\\ud800`, ``}
+	seen := map[string]string{}
+	for _, d := range []Dialect{Responses, Messages, Chat} {
+		for _, text := range texts {
+			c, err := Canonical(d, []byte(`{"role":"user","content":"`+text+`"}`))
+			if err != nil {
+				t.Fatalf("%s: %v", text, err)
+			}
+			if other, ok := seen[string(d)+string(c)]; ok {
+				t.Errorf("%s: %q and %q canonicalise the same: %s", d, other, text, c)
+			}
+			seen[string(d)+string(c)] = text
+		}
 	}
 	// The same bytes under two dialects seed different chains.
 	a, _ := Prefixes(Responses, []json.RawMessage{json.RawMessage(`{"role":"user","content":"x"}`)})
@@ -389,5 +417,139 @@ func TestCanonicalLinearInNesting(t *testing.T) {
 	stackcheck.Run(func() { _, errDeep = Canonical(Messages, []byte(huge)) })
 	if !errors.Is(errDeep, jsonx.ErrTooDeep) {
 		t.Errorf("200k-deep item: err = %v", errDeep)
+	}
+}
+
+// One conversation is never handed another's compaction because their texts differ only in lone
+// surrogate escapes (issue 22, defect 7): a compaction recorded after `\ud800` is a miss for the
+// same conversation with `\udfff` or `\ufffd`, and a hit for `\ud800` itself.
+func TestMemoLoneSurrogatesDoNotShareRecords(t *testing.T) {
+	ctx := context.Background()
+	conv := func(text string) []json.RawMessage {
+		return []json.RawMessage{
+			json.RawMessage(`{"role":"user","content":"read the log"}`),
+			json.RawMessage(`{"role":"assistant","content":"it says: ` + text + `"}`),
+		}
+	}
+	k := Key{Tenant: "t", Dialect: Messages}
+	l := NewLocal(0, 0)
+	rec, err := Prefixes(Messages, conv(`\ud800`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(ctx, k, rec[1], 2, []byte("summary of the \\ud800 conversation")); err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{`\ud800`, `\uD800`, `\udfff`, `\ufffd`, "\uFFFD", `\\ud800`} {
+		p, err := Prefixes(Messages, conv(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, hit, _ := l.Longest(ctx, k, p)
+		if want := text == `\ud800` || text == `\uD800`; hit != want {
+			t.Errorf("%q: hit %v, want %v", text, hit, want)
+		}
+	}
+}
+
+// recodeStringV1 is the string rule before lone surrogates kept their escapes (v1 of the seed
+// domain): decode (a lone surrogate to U+FFFD), then encode canonically.
+func recodeStringV1(s []byte) []byte {
+	text := jsonx.AppendUnquoted(nil, s[1:len(s)-1])
+	var out []byte
+	out = append(out, '"')
+	for _, r := range string(text) {
+		out = appendCanonRune(out, r)
+	}
+	return append(out, '"')
+}
+
+// FuzzCanonString: the canonical string is valid JSON that every decoder reads as the original
+// (encoding/json for one), canonicalising it again changes nothing, and on text without lone
+// surrogate escapes the rule is the one v1 hashed (only those changed with v2).
+func FuzzCanonString(f *testing.F) {
+	for _, s := range []string{`"a"`, `"\u00e9\/\n"`, `"\ud83d\ude00"`, `"\ud800"`, `"\uDFFF\ud800x"`, `"\ud800\u0041"`,
+		`"\ud800\udc00\udc00"`, `"\\ud800"`, `"\u0000\u001f\u007f\u2028"`, `"\"\\\u005c\u0022"`, `"\ud83d\\ude00"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, s []byte) {
+		if len(s) < 2 || s[0] != '"' || jsonx.Valid(s) != nil {
+			return
+		}
+		if end, ok := jsonx.StringEnd(s, 0); !ok || end != len(s) {
+			return // one literal, as the parse hands canonString
+		}
+		c := canonString(s)
+		if jsonx.Valid(c) != nil {
+			t.Fatalf("%q: canonical %q is not valid JSON", s, c)
+		}
+		var a, b string
+		if json.Unmarshal(s, &a) != nil || json.Unmarshal(c, &b) != nil || a != b {
+			t.Fatalf("%q reads as %q, its canonical %q as %q", s, a, c, b)
+		}
+		if again := canonString(c); !bytes.Equal(again, c) {
+			t.Fatalf("%q: canonical %q, again %q", s, c, again)
+		}
+		if v1 := recodeStringV1(s); !hasLoneSurrogate(s) && !bytes.Equal(c, v1) {
+			t.Fatalf("%q: canonical %q, v1 %q", s, c, v1)
+		}
+	})
+}
+
+// hasLoneSurrogate reports whether the literal s has a \u escape of a surrogate that is not half
+// of a pair.
+func hasLoneSurrogate(s []byte) bool {
+	in := s[1 : len(s)-1]
+	for i := 0; i < len(in); i++ {
+		if in[i] != '\\' {
+			continue
+		}
+		i++
+		if in[i] != 'u' {
+			continue
+		}
+		r := hex4(in[i+1:])
+		i += 4
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		if i+6 < len(in) && in[i+1] == '\\' && in[i+2] == 'u' && utf16.DecodeRune(r, hex4(in[i+3:])) != utf8.RuneError {
+			i += 6
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// Records written under v1 stay unreachable: v1 hashed the `\ud800` conversation as the one with
+// a real U+FFFD, which v2 still canonicalises as v1 did, so without a new seed domain a record of
+// the first, stored before the upgrade, would be handed to the second after it.
+func TestMemoV1RecordsDoNotMatch(t *testing.T) {
+	ctx := context.Background()
+	items := []json.RawMessage{
+		json.RawMessage(`{"role":"user","content":"read the log"}`),
+		json.RawMessage(`{"role":"assistant","content":"it says: \ufffd"}`),
+	}
+	// v1's H_2 of the `\ud800` conversation: its canonical items are those of this one.
+	v1 := sha256.Sum256([]byte("compactd/memo/v1\x00" + string(Messages)))
+	for _, it := range items {
+		c, err := Canonical(Messages, it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v1 = sha256.Sum256(append(v1[:], c...))
+	}
+	k := Key{Tenant: "t", Dialect: Messages}
+	l := NewLocal(0, 0)
+	if err := l.Record(ctx, k, v1, 2, []byte("summary of the \\ud800 conversation, recorded by v1")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Prefixes(Messages, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, hit, _ := l.Longest(ctx, k, p); hit {
+		t.Error("a v1 record matches under the current rules")
 	}
 }

@@ -12,8 +12,11 @@ type Hash [sha256.Size]byte
 func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 
 // seedDomain versions the chain: changing any canonicalisation rule must change it, so records
-// written under old rules simply stop matching (misses, not wrong hits).
-const seedDomain = "compactd/memo/v1\x00"
+// written under old rules simply stop matching (misses, not wrong hits). v2: lone surrogate
+// escapes keep their spelling; v1 read them as U+FFFD, so a v1 record of a conversation with
+// "\ud800" names the same chain as one with a real U+FFFD, which v2 still canonicalises as v1
+// did — without the new domain that record would stay a wrong hit.
+const seedDomain = "compactd/memo/v2\x00"
 
 // Seed is H_0 for a dialect: the hash of an empty prefix.
 func Seed(d Dialect) Hash { return sha256.Sum256([]byte(seedDomain + string(d))) }

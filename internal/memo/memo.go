@@ -9,7 +9,7 @@
 // A client resends its whole history every turn. The memo names a history prefix by a rolling
 // hash over canonical items,
 //
-//	H_0 = sha256("compactd/memo/v1\x00" + dialect)
+//	H_0 = sha256("compactd/memo/v2\x00" + dialect)
 //	H_n = sha256(H_{n-1} || canon(item_n))
 //
 // so one pass over an input yields the hash of every prefix (Chain, Prefixes), and the engine
@@ -24,7 +24,9 @@
 // therefore removes what does not reach the model and nothing else:
 //
 //   - everywhere: object key order, whitespace, and string escape spelling ("\u00e9" = "é",
-//     "\/" = "/"); numbers keep their spelling, array order is kept;
+//     "\/" = "/", "\ud83d\ude00" = "😀"); a lone surrogate escape, which decoders read apart,
+//     stays an escape in lower-case hex ("\uD800" = "\ud800", but "\ud800", "\udfff" and
+//     "\ufffd" are three texts); numbers keep their spelling, array order is kept;
 //   - Responses: an item's id and status (but an item_reference is its id), Codex's
 //     internal_chat_message_metadata_passthrough, empty annotations/logprobs on text parts;
 //     a message without a type is a message; content (or a function_call_output's output)
