@@ -259,11 +259,11 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(view.msgs), req.Tools, 0)
 	in := s.messagesCompactIn(r, req, view.msgs, view.prev)
-	in.Instructions, in.TokensBefore, in.Sign = instructions, total, true
+	in.Instructions, in.TokensBefore, in.Sign, in.Explicit = instructions, total, true, true
 	c, err := s.compactCore(r.Context(), in)
 	mt.t.committed = ka != nil && ka.Stop()
 	if err != nil {
-		s.compactionFailed(r, dialectAnthropic, "on_demand", req.Model, err)
+		s.compactionNotMade(r, dialectAnthropic, "on_demand", req.Model, err)
 		switch e := compactionFailure(err); {
 		case errors.Is(err, errNothingToCompact) || errors.Is(err, summarizer.ErrNothingToSummarize):
 			s.writeAnthropicError(w, mt, nothing)

@@ -361,15 +361,22 @@ func (e *Engine) Speculate(r SpecRequest) {
 		if r.Prefix != nil {
 			items = r.Prefix(len(p))
 		}
+		// The crossing turn's window and saving rule (Compact), with the threshold for the turn's
+		// size: a prefix the crossing turn would not compact is not summarised either.
 		w := compact.Partition(items, r.Retain, e.countItem)
-		if len(w.Summarise) == 0 {
+		replaced := e.replacedTokens(items, w, r.Retain)
+		if replaced == 0 {
 			return specResult{}, ErrNothingToCompact
+		}
+		if err := e.enoughSaving(Request{Dialect: r.Dialect, TokensBefore: r.Limit}, replaced); err != nil {
+			return specResult{}, err
 		}
 		res, err := e.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: r.Model, Entries: compact.RenderEntries(items, w.Summarise), Auth: r.Auth})
 		if err != nil {
 			return specResult{}, err
 		}
-		out := specResult{res: res, ledger: e.ledger(ctx, r.Auth, r.Model, items, w, res, &res.Usage)}
+		e.capSummary(r.Dialect.Name, &res)
+		out := specResult{res: res, ledger: e.ledger(ctx, r.Dialect.Name, r.Auth, r.Model, items, w, res, &res.Usage)}
 		e.shareSpeculation(ctx, r.Dialect, r.Tenant, r.Model, p, out)
 		return out, nil
 	})
