@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/handoff"
@@ -168,6 +169,9 @@ func (s *Server) splitCurrentTurn(msgs []api.Message, limit int) (head, keep []a
 	}
 	if k <= 0 || !slices.ContainsFunc(msgs[:k], func(m api.Message) bool { return !m.Handoff }) {
 		return msgs, nil
+	}
+	if !compact.SafeCuts(api.CountItems(msgs))[k] {
+		return msgs, nil // a tool_use before the prompt answered after it: no cut there
 	}
 	if kept, _ := s.cfg.Counter.Request(nil, api.CountItems(msgs[k:]), nil, 0); 2*kept > limit {
 		return msgs, nil

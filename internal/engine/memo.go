@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/memo"
 )
 
@@ -21,6 +23,9 @@ type Memory struct {
 	dialect  memo.Dialect
 	tenant   string
 	prefixes []memo.Hash // prefixes[i] names the client's items[0..i]
+	// safe[n] reports that the client's items can be cut at n without parting a tool call from
+	// its result (compact.SafeCuts): a record is applied, and made, only at such a cut.
+	safe []bool
 	// Opened is the compaction recorded for the longest known prefix, opened and checked; nil
 	// on a miss. Items is how many of the client's items it covers.
 	Opened *Opened
@@ -35,7 +40,11 @@ func (e *Engine) Remembered(ctx context.Context, d Dialect, tenant string, items
 	if e.cfg.Memo == nil || d.Memo == "" {
 		return nil
 	}
-	m := &Memory{dialect: d.Memo, tenant: tenant}
+	units := make([]api.Item, len(items))
+	for i, raw := range items {
+		units[i] = api.Item{Raw: raw}
+	}
+	m := &Memory{dialect: d.Memo, tenant: tenant, safe: compact.SafeCuts(units)}
 	l, err := memo.Find(ctx, e.cfg.Memo, memo.Key{Tenant: tenant, Dialect: d.Memo}, items)
 	m.prefixes = l.Prefixes
 	if err != nil {
@@ -43,6 +52,13 @@ func (e *Engine) Remembered(ctx context.Context, d Dialect, tenant string, items
 		e.obs.Memo("error")
 	}
 	if !l.Hit {
+		e.obs.Memo("miss")
+		return m
+	}
+	if l.Entry.Items > len(items) || !m.safe[l.Entry.Items] {
+		// Applying it would summarise a tool call away and keep its result (or the other way
+		// round): the upstream would refuse the request. Compact as usual instead.
+		e.log.Warn("memo record ends between a tool call and its result; compacting as usual", "api", d.Name)
 		e.obs.Memo("miss")
 		return m
 	}
@@ -61,6 +77,10 @@ func (e *Engine) Remembered(ctx context.Context, d Dialect, tenant string, items
 // failed record costs the turn nothing; the next turn just compacts again.
 func (e *Engine) remember(ctx context.Context, m *Memory, covers int, c *Compaction) {
 	if m == nil || covers <= 0 || covers > len(m.prefixes) {
+		return
+	}
+	if covers >= len(m.safe) || !m.safe[covers] {
+		e.log.Debug("compaction not recorded in the memo: it ends between a tool call and its result")
 		return
 	}
 	err := e.cfg.Memo.Record(ctx, memo.Key{Tenant: m.tenant, Dialect: m.dialect}, m.prefixes[covers-1], covers, []byte(c.EncryptedContent))

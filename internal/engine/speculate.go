@@ -151,13 +151,16 @@ func (sp *speculator) prefixHashes(key string, items []api.Item) []uint64 {
 }
 
 // speculationPrefix is the prefix that is sure to be compacted: everything before the newest
-// user message. 0 when there is nothing worth summarising.
+// user message, or before the last safe cut ahead of it (compact.SafeCuts: on Messages the
+// newest user message is often a tool_result, whose tool_use must stay with it). 0 when there is
+// nothing worth summarising.
 func speculationPrefix(items []api.Item) int {
 	for i := len(items) - 1; i >= 0; i-- {
 		if items[i].IsUserMessage() {
-			for _, it := range items[:i] {
+			n := compact.SafeCut(compact.SafeCuts(items), i)
+			for _, it := range items[:n] {
 				if !compact.IsContext(it) { // something to summarise, not only instructions and tool lists
-					return i
+					return n
 				}
 			}
 			return 0
@@ -232,10 +235,10 @@ func (e *specEntry) failed() bool {
 	}
 }
 
-// lookup finds a summary of the longest known prefix of items. It returns the prefix length and
-// the entry (which may still be running), or 0, nil on a miss. A hit is removed: a summary is used
-// once.
-func (sp *speculator) lookup(model string, items []api.Item) (int, *specEntry) {
+// lookup finds a summary of the longest known prefix of items that ends at a safe cut of them
+// (safe: compact.SafeCuts(items); nil computes it). It returns the prefix length and the entry
+// (which may still be running), or 0, nil on a miss. A hit is removed: a summary is used once.
+func (sp *speculator) lookup(model string, items []api.Item, safe []bool) (int, *specEntry) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.expireLocked()
@@ -243,9 +246,12 @@ func (sp *speculator) lookup(model string, items []api.Item) (int, *specEntry) {
 		return 0, nil
 	}
 	hashes := sp.prefixHashes(model, items)
+	if safe == nil {
+		safe = compact.SafeCuts(items)
+	}
 	best := (*specEntry)(nil)
 	for n := range sp.lengths {
-		if n >= len(hashes) {
+		if n >= len(hashes) || !safe[n] {
 			continue
 		}
 		if e, ok := sp.entries[hashes[n]]; ok && e.n == n && (best == nil || n > best.n) {
@@ -395,9 +401,10 @@ func (e *Engine) useSpeculation(ctx context.Context, in Request, items []api.Ite
 	if e.spec == nil {
 		return 0, specResult{}
 	}
-	n, en := e.spec.lookup(specKey(in.Dialect, in.Model), items)
+	safe := compact.SafeCuts(items) // a summary is used only for a prefix that ends at a safe cut
+	n, en := e.spec.lookup(specKey(in.Dialect, in.Model), items, safe)
 	if en == nil {
-		if n, out := e.sharedSpeculation(ctx, in.Dialect, in.Tenant, in.Model, items); n > 0 {
+		if n, out := e.sharedSpeculation(ctx, in.Dialect, in.Tenant, in.Model, items, safe); n > 0 {
 			e.obs.Speculative("hit")
 			return n, out
 		}
