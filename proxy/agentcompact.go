@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -192,18 +193,25 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, 0)
 	in := s.messagesCompactIn(r, req, msgs, nil)
-	in.Conversation, in.TokensBefore = conversationID(r, "", nil), total // the agent's session id, as a label
+	in.Conversation, in.TokensBefore, in.Explicit = conversationID(r, "", nil), total, true // the agent's session id, as a label; Claude Code compacts whatever the saving
 	c, err := s.compactCore(withAgentSummariser(r.Context()), in)
 	mt.t.committed = ka != nil && ka.Stop()
 	if err != nil {
-		if errors.Is(err, errNothingToCompact) || errors.Is(err, summarizer.ErrNothingToSummarize) {
-			if mt.t.committed {
+		if engine.SkipReason(err) != "" {
+			s.compactionSkipped(r, dialectAnthropic, agentTrigger, err)
+		}
+		if engine.SkipReason(err) != "" || errors.Is(err, summarizer.ErrNothingToSummarize) {
+			switch {
+			case !mt.t.committed:
+				w.Header().Del(agentCompactionHeader)
+				return false // the agent's own request, as it came: the model summarises
+			case errors.Is(err, engine.ErrNotSmaller):
+				compactionFailure(err).writeTo(w, dialectAnthropic, mt.t)
+			default:
 				s.writeAnthropicError(w, mt, compactionError(http.StatusBadRequest, "invalid_request_error",
 					"compaction_nothing_to_summarize", "messages holds no user or assistant content to summarize."))
-				return true
 			}
-			w.Header().Del(agentCompactionHeader)
-			return false // the agent's own request, as it came
+			return true
 		}
 		s.compactionFailed(r, dialectAnthropic, agentTrigger, req.Model, err)
 		if !mt.t.committed && s.passThroughOnFailure(w, dialectAnthropic, err) {
@@ -358,15 +366,20 @@ func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, re
 	}
 	total, _ := s.cfg.Counter.Request(req.Instructions, in, req.Tools, 0)
 	cin := s.responsesCompactIn(r, compactRequest{model: req.Model, items: in, tokensBefore: total, conversation: conversationID(r, req.PromptCacheKey, nil)})
-	cin.Retain = 0 // Codex keeps its own recent user messages; the summary covers everything
+	cin.Retain = 0      // Codex keeps its own recent user messages; the summary covers everything
+	cin.Explicit = true // Codex compacts whatever the saving
 	c, err := s.compactCore(withAgentSummariser(r.Context()), cin)
 	t.committed = ka != nil && ka.Stop()
 	if err != nil {
-		if errors.Is(err, errNothingToCompact) && !t.committed {
-			w.Header().Del(agentCompactionHeader)
-			return false
+		if engine.SkipReason(err) != "" {
+			s.compactionSkipped(r, dialectOpenAI, agentTrigger, err)
+			if !t.committed {
+				w.Header().Del(agentCompactionHeader)
+				return false // Codex's own request, as it came: the model summarises
+			}
+		} else {
+			s.compactionFailed(r, dialectOpenAI, agentTrigger, req.Model, err)
 		}
-		s.compactionFailed(r, dialectOpenAI, agentTrigger, req.Model, err)
 		if !t.committed && s.passThroughOnFailure(w, dialectOpenAI, err) {
 			w.Header().Del(agentCompactionHeader)
 			s.forwardBody(w, r, &turn{stream: req.Stream}, req.Body)

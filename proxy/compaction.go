@@ -134,7 +134,7 @@ type compaction struct {
 	msgs  []api.Message // Messages: the compacted messages the upstream sees
 }
 
-// errNothingToCompact means the input holds nothing but instructions.
+// errNothingToCompact means the window replaces nothing (instructions and retained messages only).
 var errNothingToCompact = engine.ErrNothingToCompact
 
 // compactCore compacts through the engine (internal/engine) under the request's tenant and
@@ -168,7 +168,7 @@ type compactRequest struct {
 	instructions string
 	conversation string
 	speculate    bool
-	allowEmpty   bool
+	allowEmpty   bool // an explicit route: exactly one item, empty when nothing can be replaced
 }
 
 // compactItems compacts a Responses input through the core.
@@ -185,7 +185,7 @@ func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactI
 			ID: cr.id, Model: cr.model, Instructions: cr.instructions,
 			Conversation: cr.conversation, Auth: s.summariserAuth(r), Items: cr.items,
 			TokensBefore: cr.tokensBefore, Prev: cr.prev, Retain: s.cfg.RetainTokens,
-			Speculate: cr.speculate, AllowEmpty: cr.allowEmpty,
+			Speculate: cr.speculate, AllowEmpty: cr.allowEmpty, Explicit: cr.allowEmpty,
 			Memory: cr.memory, Covers: cr.covers,
 		},
 		finish: func(c *compaction) (int, int) {
@@ -212,7 +212,9 @@ func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *
 	c, err := s.compactCore(r.Context(), in)
 	t.committed = ka != nil && ka.Stop()
 	switch {
-	case errors.Is(err, errNothingToCompact):
+	case engine.SkipReason(err) != "":
+		// It could not make the turn meaningfully smaller: the turn goes on as it came.
+		s.compactionSkipped(r, in.dialect, trigger, err)
 		return nil, false
 	case err != nil:
 		s.compactionFailed(r, in.dialect, trigger, in.Model, err)
@@ -282,6 +284,13 @@ func callerCredentials(h http.Header) http.Header {
 func compactionFailure(err error) *routeError {
 	if errors.Is(err, context.Canceled) {
 		return nil
+	}
+	if errors.Is(err, engine.ErrNotSmaller) {
+		// An explicit compaction (the others go on uncompacted): the client asked, and there is
+		// no compaction worth issuing.
+		return &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "compaction_not_smaller",
+			Message: "compactd did not compact the conversation: the summariser's answer came back larger than the conversation it was to summarise, " +
+				"so the compaction would only make later requests larger. Nothing was changed; retry, or check that the summariser model (--summarizer-model) follows its output budget."}
 	}
 	if errors.Is(err, summarizer.ErrBusy) {
 		return compactionBusy()

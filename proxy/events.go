@@ -3,6 +3,8 @@ package proxy
 import (
 	"log/slog"
 	"net/http"
+
+	"github.com/compactd/compactd/internal/engine"
 )
 
 // compacted records one compaction event, in either dialect: one log line with the figures an
@@ -32,4 +34,23 @@ func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model str
 	attrs := append([]any{slog.String("api", d.String()), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
 	s.log.WarnContext(r.Context(), "compaction failed", attrs...)
 	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "failed", Model: model})
+}
+
+// compactionSkipped records a compaction the engine did not make because it could not make the
+// request meaningfully smaller (engine.SkipReason): a debug line with the figures, never content,
+// and the skip counters. The turn goes on uncompacted.
+func (s *Server) compactionSkipped(r *http.Request, d dialect, trigger string, err error) {
+	reason := engine.SkipReason(err)
+	s.log.DebugContext(r.Context(), "compaction skipped", slog.String("api", d.String()), slog.String("trigger", trigger),
+		slog.String("reason", reason), slog.String("detail", err.Error()))
+	s.metrics.skipped(d.String(), trigger, reason)
+}
+
+// compactionNotMade records a compaction that was not made: skipped (engine.SkipReason) or failed.
+func (s *Server) compactionNotMade(r *http.Request, d dialect, trigger, model string, err error) {
+	if engine.SkipReason(err) != "" {
+		s.compactionSkipped(r, d, trigger, err)
+		return
+	}
+	s.compactionFailed(r, d, trigger, model, err)
 }

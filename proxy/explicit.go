@@ -61,12 +61,14 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 }
 
 // runExplicit compacts for an explicit route. It never returns errNothingToCompact: with nothing to
-// summarise it still issues exactly one (empty) item, because clients require one.
+// replace it still issues exactly one (empty) item, without a summariser call, because clients
+// require one. A summary that came back no smaller than what it would replace is refused with
+// 400 compaction_not_smaller (compactionFailure).
 func (s *Server) runExplicit(r *http.Request, trigger string, req *api.ResponsesRequest, items []api.Item, prev *engine.Opened) (*compaction, *routeError) {
 	total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, 0)
 	c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), allowEmpty: true})
 	if err != nil {
-		s.compactionFailed(r, dialectOpenAI, trigger, req.Model, err)
+		s.compactionNotMade(r, dialectOpenAI, trigger, req.Model, err)
 		if e := compactionFailure(err); e != nil {
 			return nil, e
 		}
@@ -145,7 +147,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 	c, err := s.compactItems(r.Context(), r, compactRequest{id: itemID, model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), allowEmpty: true})
 	committed := ka.Stop()
 	if err != nil {
-		s.compactionFailed(r, dialectOpenAI, "compaction_trigger", req.Model, err)
+		s.compactionNotMade(r, dialectOpenAI, "compaction_trigger", req.Model, err)
 		e := compactionFailure(err)
 		switch {
 		case e == nil: // client gone

@@ -165,6 +165,9 @@ func (c *Config) validate() error {
 	if f := c.Speculative.Fraction; math.IsNaN(f) || f >= 1 {
 		bad("Speculative.Fraction", "is %v: it is the fraction of the threshold at which to start, below 1 (negative turns speculation off)", f)
 	}
+	if f := c.CompactionMinSaving; math.IsNaN(f) || f >= 1 {
+		bad("CompactionMinSaving", "is %v: it is a share of the turn's tokens, below 1 (0 for the default, negative for no minimum)", f)
+	}
 	if c.Archive == nil && c.ArchiveRetention != (archive.Retention{}) {
 		bad("ArchiveRetention", "is set without an Archive to prune")
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/handoff"
@@ -111,9 +112,10 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 
 // handoffMessages is the conversation from the block at ref on: the handoff text (summary and
 // facts ledger) as a user text block in place of the block (sharing the block's message when
-// that is a user message), the messages a speculative compaction kept verbatim behind the
-// summary (payload.Tail of those before the block's message, as many as the client still
-// sends), the rest of the block's message, then every later message, with null-content
+// that is a user message), the role:"system" messages before it (systemMessages), the messages a
+// speculative compaction kept verbatim behind the summary (payload.Tail of those before the
+// block's message, as many as the client still sends), the rest of the block's message, then
+// every later message, with null-content
 // compaction blocks removed throughout. It is what the compacting turn sent upstream followed
 // by what came after, byte for byte, so the upstream's prompt cache keeps hitting.
 func handoffMessages(msgs []api.Message, ref api.BlockRef, o *engine.Opened) []api.Message {
@@ -121,15 +123,18 @@ func handoffMessages(msgs []api.Message, ref api.BlockRef, o *engine.Opened) []a
 	tail := min(o.Payload.Tail, ref.Message)
 	m := msgs[ref.Message]
 	rest := withoutCompaction(m.Blocks[ref.Block+1:])
-	out := make([]api.Message, 0, len(msgs)-ref.Message+1+tail)
+	sys := systemMessages(msgs[:ref.Message-tail])
+	out := make([]api.Message, 0, len(msgs)-ref.Message+1+tail+len(sys))
 	if m.Role == "user" && tail == 0 {
 		hm := api.NewMessage("user", append([]api.Block{text}, rest...))
 		hm.Handoff = true
 		out = append(out, hm)
+		out = append(out, sys...)
 	} else {
 		hm := api.NewMessage("user", []api.Block{text})
 		hm.Handoff = true
 		out = append(out, hm)
+		out = append(out, sys...)
 		out = append(out, stripCompaction(msgs[ref.Message-tail:ref.Message], 0)...)
 		if len(rest) > 0 {
 			out = append(out, m.WithBlocks(rest))
@@ -140,13 +145,31 @@ func handoffMessages(msgs []api.Message, ref api.BlockRef, o *engine.Opened) []a
 
 // memoHandoffMessages is the conversation after the compaction o of msgs[:n], as the memo
 // remembers it for a client that carries no compaction block (the transparent policy): the
-// handoff message, the messages a speculative compaction kept verbatim behind the summary, then
-// msgs[n:] — what the compacting turn sent upstream followed by what came after, byte for byte.
+// handoff message, the role:"system" messages it did not summarise (systemMessages), the messages
+// a speculative compaction kept verbatim behind the summary, then msgs[n:] — what the compacting
+// turn sent upstream followed by what came after, byte for byte.
 func memoHandoffMessages(msgs []api.Message, n int, o *engine.Opened) []api.Message {
 	tail := min(o.Payload.Tail, n)
 	hm := api.NewMessage("user", []api.Block{{Raw: api.TextBlock(handoff.MessagesText(o.Summary, o.Payload.Ledger)), Type: api.BlockText}})
 	hm.Handoff = true
-	return append([]api.Message{hm}, msgs[n-tail:]...)
+	out := append([]api.Message{hm}, systemMessages(msgs[:n-tail])...)
+	return append(out, msgs[n-tail:]...)
+}
+
+// systemMessages are the role:"system" messages of msgs, in order. They are context, not
+// conversation — Claude Code sends one in messages listing its deferred tools (MCP tools
+// included) and its environment — so a compaction keeps them verbatim (compact.IsContext: they
+// are the window's instructions, never summarised) right after the handoff, where they stay in
+// order with what is kept: the first message is still the user's (the handoff), as the
+// Messages API wants.
+func systemMessages(msgs []api.Message) []api.Message {
+	var out []api.Message
+	for _, m := range msgs {
+		if m.Role == "system" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // splitCurrentTurn splits a transparent turn's messages (after any handoff the memo applied) at
@@ -168,6 +191,9 @@ func (s *Server) splitCurrentTurn(msgs []api.Message, limit int) (head, keep []a
 	}
 	if k <= 0 || !slices.ContainsFunc(msgs[:k], func(m api.Message) bool { return !m.Handoff }) {
 		return msgs, nil
+	}
+	if !compact.SafeCuts(api.CountItems(msgs))[k] {
+		return msgs, nil // a tool_use before the prompt answered after it: no cut there
 	}
 	if kept, _ := s.cfg.Counter.Request(nil, api.CountItems(msgs[k:]), nil, 0); 2*kept > limit {
 		return msgs, nil
@@ -219,7 +245,8 @@ func stripCompaction(msgs []api.Message, from int) []api.Message {
 // earlier handoff): its neutral items (api.MessageItems), one unit per message for speculation
 // and the kept tail, no retain budget (Anthropic's compaction keeps nothing of the conversation
 // verbatim: system and tools are outside messages and stay), and, as the compacted context, the
-// handoff as one user message followed by a speculative compaction's verbatim tail.
+// handoff as one user message, the role:"system" messages of what it summarised (kept verbatim:
+// systemMessages), then a speculative compaction's verbatim tail.
 func (s *Server) messagesCompactIn(r *http.Request, req *api.MessagesRequest, msgs []api.Message, prev *engine.Opened) compactIn {
 	return compactIn{
 		dialect: dialectAnthropic,
@@ -236,9 +263,10 @@ func (s *Server) messagesCompactIn(r *http.Request, req *api.MessagesRequest, ms
 			}
 			hm := api.NewMessage("user", []api.Block{{Raw: api.TextBlock(text), Type: api.BlockText}})
 			hm.Handoff = true
-			c.msgs = append([]api.Message{hm}, msgs[len(msgs)-c.Tail:]...)
+			sys := systemMessages(msgs[:len(msgs)-c.Tail])
+			c.msgs = append(append([]api.Message{hm}, sys...), msgs[len(msgs)-c.Tail:]...)
 			after, _ := s.cfg.Counter.Request(req.System, api.CountItems(c.msgs), req.Tools, 0)
-			return after, len(msgs) - c.Tail
+			return after, len(msgs) - c.Tail - len(sys)
 		},
 	}
 }
@@ -259,11 +287,11 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(view.msgs), req.Tools, 0)
 	in := s.messagesCompactIn(r, req, view.msgs, view.prev)
-	in.Instructions, in.TokensBefore, in.Sign = instructions, total, true
+	in.Instructions, in.TokensBefore, in.Sign, in.Explicit = instructions, total, true, true
 	c, err := s.compactCore(r.Context(), in)
 	mt.t.committed = ka != nil && ka.Stop()
 	if err != nil {
-		s.compactionFailed(r, dialectAnthropic, "on_demand", req.Model, err)
+		s.compactionNotMade(r, dialectAnthropic, "on_demand", req.Model, err)
 		switch e := compactionFailure(err); {
 		case errors.Is(err, errNothingToCompact) || errors.Is(err, summarizer.ErrNothingToSummarize):
 			s.writeAnthropicError(w, mt, nothing)

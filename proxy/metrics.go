@@ -21,7 +21,8 @@ func NewRegistry() *prometheus.Registry {
 var (
 	metricAPIs     = []string{"openai", "anthropic", "chat"}
 	metricTriggers = []string{"threshold", "policy", "compact_endpoint", "compaction_trigger", "on_demand", agentTrigger}
-	metricOutcomes = []string{"ok", "failed", "nothing"}
+	metricOutcomes = []string{"ok", "failed", "nothing", "skipped"}
+	skipReasons    = []string{"nothing", "min_saving", "not_smaller"} // engine.SkipReason
 	metricReasons  = []string{"tampered", "unknown_key", "wrong_tenant", "malformed", "expired"}
 	sumOutcomes    = []string{"ok", "failed", "canceled", "nothing"}
 )
@@ -56,6 +57,8 @@ type metrics struct {
 	upstreamDuration *prometheus.HistogramVec // upstream, status_class
 
 	compactions  *prometheus.CounterVec   // api, trigger, outcome
+	skips        *prometheus.CounterVec   // api, reason (skipReasons)
+	truncated    *prometheus.CounterVec   // api
 	tokens       *prometheus.HistogramVec // api, stage (before, after)
 	tokensSaved  *prometheus.CounterVec   // api
 	ratio        *prometheus.HistogramVec // api
@@ -155,7 +158,9 @@ func newMetrics(cfg Config) *metrics {
 		upstreamRequests: counter("compactd_upstream_requests_total", "Upstream round trips, by upstream API and status class (2xx … 5xx; error when no response arrived; canceled when the client went away first).", "upstream", "status_class"),
 		upstreamDuration: histogram("compactd_upstream_request_duration_seconds", "Time until the upstream's response headers, by upstream API and status class.", durationBuckets, "upstream", "status_class"),
 
-		compactions:  counter("compactd_compactions_total", "Compaction attempts, by API, trigger and outcome (ok, failed, nothing to compact).", "api", "trigger", "outcome"),
+		compactions:  counter("compactd_compactions_total", "Compaction attempts, by API, trigger and outcome (ok, failed, nothing to replace, skipped: it could not make the request meaningfully smaller).", "api", "trigger", "outcome"),
+		skips:        counter("compactd_compactions_skipped_total", "Compactions not made, by API and reason: nothing (the window replaces nothing), min_saving (it could save less than --compaction-min-saving; no summariser call), not_smaller (the summary came back no smaller than what it would replace).", "api", "reason"),
+		truncated:    counter("compactd_summaries_truncated_total", "Summariser answers cut to their token budget (--summarizer-max-output-tokens and a quarter) before use.", "api"),
 		tokens:       histogram("compactd_compaction_tokens", "Estimated context size of compacted conversations, before and after compaction.", tokenBuckets, "api", "stage"),
 		tokensSaved:  counter("compactd_compaction_tokens_saved_total", "Estimated input tokens removed by compactions (before minus after): what the upstream no longer reads on each later turn.", "api"),
 		ratio:        histogram("compactd_compaction_ratio", "Compression ratio of compactions: tokens after / tokens before.", ratioBuckets, "api"),
@@ -237,6 +242,10 @@ func newMetrics(cfg Config) *metrics {
 			m.openFailures.WithLabelValues(api, r)
 		}
 		m.handoffs.WithLabelValues(api)
+		for _, r := range skipReasons {
+			m.skips.WithLabelValues(api, r)
+		}
+		m.truncated.WithLabelValues(api)
 		m.tokensSaved.WithLabelValues(api)
 	}
 	for _, o := range sumOutcomes {
@@ -251,7 +260,7 @@ func newMetrics(cfg Config) *metrics {
 type compactionEvent struct {
 	API          string // "openai", "anthropic" or "chat"
 	Trigger      string // threshold, policy, compact_endpoint, compaction_trigger, on_demand, agent
-	Outcome      string // ok, failed, nothing
+	Outcome      string // ok, failed, nothing, skipped
 	Model        string
 	TokensBefore int
 	TokensAfter  int
@@ -532,6 +541,28 @@ func (m *metrics) authFailure() {
 		return
 	}
 	m.authFailures.Inc()
+}
+
+// skipped counts a compaction not made, by engine.SkipReason: outcome "nothing" when the window
+// replaced nothing, "skipped" otherwise, and the reason.
+func (m *metrics) skipped(api, trigger, reason string) {
+	if m == nil {
+		return
+	}
+	outcome := "skipped"
+	if reason == "nothing" {
+		outcome = "nothing"
+	}
+	m.compaction(compactionEvent{API: api, Trigger: trigger, Outcome: outcome})
+	m.skips.WithLabelValues(apiLabel(api), label(reason)).Inc()
+}
+
+// summaryTruncated counts a summariser answer cut to its budget (engine.Observer).
+func (m *metrics) summaryTruncated(api string) {
+	if m == nil {
+		return
+	}
+	m.truncated.WithLabelValues(apiLabel(api)).Inc()
 }
 
 // memo counts conversation-memo outcomes (engine.Observer.Memo).

@@ -111,6 +111,17 @@ type Config struct {
 	CompactionTimeout time.Duration
 	// LedgerBytes bounds the facts ledger sealed with each summary (default 6144; -1 = no ledger).
 	LedgerBytes int
+	// CompactionMinSaving is the least share of a turn's input tokens a compaction compactd
+	// decides on (threshold, policy, speculation, agent) must be able to save; a turn whose
+	// window can save less is forwarded uncompacted without a summariser call, and counted in
+	// compactd_compactions_skipped_total (0: engine.DefaultMinSaving, 0.10; negative: no
+	// minimum, though a compaction must still make the turn smaller). Explicit compactions the
+	// client asked for have none.
+	CompactionMinSaving float64
+	// MaxSummaryTokens bounds a summariser answer: a longer one is cut at a line, logged and
+	// counted (0: engine.DefaultMaxSummaryTokens; negative: no bound). serve sets it to
+	// --summarizer-max-output-tokens and a quarter.
+	MaxSummaryTokens int
 	// GapCheck runs a second summariser pass that compares summary + ledger with the replaced
 	// items and adds what is still missing.
 	GapCheck bool
@@ -197,6 +208,8 @@ const (
 	PolicyExtractive  = engine.PolicyExtractive
 	// DefaultCompactionTimeout bounds one compaction when Config.CompactionTimeout is zero.
 	DefaultCompactionTimeout = engine.DefaultCompactionTimeout
+	// DefaultCompactionMinSaving is Config.CompactionMinSaving's default (0.10).
+	DefaultCompactionMinSaving = engine.DefaultMinSaving
 )
 
 // ParseFailurePolicies reads "POLICY" (both APIs) or "responses=POLICY,messages=POLICY".
@@ -208,6 +221,7 @@ type engineObserver struct{ m *metrics }
 func (o engineObserver) Speculative(outcome string)      { o.m.speculative(outcome) }
 func (o engineObserver) Fallback(dialect, policy string) { o.m.fallback(dialect, policy) }
 func (o engineObserver) Memo(outcome string)             { o.m.memo(outcome) }
+func (o engineObserver) SummaryTruncated(dialect string) { o.m.summaryTruncated(dialect) }
 
 // Server is the compactd HTTP handler.
 type Server struct {
@@ -316,7 +330,8 @@ func New(cfg Config) (*Server, error) {
 		Sealer: s.cfg.Sealer, Summarizer: s.cfg.Summarizer, Counter: s.cfg.Counter, Archive: s.cfg.Archive,
 		LedgerBytes: ledger, GapCheck: s.cfg.GapCheck, CompactionTimeout: s.cfg.CompactionTimeout,
 		ItemMaxAge: s.cfg.ItemMaxAge, FailurePolicy: s.cfg.FailurePolicies.For, Speculative: s.cfg.Speculative,
-		Memo: s.cfg.Memo, Observer: engineObserver{s.metrics}, Logger: s.log,
+		Memo: s.cfg.Memo, MinSaving: s.cfg.CompactionMinSaving, MaxSummaryTokens: s.cfg.MaxSummaryTokens,
+		Observer: engineObserver{s.metrics}, Logger: s.log,
 	})
 	s.startRetention()
 	s.startMemoRetention()

@@ -244,6 +244,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, `compactd serve: unexpected argument "extra"`},
 		{[]string{"serve", "--retain-tokens", "0"}, "--retain-tokens must be positive"},
 		{[]string{"serve", "--archive-max-age", "-1h"}, "--archive-max-age must not be negative"},
+		{[]string{"serve", "--compaction-min-saving", "1.5"}, "--compaction-min-saving must be a share"},
 		{[]string{"serve", "--compact-threshold", "-1"}, "compact threshold"},
 		{[]string{"serve", "--compact-threshold", "completions=1000"}, `route "completions"`},
 		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
@@ -446,9 +447,12 @@ func TestDeprecatedAliases(t *testing.T) {
 // and --compaction-queue 0 a queue of 32).
 func TestServeOffConvention(t *testing.T) {
 	clearCompactdEnv(t)
-	c, _, err := parseServeFlags([]string{"--ledger-bytes", "0", "--speculative-fraction", "0", "--breaker-failures", "0", "--compaction-queue", "0", "--recall=false"})
+	c, _, err := parseServeFlags([]string{"--ledger-bytes", "0", "--speculative-fraction", "0", "--breaker-failures", "0", "--compaction-queue", "0", "--recall=false", "--compaction-min-saving", "0"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.minSaving != -1 {
+		t.Errorf("--compaction-min-saving 0 maps to %v, want -1 (no minimum)", c.minSaving)
 	}
 	if c.ledgerBytes != -1 || c.speculative.Fraction != -1 || c.resilience.BreakerFailures != -1 || c.resilience.MaxQueue != -1 || !c.recallConfig.Disabled {
 		t.Errorf("off not mapped: ledger %d, fraction %v, breaker %d, queue %d, recall disabled %v",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -67,6 +68,7 @@ type serveConfig struct {
 	resilience     summarizer.ResilienceConfig
 	speculative    proxy.SpeculativeConfig
 	ledgerBytes    int
+	minSaving      float64
 	gapCheck       bool
 	memo           bool
 	memoTTL        time.Duration
@@ -146,6 +148,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.resilience.MaxConcurrent, "max-concurrent-compactions", summarizer.DefaultMaxConcurrent, "summarisations in flight at once (0: off, unlimited)")
 	fs.IntVar(&c.resilience.MaxQueue, "compaction-queue", summarizer.DefaultMaxQueue, "compactions allowed to wait for a slot; past it the turn gets a 429 (0: off, no waiting)")
 	fs.IntVar(&c.ledgerBytes, "ledger-bytes", defaultLedgerBytes, "facts ledger sealed with each summary, in bytes (0: off, no ledger)")
+	fs.Float64Var(&c.minSaving, "compaction-min-saving", proxy.DefaultCompactionMinSaving, "skip a threshold, policy or agent compaction (no summariser call) whose window can save less than this share of the request's tokens (0: off; a compaction must still make the request smaller)")
 	fs.BoolVar(&c.gapCheck, "gap-check", false, "second summariser pass that adds facts the summary and ledger still miss")
 	fs.BoolVar(&c.memo, "memo", true, "conversation memo: remember each compaction for the prefix it covered, so clients that do not carry compaction items back (the transparent policy) get it applied again instead of a new summary; kept in the archive database (shared by replicas), in memory with --archive off")
 	fs.DurationVar(&c.memoTTL, "memo-ttl", archive.DefaultMemoTTL, "how long a memo record lives after it was written or last used")
@@ -214,6 +217,9 @@ func (c *serveConfig) check() error {
 			return usageErrorf("serve", "--%s must not be negative (0 turns it off)", p.name)
 		}
 	}
+	if math.IsNaN(c.minSaving) || c.minSaving < 0 || c.minSaving >= 1 {
+		return usageErrorf("serve", "--compaction-min-saving must be a share of the request's tokens, from 0 (off) to below 1")
+	}
 	if _, err := proxy.ParseForeignItems(c.foreignItems); err != nil {
 		return usageErrorf("serve", "--foreign-items: %v", err)
 	}
@@ -228,6 +234,7 @@ func (c *serveConfig) check() error {
 	c.resilience.BreakerFailures = offAsNegative(c.resilience.BreakerFailures)
 	c.resilience.MaxQueue = offAsNegative(c.resilience.MaxQueue)
 	c.ledgerBytes = offAsNegative(c.ledgerBytes)
+	c.minSaving = offAsNegative(c.minSaving)
 	c.recallConfig.Disabled = !c.recall
 	return nil
 }
@@ -394,6 +401,8 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		CompactionTimeout:    offAsNegative(c.compactionTimeout),
 		Speculative:          c.speculative,
 		LedgerBytes:          c.ledgerBytes,
+		CompactionMinSaving:  c.minSaving,
+		MaxSummaryTokens:     c.summarizerMaxOutput + c.summarizerMaxOutput/4,
 		GapCheck:             c.gapCheck,
 		NoMemo:               !c.memo,
 		MemoOptions:          archive.MemoOptions{TTL: c.memoTTL, MaxPerTenant: c.memoMax},

@@ -16,8 +16,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/archive"
@@ -44,6 +49,9 @@ type Observer interface {
 	// Memo counts a conversation-memo outcome: hit, miss, stale, error, recorded, record_error,
 	// and for speculative summaries shared through it spec_shared, spec_hit.
 	Memo(outcome string)
+	// SummaryTruncated counts a summariser answer cut to Config.MaxSummaryTokens before it was
+	// used (a dialect's compaction, a speculative summary, a gap check).
+	SummaryTruncated(dialect string)
 }
 
 // Config is what the engine works with. Sealer, Summarizer and Counter are required.
@@ -67,10 +75,29 @@ type Config struct {
 	Speculative SpeculativeConfig
 	// Memo remembers compactions for clients that do not carry compaction items back, and shares
 	// speculative summaries between replicas (nil: no memo).
-	Memo     memo.Memo
-	Observer Observer
-	Logger   *slog.Logger
+	Memo memo.Memo
+	// MinSaving is the least share of a turn's tokens (Request.TokensBefore) a compaction compactd
+	// decides on must be able to save: a window whose replaceable part, less the handoff's fixed
+	// text, is smaller is skipped before the summariser is called (ErrTooLittleSaving). 0:
+	// DefaultMinSaving; negative: no minimum (a compaction must still make the turn smaller).
+	// Explicit compactions (Request.Explicit) have none.
+	MinSaving float64
+	// MaxSummaryTokens bounds a summariser answer: a longer one is cut at a line boundary, logged
+	// and counted (Observer.SummaryTruncated) before it is used. 0: DefaultMaxSummaryTokens;
+	// negative: no bound.
+	MaxSummaryTokens int
+	Observer         Observer
+	Logger           *slog.Logger
 }
+
+// DefaultMinSaving is Config.MinSaving's default: a compaction must be able to save a tenth of
+// the turn's tokens.
+const DefaultMinSaving = 0.10
+
+// DefaultMaxSummaryTokens is Config.MaxSummaryTokens's default: the summariser's default output
+// budget (summarizer.DefaultMaxOutputTokens) and a quarter more, since the summariser's model may
+// count tokens differently from compactd's tokenizer.
+const DefaultMaxSummaryTokens = summarizer.DefaultMaxOutputTokens * 5 / 4
 
 // Engine compacts conversations. It is safe for concurrent use; Close stops its background work.
 type Engine struct {
@@ -85,9 +112,16 @@ type nopObserver struct{}
 func (nopObserver) Speculative(string)      {}
 func (nopObserver) Fallback(string, string) {}
 func (nopObserver) Memo(string)             {}
+func (nopObserver) SummaryTruncated(string) {}
 
 // New returns an engine for cfg.
 func New(cfg Config) *Engine {
+	if cfg.MinSaving == 0 {
+		cfg.MinSaving = DefaultMinSaving
+	}
+	if cfg.MaxSummaryTokens == 0 {
+		cfg.MaxSummaryTokens = DefaultMaxSummaryTokens
+	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, obs: cfg.Observer}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -150,9 +184,18 @@ type Request struct {
 	// Speculate lets the turn use a summary speculative compaction prepared for a prefix of its
 	// units (threshold turns only: their clients keep the whole history, tail included).
 	Speculate bool
-	// AllowEmpty issues a compaction with an empty summary when there is nothing to summarise
-	// (routes that must answer with exactly one item); otherwise that is ErrNothingToCompact.
+	// AllowEmpty issues a compaction with an empty summary, without calling the summariser, when
+	// there is nothing to replace (routes that must answer with exactly one item); otherwise that
+	// is ErrNothingToCompact.
 	AllowEmpty bool
+	// Explicit marks a compaction the client asked for (/v1/responses/compact, compaction_trigger,
+	// Anthropic on-demand, an agent's own compaction request): the client compacts whatever the
+	// saving, so there is no minimum (Config.MinSaving), and the compaction is refused as not
+	// smaller (ErrNotSmaller) only when the summary and ledger are not smaller than everything
+	// the summariser was given to summarise, nor than the handoff's fixed text — a failed
+	// summarisation. A short conversation the client asked to compact still gets its compaction,
+	// although its summary and the fixed text may outweigh it.
+	Explicit bool
 	// Sign signs the sealed content too (Messages on-demand blocks).
 	Sign bool
 	// Finish renders the dialect's compacted context from c (before sealing) and returns its
@@ -181,8 +224,34 @@ type Compaction struct {
 	Usage     summarizer.Usage
 }
 
-// ErrNothingToCompact means the input holds nothing but instructions.
-var ErrNothingToCompact = errors.New("nothing to compact")
+// Skipped compactions. A compaction that cannot make the request meaningfully smaller is not
+// made: the engine returns one of these before anything is archived, sealed or recorded, and the
+// turn goes on uncompacted (an explicit route answers its own contract's error instead).
+var (
+	// ErrNothingToCompact means the window replaces nothing: the input holds nothing but
+	// instructions and what the retain budget keeps verbatim. Nothing is summarised.
+	ErrNothingToCompact = errors.New("nothing to compact")
+	// ErrTooLittleSaving means what the window could replace, less the handoff's fixed text, is
+	// under the minimum saving (Config.MinSaving). Nothing is summarised.
+	ErrTooLittleSaving = errors.New("compaction would save too little")
+	// ErrNotSmaller means the summary came back no smaller than what it was to replace: sealing
+	// it would make every later turn larger.
+	ErrNotSmaller = errors.New("compaction would not make the context smaller")
+)
+
+// SkipReason is the metrics reason of a skipped compaction's error: "nothing", "min_saving",
+// "not_smaller", or "" when err is no skip.
+func SkipReason(err error) string {
+	switch {
+	case errors.Is(err, ErrNothingToCompact):
+		return "nothing"
+	case errors.Is(err, ErrTooLittleSaving):
+		return "min_saving"
+	case errors.Is(err, ErrNotSmaller):
+		return "not_smaller"
+	}
+	return ""
+}
 
 // NewID returns prefix + 32 random hex characters, the shape of OpenAI's ids.
 func NewID(prefix string) string {
@@ -223,10 +292,16 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 		}
 	}
 	w := compact.Partition(items, in.Retain, e.countItem)
-	if len(w.Summarise) == 0 && !in.AllowEmpty {
+	replaced := e.replacedTokens(items, w, in.Retain)
+	if replaced == 0 && !in.AllowEmpty {
 		return nil, ErrNothingToCompact
 	}
-	if len(w.Summarise) > 0 && !hit {
+	if replaced > 0 && !in.Explicit {
+		if err := e.enoughSaving(in, replaced); err != nil {
+			return nil, err
+		}
+	}
+	if replaced > 0 && !hit {
 		var err error
 		res, err = e.summarise(sctx, in.Dialect.Name, summarizer.Request{
 			Model:        in.Model,
@@ -238,19 +313,30 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 			return nil, err
 		}
 	}
+	if replaced == 0 {
+		res = summarizer.Result{} // AllowEmpty: an empty compaction, nothing summarised
+	}
 	if in.ID == "" {
 		in.ID = NewID("cmp_")
 	}
 	c := &Compaction{ID: in.ID, Summary: res.Summary, Usage: res.Usage, Window: w, Compacted: items, Tail: tail}
-	if !hit {
-		ledger = e.ledger(sctx, in.Auth, in.Model, items, w, res, &c.Usage)
+	if !hit && replaced > 0 {
+		ledger = e.ledger(sctx, in.Dialect.Name, in.Auth, in.Model, items, w, res, &c.Usage)
 	}
 	c.Ledger = ledger
 	if res.Summary != "" || ledger != "" {
 		c.Handoff = in.Dialect.Handoff(res.Summary, ledger)
 	}
+	if replaced > 0 {
+		if err := e.smaller(in, c, replaced); err != nil {
+			return nil, err
+		}
+	}
 	c.Kept = e.KeepWindow(make([]api.Item, 0, len(w.Instructions)+len(w.Retained)), items, w, in.Retain)
-	after, replaced := in.Finish(c)
+	after, replacedUnits := in.Finish(c)
+	if replaced > 0 && !in.Explicit && in.TokensBefore > 0 && after >= in.TokensBefore {
+		return nil, fmt.Errorf("%w: %d tokens after against %d before", ErrNotSmaller, after, in.TokensBefore)
+	}
 	ref, err := e.archiveReplaced(ctx, in, res.Model, items, w)
 	if err != nil {
 		return nil, err
@@ -262,7 +348,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 		CreatedAt:     time.Now().Unix(),
 		TokensBefore:  in.TokensBefore,
 		TokensAfter:   after,
-		ItemsReplaced: replaced,
+		ItemsReplaced: replacedUnits,
 		Archive:       ref,
 		Ledger:        ledger,
 		Tail:          tail,
@@ -290,7 +376,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 // ledger is the facts ledger sealed with a summary: the hard facts of the replaced items the
 // summary lacks, and, with GapCheck, what a second summariser pass found still missing. A failed
 // gap check costs the turn nothing: the ledger goes out without it.
-func (e *Engine) ledger(ctx context.Context, auth summarizer.Auth, model string, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
+func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Auth, model string, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
 	if e.cfg.LedgerBytes <= 0 || len(w.Summarise) == 0 {
 		return ""
 	}
@@ -307,6 +393,7 @@ func (e *Engine) ledger(ctx context.Context, auth summarizer.Auth, model string,
 		e.log.Warn("gap check failed; sealing the ledger without it", "err", err)
 		return ledger
 	}
+	e.capSummary(dialect, &gap)
 	usage.InputTokens += gap.Usage.InputTokens
 	usage.OutputTokens += gap.Usage.OutputTokens
 	usage.TotalTokens += gap.Usage.TotalTokens
@@ -350,4 +437,126 @@ func (e *Engine) CountItems(items []api.Item) int {
 		n += e.countItem(it)
 	}
 	return n
+}
+
+// replacedTokens is what a window takes out of the context: the conversation items it summarises
+// and does not keep verbatim, and what truncating the one retained user message cuts from it.
+// 0 means the compaction would replace nothing.
+func (e *Engine) replacedTokens(items []api.Item, w compact.Window, retain int) int {
+	n, k := 0, 0
+	for _, i := range w.Summarise {
+		for k < len(w.Retained) && w.Retained[k] < i {
+			k++
+		}
+		switch {
+		case i == w.Truncated:
+			n += max(0, e.countItem(items[i])-retain)
+		case k < len(w.Retained) && w.Retained[k] == i:
+		default:
+			n += e.countItem(items[i])
+		}
+	}
+	return n
+}
+
+// enoughSaving reports ErrTooLittleSaving when what a window can replace, less the dialect's
+// fixed handoff text (which the summary comes on top of), is under the minimum saving, or cannot
+// make the turn smaller at all. It runs before the summariser is called.
+func (e *Engine) enoughSaving(in Request, replaced int) error {
+	framing := e.cfg.Counter.Text(in.Dialect.Handoff("", ""))
+	least := 1 // even with no minimum, a compaction must be able to save something
+	if e.cfg.MinSaving > 0 {
+		least = max(least, int(math.Ceil(e.cfg.MinSaving*float64(in.TokensBefore))))
+	}
+	if gain := replaced - framing; gain < least {
+		return fmt.Errorf("%w: it could replace %d tokens (the handoff's fixed text takes %d) of %d, under the minimum saving of %d",
+			ErrTooLittleSaving, replaced, framing, in.TokensBefore, least)
+	}
+	return nil
+}
+
+// smaller reports ErrNotSmaller when the compaction's result is not smaller than what it
+// replaces: the handoff (summary, ledger and fixed text) against the replaced tokens; for an
+// explicit compaction, the summary and ledger against everything summarised or the fixed text,
+// whichever is more (Request.Explicit).
+func (e *Engine) smaller(in Request, c *Compaction, replaced int) error {
+	got, of := 0, replaced
+	if in.Explicit {
+		got = e.cfg.Counter.Text(c.Summary) + e.cfg.Counter.Text(c.Ledger)
+		// A short conversation's summary is rarely shorter than the conversation: up to the
+		// handoff's own fixed text that is noise every short compaction pays, past it the
+		// summariser wrote more than it read.
+		of = e.cfg.Counter.Text(in.Dialect.Handoff("", ""))
+		n := 0
+		for _, i := range c.Window.Summarise {
+			n += e.countItem(c.Compacted[i])
+		}
+		of = max(of, n)
+	} else if c.Handoff != "" {
+		got = e.cfg.Counter.Text(c.Handoff)
+	}
+	if got >= of {
+		return fmt.Errorf("%w: the summary takes %d tokens, what it replaces %d", ErrNotSmaller, got, of)
+	}
+	return nil
+}
+
+// capSummary cuts a summariser answer longer than Config.MaxSummaryTokens at the last line break
+// that fits (a rune boundary if there is none), marks the cut, and logs and counts it. It reports
+// whether it cut.
+func (e *Engine) capSummary(dialect string, res *summarizer.Result) bool {
+	limit := e.cfg.MaxSummaryTokens
+	s := res.Summary
+	if limit <= 0 || len(s) <= limit {
+		return false // a token is at least one byte
+	}
+	// A pathological answer (megabytes) is cut by bytes first, so it is not tokenised whole:
+	// 16 bytes per token is past any real text's ratio.
+	if len(s) > 16*limit {
+		s = runePrefix(s, 16*limit)
+	}
+	total := e.cfg.Counter.Text(s)
+	if total <= limit && len(s) == len(res.Summary) {
+		return false
+	}
+	marker := "\n\n[compactd: the summary was cut here at its budget of " + strconv.Itoa(limit) + " tokens]"
+	budget := limit - e.cfg.Counter.Text(marker)
+	keep := len(s)
+	if total > budget {
+		keep = int(float64(len(s)) * float64(max(budget, 0)) / float64(total))
+	}
+	var out string
+	for range 8 {
+		out = lineCut(s, keep)
+		if n := e.cfg.Counter.Text(out); n <= budget || keep == 0 {
+			break
+		} else {
+			keep = int(float64(keep) * float64(budget) / float64(n) * 0.97)
+		}
+	}
+	e.log.Warn("summary truncated to its token budget", "api", dialect, "bytes", len(res.Summary), "kept_bytes", len(out), "max_tokens", limit)
+	e.obs.SummaryTruncated(dialect)
+	res.Summary = strings.TrimRight(out, " \t\n") + marker
+	return true
+}
+
+// lineCut is s cut to at most n bytes, at the last line break in the second half of the kept
+// part when there is one, else at a rune boundary.
+func lineCut(s string, n int) string {
+	s = runePrefix(s, n)
+	if i := strings.LastIndexByte(s, '\n'); i >= len(s)/2 {
+		return s[:i]
+	}
+	return s
+}
+
+// runePrefix is s cut to at most n bytes on a rune boundary.
+func runePrefix(s string, n int) string {
+	if n >= len(s) {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:max(n, 0)]
 }

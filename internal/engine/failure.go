@@ -102,8 +102,12 @@ func (e *Engine) summarise(ctx context.Context, dialect string, req summarizer.R
 			err = te // the compaction's deadline, not the client, ended the call
 		}
 	}
+	if err == nil {
+		e.capSummary(dialect, &res)
+		return res, nil
+	}
 	clientGone := ctx.Err() != nil && compactionTimedOut(ctx) == nil
-	if err == nil || clientGone || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, summarizer.ErrNothingToSummarize) {
+	if clientGone || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, summarizer.ErrNothingToSummarize) {
 		return res, err
 	}
 	if e.failurePolicy(dialect) != PolicyExtractive {

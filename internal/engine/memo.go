@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/memo"
 )
 
@@ -25,6 +27,9 @@ type Memory struct {
 	dialect  memo.Dialect
 	scope    Scope
 	prefixes []memo.Hash // prefixes[i] names the client's items[0..i]
+	// safe[n] reports that the client's items can be cut at n without parting a tool call from
+	// its result (compact.SafeCuts): a record is applied, and made, only at such a cut.
+	safe []bool
 	// Opened is the compaction recorded for the longest known prefix, opened and checked; nil
 	// on a miss. Items is how many of the client's items it covers.
 	Opened *Opened
@@ -39,7 +44,11 @@ func (e *Engine) Remembered(ctx context.Context, d Dialect, sc Scope, items []js
 	if e.cfg.Memo == nil || d.Memo == "" {
 		return nil
 	}
-	m := &Memory{dialect: d.Memo, scope: sc}
+	units := make([]api.Item, len(items))
+	for i, raw := range items {
+		units[i] = api.Item{Raw: raw}
+	}
+	m := &Memory{dialect: d.Memo, scope: sc, safe: compact.SafeCuts(units)}
 	l, err := memo.Find(ctx, e.cfg.Memo, sc.key(d.Memo), items)
 	m.prefixes = l.Prefixes
 	if err != nil {
@@ -47,6 +56,13 @@ func (e *Engine) Remembered(ctx context.Context, d Dialect, sc Scope, items []js
 		e.obs.Memo("error")
 	}
 	if !l.Hit {
+		e.obs.Memo("miss")
+		return m
+	}
+	if l.Entry.Items > len(items) || !m.safe[l.Entry.Items] {
+		// Applying it would summarise a tool call away and keep its result (or the other way
+		// round): the upstream would refuse the request. Compact as usual instead.
+		e.log.Warn("memo record ends between a tool call and its result; compacting as usual", "api", d.Name)
 		e.obs.Memo("miss")
 		return m
 	}
@@ -65,6 +81,10 @@ func (e *Engine) Remembered(ctx context.Context, d Dialect, sc Scope, items []js
 // failed record costs the turn nothing; the next turn just compacts again.
 func (e *Engine) remember(ctx context.Context, m *Memory, covers int, c *Compaction) {
 	if m == nil || covers <= 0 || covers > len(m.prefixes) {
+		return
+	}
+	if covers >= len(m.safe) || !m.safe[covers] {
+		e.log.Debug("compaction not recorded in the memo: it ends between a tool call and its result")
 		return
 	}
 	k := m.scope.key(m.dialect)

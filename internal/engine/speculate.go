@@ -153,13 +153,16 @@ func (sp *speculator) prefixHashes(key string, items []api.Item) []uint64 {
 }
 
 // speculationPrefix is the prefix that is sure to be compacted: everything before the newest
-// user message. 0 when there is nothing worth summarising.
+// user message, or before the last safe cut ahead of it (compact.SafeCuts: on Messages the
+// newest user message is often a tool_result, whose tool_use must stay with it). 0 when there is
+// nothing worth summarising.
 func speculationPrefix(items []api.Item) int {
 	for i := len(items) - 1; i >= 0; i-- {
 		if items[i].IsUserMessage() {
-			for _, it := range items[:i] {
+			n := compact.SafeCut(compact.SafeCuts(items), i)
+			for _, it := range items[:n] {
 				if !compact.IsContext(it) { // something to summarise, not only instructions and tool lists
-					return i
+					return n
 				}
 			}
 			return 0
@@ -234,10 +237,10 @@ func (e *specEntry) failed() bool {
 	}
 }
 
-// lookup finds a summary of the longest known prefix of items. It returns the prefix length and
-// the entry (which may still be running), or 0, nil on a miss. A hit is removed: a summary is used
-// once.
-func (sp *speculator) lookup(model string, items []api.Item) (int, *specEntry) {
+// lookup finds a summary of the longest known prefix of items that ends at a safe cut of them
+// (safe: compact.SafeCuts(items); nil computes it). It returns the prefix length and the entry
+// (which may still be running), or 0, nil on a miss. A hit is removed: a summary is used once.
+func (sp *speculator) lookup(model string, items []api.Item, safe []bool) (int, *specEntry) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.expireLocked()
@@ -245,9 +248,12 @@ func (sp *speculator) lookup(model string, items []api.Item) (int, *specEntry) {
 		return 0, nil
 	}
 	hashes := sp.prefixHashes(model, items)
+	if safe == nil {
+		safe = compact.SafeCuts(items)
+	}
 	best := (*specEntry)(nil)
 	for n := range sp.lengths {
-		if n >= len(hashes) {
+		if n >= len(hashes) || !safe[n] {
 			continue
 		}
 		if e, ok := sp.entries[hashes[n]]; ok && e.n == n && (best == nil || n > best.n) {
@@ -383,15 +389,22 @@ func (e *Engine) Speculate(r SpecRequest) {
 		if r.Prefix != nil {
 			items = r.Prefix(len(p))
 		}
+		// The crossing turn's window and saving rule (Compact), with the threshold for the turn's
+		// size: a prefix the crossing turn would not compact is not summarised either.
 		w := compact.Partition(items, r.Retain, e.countItem)
-		if len(w.Summarise) == 0 {
+		replaced := e.replacedTokens(items, w, r.Retain)
+		if replaced == 0 {
 			return specResult{}, ErrNothingToCompact
+		}
+		if err := e.enoughSaving(Request{Dialect: r.Dialect, TokensBefore: r.Limit}, replaced); err != nil {
+			return specResult{}, err
 		}
 		res, err := e.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: r.Model, Entries: compact.RenderEntries(items, w.Summarise), Auth: r.Auth})
 		if err != nil {
 			return specResult{}, err
 		}
-		out := specResult{res: res, ledger: e.ledger(ctx, r.Auth, r.Model, items, w, res, &res.Usage)}
+		e.capSummary(r.Dialect.Name, &res)
+		out := specResult{res: res, ledger: e.ledger(ctx, r.Dialect.Name, r.Auth, r.Model, items, w, res, &res.Usage)}
 		e.shareSpeculation(ctx, r.Dialect, sc, r.Model, p, out)
 		return out, nil
 	})
@@ -410,9 +423,10 @@ func (e *Engine) useSpeculation(ctx context.Context, in Request, items []api.Ite
 	if e.spec == nil {
 		return 0, specResult{}
 	}
-	n, en := e.spec.lookup(specKey(in.Dialect, in.Model, in.Tenant, in.Owner), items)
+	safe := compact.SafeCuts(items) // a summary is used only for a prefix that ends at a safe cut
+	n, en := e.spec.lookup(specKey(in.Dialect, in.Model, in.Tenant, in.Owner), items, safe)
 	if en == nil {
-		if n, out := e.sharedSpeculation(ctx, in.Dialect, Scope{Tenant: in.Tenant, Owner: in.Owner}, in.Model, items); n > 0 {
+		if n, out := e.sharedSpeculation(ctx, in.Dialect, Scope{Tenant: in.Tenant, Owner: in.Owner}, in.Model, items, safe); n > 0 {
 			e.obs.Speculative("hit")
 			return n, out
 		}

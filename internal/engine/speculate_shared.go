@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/memo"
 )
@@ -50,15 +51,20 @@ func (e *Engine) shareSpeculation(ctx context.Context, d Dialect, sc Scope, mode
 }
 
 // sharedSpeculation looks in the memo for a summary another replica prepared for a prefix of
-// units; n == 0 is a miss.
-func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, sc Scope, model string, units []api.Item) (int, specResult) {
+// units that ends at a safe cut of them (safe: compact.SafeCuts(units)); n == 0 is a miss. The
+// candidates are the prefixes speculationPrefix picks: before a user message, moved back to the
+// safe cut ahead of it.
+func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, sc Scope, model string, units []api.Item, safe []bool) (int, specResult) {
 	if e.cfg.Memo == nil || d.Memo == "" {
 		return 0, specResult{}
 	}
 	var cands []int
 	for i := len(units) - 1; i > 0 && len(cands) < sharedSpecCandidates; i-- {
-		if units[i].IsUserMessage() {
-			cands = append(cands, i)
+		if !units[i].IsUserMessage() {
+			continue
+		}
+		if n := compact.SafeCut(safe, i); n > 0 && (len(cands) == 0 || n < cands[len(cands)-1]) {
+			cands = append(cands, n)
 		}
 	}
 	if len(cands) == 0 {

@@ -68,7 +68,7 @@ func TestSpeculatorHitMissAndChangedPrefix(t *testing.T) {
 		{"a summary is used once", "m", specItems("u1", "a1", "u2", "a2", "u3", "a3", "u4"), 0},
 	}
 	for _, tt := range tests {
-		n, e := sp.lookup(tt.model, tt.items)
+		n, e := sp.lookup(tt.model, tt.items, nil)
 		if n != tt.want {
 			t.Errorf("%s: prefix %d, want %d", tt.name, n, tt.want)
 		}
@@ -99,7 +99,7 @@ func TestSpeculatorCancelsWhatNobodyUses(t *testing.T) {
 	}
 	// Expired: cancelled at the next touch.
 	now = now.Add(2 * time.Minute)
-	if n, _ := sp.lookup("m", specItems("x1", "y1", "x2", "y2")); n != 0 {
+	if n, _ := sp.lookup("m", specItems("x1", "y1", "x2", "y2"), nil); n != 0 {
 		t.Error("an expired summary was used")
 	}
 	select {
@@ -146,7 +146,7 @@ func TestSpeculatorStop(t *testing.T) {
 		}
 		jobCtx := <-b.ctxs
 		// A crossing turn takes the job out of the cache: close() alone would not reach it.
-		if n, e := sp.lookup("m", items); n == 0 || e == nil {
+		if n, e := sp.lookup("m", items, nil); n == 0 || e == nil {
 			t.Fatal("running job not found")
 		}
 		if err := sp.stop(context.Background()); err != nil {
@@ -203,7 +203,7 @@ func TestSpeculationKeysAreCanonical(t *testing.T) {
 			return specResult{res: summarizer.Result{Summary: "s"}}, nil
 		})
 		<-done
-		if n, e := sp.lookup(specKey(tc.d, "m", "", ""), now); (e != nil) != tc.want || (tc.want && n != 2) {
+		if n, e := sp.lookup(specKey(tc.d, "m", "", ""), now, nil); (e != nil) != tc.want || (tc.want && n != 2) {
 			t.Errorf("%s: lookup = %d, %v; want a hit %v on the 2-message prefix", tc.d.Name, n, e != nil, tc.want)
 		}
 		sp.close()
@@ -260,5 +260,38 @@ func TestSpeculatorMinGrowth(t *testing.T) {
 	<-e.done
 	if s, c := fail.start("m", Scope{}, specItems("u1", "a1", "u2", "a2", "u3"), 5100, minGrowth, b.run); !s || c {
 		t.Errorf("after a failed summary: started %v covered %v, want a new one", s, c)
+	}
+}
+
+// A summary prepared for a prefix that was a safe cut when it started is not used once the
+// conversation answers, after the cut, a call made before it: keeping that answer verbatim
+// behind a summary of its call would be refused upstream.
+func TestSpeculatorLookupOnlyAtSafeCuts(t *testing.T) {
+	call := api.Item{Raw: []byte(`{"type":"function_call","call_id":"c1","name":"a","arguments":"{}"}`), Type: "function_call"}
+	output := api.Item{Raw: []byte(`{"type":"function_call_output","call_id":"c1","output":"ok"}`), Type: "function_call_output"}
+	u := specItems("u1", "a1")
+	u2 := specItems("u2")
+	turn := append(append(append([]api.Item(nil), u...), call), u2...) // u1 a1 call | u2
+	for _, tc := range []struct {
+		name  string
+		items []api.Item
+		want  int
+	}{
+		{"the call answered after the cut", append(append([]api.Item(nil), turn...), output), 0},
+		{"nothing answers across the cut", append(append([]api.Item(nil), turn...), specItems("x", "u3")...), 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := newSpeculator(SpeculativeConfig{})
+			b := newBlockingRun()
+			close(b.release)
+			if !started(sp.start("m", Scope{}, turn, 0, 0, b.run)) {
+				t.Fatal("speculation not started")
+			}
+			if n, _ := sp.lookup("m", tc.items, nil); n != tc.want {
+				t.Errorf("prefix %d, want %d", n, tc.want)
+			}
+			sp.close()
+			sp.jobs.Wait()
+		})
 	}
 }

@@ -85,6 +85,13 @@ func classify(parent context.Context, resp *http.Response, err error) error {
 		// The per-call timeout fired while the caller was still waiting.
 		return &Error{Retryable: true, Err: context.DeadlineExceeded}
 	}
+	if errors.Is(err, ErrAnswerTooLarge) {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		return &Error{Status: status, Err: ErrAnswerTooLarge} // a retry would be as large
+	}
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr) {
 		e := &Error{

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -162,6 +163,7 @@ func New(cfg Config) (Summarizer, error) {
 		option.WithHTTPClient(cfg.HTTPClient),
 		// The proxy owns retry policy; SDK retries would multiply its attempts and hide 429s.
 		option.WithMaxRetries(0),
+		option.WithMiddleware(limitAnswer(maxAnswerBytes(cfg.MaxOutputTokens))),
 	}
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
@@ -393,3 +395,49 @@ func cleanSummary(s string) string {
 	}
 	return s
 }
+
+// ErrAnswerTooLarge is the cause of an *Error when the summariser's answer is larger than any
+// summary within its output budget can be (maxAnswerBytes): a server that ignores
+// max_output_tokens. The answer is not read past the bound, and the call is not retried.
+var ErrAnswerTooLarge = errors.New("summarizer: answer larger than its output budget allows")
+
+// maxAnswerBytes bounds the body of one summariser answer: 64 bytes per output token (a token is
+// a few bytes of text, JSON escaping can multiply that by six) plus 1 MiB for the envelope.
+func maxAnswerBytes(maxOutputTokens int) int64 { return 1<<20 + 64*int64(maxOutputTokens) }
+
+// limitAnswer is the SDK middleware that stops reading an answer body past limit bytes: the
+// read fails with ErrAnswerTooLarge, so a runaway answer never sits in memory whole.
+func limitAnswer(limit int64) option.Middleware {
+	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		resp, err := next(req)
+		if err == nil && resp != nil && resp.Body != nil {
+			resp.Body = &limitedBody{rc: resp.Body, left: limit}
+		}
+		return resp, err
+	}
+}
+
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells a body of exactly the limit from a longer one.
+		var one [1]byte
+		n, err := b.rc.Read(one[:])
+		if n > 0 {
+			return 0, ErrAnswerTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }

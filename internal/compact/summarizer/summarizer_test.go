@@ -545,3 +545,37 @@ func BenchmarkSummarize(b *testing.B) {
 		})
 	}
 }
+
+// An answer larger than any summary within the output budget can be (a server that ignores
+// max_output_tokens) is not read whole: the call fails with ErrAnswerTooLarge, not retryable. An
+// answer within the bound is read as usual (the proxy cuts its summary to the token budget).
+func TestSummarizeBoundsTheAnswer(t *testing.T) {
+	for _, api := range apis {
+		for _, tc := range []struct {
+			name  string
+			bytes int
+			fail  bool
+		}{
+			{"within the bound", 512 << 10, false},
+			{"past the bound", 3 << 20, true},
+		} {
+			t.Run(api+"/"+tc.name, func(t *testing.T) {
+				text := strings.Repeat("x", tc.bytes)
+				f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) { reply(w, c, "m", text, Usage{}) })
+				cfg := f.config(api)
+				cfg.MaxOutputTokens = 1000 // bound: 1 MiB + 64 KB
+				res, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}})
+				if !tc.fail {
+					if err != nil || len(res.Summary) != tc.bytes {
+						t.Fatalf("Summarize: %d bytes, %v", len(res.Summary), err)
+					}
+					return
+				}
+				var e *Error
+				if !errors.Is(err, ErrAnswerTooLarge) || !errors.As(err, &e) || e.Retryable {
+					t.Fatalf("err = %v, want a non-retryable ErrAnswerTooLarge", err)
+				}
+			})
+		}
+	}
+}
