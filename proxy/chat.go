@@ -287,8 +287,8 @@ func forwardChat(w http.ResponseWriter, r *http.Request, rp http.Handler, t *tur
 	rp.ServeHTTP(rw, out)
 }
 
-// modifyChatResponse passes every response through untouched, except on a stream compactd
-// committed itself (keep-alives while the summariser ran): there the upstream's status can no
+// modifyChatResponse passes every response through untouched (a stream but for the event cap,
+// guardPassThrough), except on a stream compactd committed itself (keep-alives while the summariser ran): there the upstream's status can no
 // longer be sent, so an upstream error becomes the stream's error chunk, and a JSON answer to
 // the streamed request (which cannot follow the stream's comments) a 502 error chunk.
 func (s *Server) modifyChatResponse(resp *http.Response) error {
@@ -297,6 +297,8 @@ func (s *Server) modifyChatResponse(resp *http.Response) error {
 		// A turn compactd compacted: a stream that breaks off before [DONE] ends with an error
 		// chunk, not a cut that looks like a short answer.
 		guardChatStream(resp, false)
+	} else {
+		guardPassThrough(resp, dialectChat) // the event cap, nothing else
 	}
 	if t == nil || !t.committed {
 		return nil
