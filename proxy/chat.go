@@ -152,6 +152,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 			Auth: s.summariserAuth(r), Units: units, Prefix: func(n int) []api.Item { items, _ := api.ChatItems(msgs[:n]); return items },
 			Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		if v.prev != nil {
+			if !s.holdRebuild(r) {
+				s.budgetRefused(w, dialectChat) // the remembered compaction applied: a body-sized rebuild
+				return
+			}
 			if d := s.chatRecallFor(req, v.prev, nil); d != nil {
 				s.forwardChatRecall(w, r, nil, d, chatRaw(v.msgs)) // recall_chat.go
 				return
