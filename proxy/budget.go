@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,12 +23,12 @@ import (
 // a fixed-size copy buffer and are not counted: they hold no more than that buffer whatever their
 // size.
 //
-// A request reserves what it holds, not only its body: the body when it is read (the skim's
-// items are slices of it, and a body forwarded as it came is the same bytes); one body more
-// before compactd builds a body-sized one beside it (a handoff expanded, context_management
-// taken out, a recall round's request: holdRebuild); two more before a compaction, whose
-// transcript and summariser requests are the conversation's text again (holdCompaction, and the
-// compact route reserves them with its body). TestBudgetCoversWhatARouteHolds measures it.
+// A request reserves what it holds, not only its body: when it is read, the body and what the
+// skim allocates beside it (reserved); one body more before compactd builds a body-sized one
+// beside it (a handoff expanded, context_management taken out, a recall round's request:
+// holdRebuild); two more before a compaction, whose transcript and summariser requests are the
+// conversation's text again (holdCompaction; the compact route reserves them with its body).
+// TestBudgetCoversWhatARouteHolds measures it.
 
 // DefaultInflightBodyFraction is the share of the runtime's memory limit the in-flight body
 // budget gets by default. A buffered body is held more than once while a turn is rewritten (the
@@ -133,13 +134,24 @@ func buffersBody(r *http.Request, canon string) bool {
 // transcript rendered for the summariser and the request carrying a chunk of it.
 const compactionBodies = 2
 
-// bodiesHeld is how many times its body a request on canon reserves when it is read: the compact
-// route always compacts.
-func bodiesHeld(canon string) int64 {
-	if canon == "/v1/responses/compact" {
-		return 1 + compactionBodies
+// reserved is what a request on canon reserves for a body of n bytes when it is read: the body,
+// and what its skim allocates beside it as it runs (the item, message and block slices, and the
+// strings it keeps: measured, 0.15–0.18 of a Responses or Chat Completions agent session and
+// 0.32 of a Messages one, TestBudgetCoversWhatARouteHolds), which arrives with the body and which
+// the collector has to find room for while every other body is held; the compact route compacts,
+// and reserves the compaction's bodies too.
+func reserved(canon string, n int64) int64 {
+	share := n / 4 // the skim's
+	if strings.HasPrefix(canon, "/v1/messages") {
+		share = n / 2
 	}
-	return 1
+	if canon == "/v1/responses/compact" {
+		share += compactionBodies * n
+	}
+	if n+share < n {
+		return math.MaxInt64
+	}
+	return n + share
 }
 
 // hold is one request's share of the budget: its body (declared, or as it is read) and what the
@@ -193,21 +205,21 @@ func (s *Server) reserveBody(w http.ResponseWriter, r *http.Request, canon strin
 	}
 	if r.ContentLength >= 0 {
 		// Past the whole budget (a compact body over a third of it): all of it, to run alone.
-		n := min(r.ContentLength*bodiesHeld(canon), max(s.budget.limit, r.ContentLength))
-		if n < r.ContentLength || !s.budget.reserve(n) {
+		n := min(reserved(canon, r.ContentLength), max(s.budget.limit, r.ContentLength))
+		if !s.budget.reserve(n) {
 			s.budgetRefused(w, d)
 			return nil, false
 		}
 		h.body, h.held = r.ContentLength, n
-		if bodiesHeld(canon) > 1 {
+		if canon == "/v1/responses/compact" {
 			h.extra = map[string]bool{"compaction": true} // reserved with the body
 		}
 		return h.release, true
 	}
-	if bodiesHeld(canon) > 1 {
+	if canon == "/v1/responses/compact" {
 		h.extra = map[string]bool{"compaction": true} // reserved as the body is read
 	}
-	r.Body = &budgetBody{rc: r.Body, h: h, times: bodiesHeld(canon)}
+	r.Body = &budgetBody{rc: r.Body, h: h, canon: canon}
 	return h.release, true
 }
 
@@ -244,13 +256,13 @@ func (s *Server) budgetRefused(w http.ResponseWriter, d dialect) {
 	s.budgetExceeded().write(w, d)
 }
 
-// budgetBody reserves a chunked body's bytes (times the route's bodiesHeld) as they are read. A
+// budgetBody reserves a chunked body's bytes (and what its route reserves beside them) as they are read. A
 // read that would go past the budget fails with errBudgetExceeded (the bytes it read are dropped
 // with it).
 type budgetBody struct {
 	rc    io.ReadCloser
 	h     *hold
-	times int64
+	canon string
 
 	exceeded bool // Read is not called concurrently
 }
@@ -263,7 +275,7 @@ func (c *budgetBody) Read(p []byte) (int, error) {
 		defer h.mu.Unlock()
 		// Past the whole budget (a compact body over a third of it): all of it, to run alone.
 		body := h.body + int64(n)
-		add := max(0, min(body*c.times, max(h.b.limit, body))-h.held)
+		add := max(0, min(reserved(c.canon, body), max(h.b.limit, body))-h.held)
 		if c.exceeded || !h.b.reserve(add) {
 			c.exceeded = true
 			return 0, errBudgetExceeded
