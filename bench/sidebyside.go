@@ -11,11 +11,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -48,8 +48,11 @@ type SideOptions struct {
 	Small, Large int // body sizes of the small (2 KB) and large (2 MB) rows
 	Huge         int // body size of the peak-RSS rows (20 MB)
 	HugeConc     []int
+	// HugeRoutes are the routes of the peak-RSS rows (default HugeRoutes: every route compactd
+	// parses).
+	HugeRoutes []string
 	// InflightBudget is compactd's --max-inflight-body-bytes in the run (0 leaves serve's
-	// default).
+	// default, which the report reads from serve's startup log).
 	InflightBudget int64
 	// Nginx is the nginx executable of the optional nginx column: "" looks nginx up in PATH.
 	// When there is none, or it does not start, the column says "not run" and the run goes on.
@@ -58,12 +61,30 @@ type SideOptions struct {
 
 // SideDefaults is the full run for BENCHMARKS.md (about five minutes on two cores).
 func SideDefaults() SideOptions {
-	return SideOptions{Duration: 2 * time.Second, Rounds: 5, Small: 2 << 10, Large: 2 << 20, Huge: 20 << 20, HugeConc: []int{50, 100}, InflightBudget: 1 << 30}
+	return SideOptions{Duration: 2 * time.Second, Rounds: 5, Small: 2 << 10, Large: 2 << 20, Huge: 20 << 20, HugeConc: []int{50, 100}, HugeRoutes: HugeRoutes}
 }
 
-// SideQuick is a CI-sized run: every row, small numbers, a few seconds.
+// SideQuick is a CI-sized run: every row, small numbers, a few seconds. Its budget (4 MiB, and
+// bodies bounded by it) is small enough that 8 bodies of 1 MiB go past it on every route.
 func SideQuick() SideOptions {
-	return SideOptions{Duration: 100 * time.Millisecond, Rounds: 2, Small: 2 << 10, Large: 128 << 10, Huge: 1 << 20, HugeConc: []int{4, 8}, InflightBudget: 4 << 20}
+	return SideOptions{Duration: 100 * time.Millisecond, Rounds: 2, Small: 2 << 10, Large: 128 << 10, Huge: 1 << 20, HugeConc: []int{8}, HugeRoutes: HugeRoutes, InflightBudget: 4 << 20}
+}
+
+// HugeRoutes are the routes whose bodies compactd reads whole (under its in-flight budget).
+var HugeRoutes = []string{"/v1/responses", "/v1/responses/compact", "/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions"}
+
+// hugeBody is a request of about size bytes for route: the workload's agent session in the
+// route's dialect.
+func hugeBody(route string, size int) []byte {
+	switch route {
+	case "/v1/messages":
+		return workload.MessagesRequest(size)
+	case "/v1/messages/count_tokens":
+		return workload.CountTokensRequest(size)
+	case "/v1/chat/completions":
+		return workload.ChatRequest(size)
+	}
+	return workload.Request(size, workload.BodyOptions{})
 }
 
 // Side-by-side target names.
@@ -107,12 +128,20 @@ func (r SideRow) Cell(target string) (SideCell, bool) {
 	return SideCell{Target: target}, false
 }
 
-// HugeResult is one peak-RSS row: Conc concurrent Size bodies at once through a proxy.
+// HugeResult is one peak-RSS row: Conc concurrent Size bodies at once on Route through a proxy,
+// a process of its own started for the row.
 type HugeResult struct {
-	Target               string
-	Conc, Size           int
+	Target     string
+	Route      string
+	Conc, Size int
+	// Budget is compactd's in-flight body budget in the row (from its startup log).
+	Budget int64
+	// RSSBefore is the process's resident set once it listened; RSSPeak its high-water mark
+	// (VmHWM) when every request had been answered.
 	RSSBefore, RSSPeak   int64
-	Served, Refused, Bad int // 200; 503 in the route's dialect; anything else
+	Served, Refused, Bad int // 200; 503 with Retry-After in the route's dialect; anything else
+	// Other counts the Bad answers by status ("error" when the request failed).
+	Other map[string]int
 }
 
 // SideReport is the outcome of RunSideBySide.
@@ -129,6 +158,9 @@ type SideReport struct {
 	RecallCheck string
 	Rows        []SideRow
 	Huge        []HugeResult
+	// Budget is the in-flight body budget of the compactd the latency rows measured (its startup
+	// log's).
+	Budget int64
 }
 
 // NginxRan reports whether the run has an nginx column with figures in it.
@@ -139,6 +171,19 @@ type proc struct {
 	cmd  *exec.Cmd
 	addr string
 	done chan struct{}
+	// startup is what it logged up to its "listening" line.
+	startup []string
+}
+
+// logged is the value of key=value in the process's startup log (its last mention), "" if none.
+func (p *proc) logged(key string) string {
+	v := ""
+	for _, line := range p.startup {
+		if _, rest, ok := strings.Cut(line, " "+key+"="); ok {
+			v, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	return strings.Trim(v, `"`)
 }
 
 // startProc starts bin args and waits for its "listening" log line, whose addr= is its address.
@@ -163,6 +208,7 @@ func startProc(ctx context.Context, bin string, env []string, args ...string) (*
 			line := sc.Text()
 			if p.addr == "" {
 				tail = append(tail, line)
+				p.startup = tail
 				if strings.Contains(line, "listening") {
 					if _, a, ok := strings.Cut(line, "addr="); ok {
 						a, _, _ = strings.Cut(a, " ")
@@ -222,13 +268,19 @@ func procCPU(pid int) time.Duration {
 }
 
 // procRSS is a process's resident set size from /proc/PID/status.
-func procRSS(pid int) int64 {
+func procRSS(pid int) int64 { return procStatus(pid, "VmRSS:") }
+
+// procPeakRSS is a process's high-water mark of resident set size (VmHWM): its peak RSS since it
+// started, which no sampling can miss.
+func procPeakRSS(pid int) int64 { return procStatus(pid, "VmHWM:") }
+
+func procStatus(pid int, field string) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
 	}
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10
 		}
@@ -444,6 +496,7 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		return nil, err
 	}
 	defer e.close()
+	rep.Budget, _ = strconv.ParseInt(e.cd.logged("max_inflight_body_bytes"), 10, 64)
 	if o.HugeOnly {
 		rep.Nginx = "not run: --huge-only (nginx has no peak-RSS row)"
 	} else if e.nginx, rep.Nginx = startNginx(ctx, o.Nginx, "http://"+e.fake.addr); e.nginx != nil {
@@ -517,14 +570,8 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		clients[t].CloseIdleConnections()
 	}
 
-	huge := workload.Request(o.Huge, workload.BodyOptions{})
-	for _, n := range o.HugeConc {
-		for _, t := range []string{SideBare, SideCompactd} {
-			res := hugeBodies(ctx, e, t, huge, n)
-			rep.Huge = append(rep.Huge, res)
-			fmt.Fprintf(progress, "%d × %s bodies %-10s peak RSS %d MiB (before %d MiB), served %d, refused %d, other %d\n",
-				n, sizeName(o.Huge), t, res.RSSPeak>>20, res.RSSBefore>>20, res.Served, res.Refused, res.Bad)
-		}
+	if rep.Huge, err = hugeRows(ctx, e, o, dir, progress); err != nil {
+		return rep, err
 	}
 	rep.Machine.LoadEnd = loadAvg()
 	rep.LoadEnd = uptimeLoad()
@@ -594,69 +641,107 @@ func medianDur(v []time.Duration) time.Duration {
 	return time.Duration(median(f))
 }
 
-// hugeBodies sends n requests with body at once through target and samples the proxy process's
-// RSS every 10 ms until all are answered.
-func hugeBodies(ctx context.Context, e *sideEnv, target string, body []byte, n int) HugeResult {
-	pid := e.proxyPID(target)
-	res := HugeResult{Target: target, Conc: n, Size: len(body), RSSBefore: procRSS(pid)}
-	client := newClient(n)
-	defer client.CloseIdleConnections()
-	var peak atomic.Int64
-	peak.Store(res.RSSBefore)
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if v := procRSS(pid); v > peak.Load() {
-					peak.Store(v)
-				}
+// hugeRows runs the peak-RSS rows: for each concurrency, the bare proxy on /v1/responses (the
+// floor: it streams bodies through a fixed buffer), then compactd on every route of o.HugeRoutes,
+// each row in a process of its own, so that its high-water mark (VmHWM) is the row's peak.
+func hugeRows(ctx context.Context, e *sideEnv, o SideOptions, dir string, progress io.Writer) ([]HugeResult, error) {
+	bodies := map[string][]byte{}
+	for _, route := range o.HugeRoutes {
+		bodies[route] = hugeBody(route, o.Huge)
+	}
+	var out []HugeResult
+	row := 0
+	for _, n := range o.HugeConc {
+		targets := []struct{ target, route string }{{SideBare, "/v1/responses"}}
+		for _, route := range o.HugeRoutes {
+			targets = append(targets, struct{ target, route string }{SideCompactd, route})
+		}
+		for _, tr := range targets {
+			row++
+			var p *proc
+			var err error
+			up := "http://" + e.fake.addr
+			if tr.target == SideBare {
+				p, err = startProc(ctx, o.Binary, e.env, "bench", "bare-proxy", "--listen", "127.0.0.1:0", "--upstream", up)
+			} else {
+				p, err = startProc(ctx, e.serveBin, e.env, e.serveArgs(up, filepath.Join(dir, "huge-"+strconv.Itoa(row)), "off")...)
+			}
+			if err != nil {
+				return out, err
+			}
+			res := hugeBodies(ctx, p, tr.target, tr.route, bodies[tr.route], n)
+			p.stop()
+			out = append(out, res)
+			fmt.Fprintf(progress, "%d × %s %-26s %-10s budget %s: peak RSS %d MiB (at start %d MiB), served %d, refused %d, other %d %v; load %.2f\n",
+				n, sizeName(res.Size), tr.route, tr.target, fmtBytes(res.Budget), res.RSSPeak>>20, res.RSSBefore>>20, res.Served, res.Refused, res.Bad, res.Other, loadAvg())
+			if err := ctx.Err(); err != nil {
+				return out, err
 			}
 		}
-	}()
+	}
+	return out, nil
+}
+
+// hugeBodies sends n requests with body to route at once through the process p, and reads its
+// peak RSS once all are answered.
+func hugeBodies(ctx context.Context, p *proc, target, route string, body []byte, n int) HugeResult {
+	res := HugeResult{Target: target, Route: route, Conc: n, Size: len(body), RSSBefore: procRSS(p.pid()), Other: map[string]int{}}
+	res.Budget, _ = strconv.ParseInt(p.logged("max_inflight_body_bytes"), 10, 64)
+	client := newClient(n)
+	defer client.CloseIdleConnections()
+	anthropic := strings.HasPrefix(route, "/v1/messages")
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			status, respBody := post(ctx, client, e.url(target, nil)+"/v1/responses", body)
+			status, h, respBody := postHeaders(ctx, client, "http://"+p.addr+route, body)
+			refused := status == http.StatusServiceUnavailable && h.Get("Retry-After") != "" &&
+				(!anthropic && gjson.GetBytes(respBody, "error.code").Str == "server_overloaded" ||
+					anthropic && gjson.GetBytes(respBody, "type").Str == "error" && gjson.GetBytes(respBody, "error.type").Str == "overloaded_error")
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case status == http.StatusOK:
 				res.Served++
-			case status == http.StatusServiceUnavailable && gjson.GetBytes(respBody, "error.code").Str == "server_overloaded":
+			case refused:
 				res.Refused++
 			default:
 				res.Bad++
+				k := strconv.Itoa(status)
+				if status == 0 {
+					k = "error"
+				}
+				res.Other[k]++
 			}
 		})
 	}
 	wg.Wait()
-	close(stop)
-	<-sampled
-	res.RSSPeak = max(peak.Load(), procRSS(pid))
+	res.RSSPeak = procPeakRSS(p.pid())
 	return res
 }
 
 func post(ctx context.Context, c *http.Client, url string, body []byte) (int, []byte) {
+	status, _, b := postHeaders(ctx, c, url, body)
+	return status, b
+}
+
+// postHeaders posts body as both SDKs would (either API's credentials and version header) and
+// returns the answer's status, headers and the first MiB of its body.
+func postHeaders(ctx context.Context, c *http.Client, url string, body []byte) (int, http.Header, []byte) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil
+		return 0, nil, nil
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer sk-bench")
+	req.Header.Set("X-Api-Key", "sk-ant-bench")
+	req.Header.Set("Anthropic-Version", "2023-06-01")
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, nil
+		return 0, nil, nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }

@@ -304,11 +304,19 @@ func TestBareProxyStreams(t *testing.T) {
 // no mention of the processes it did not start.
 func TestSideMarkdownHugeOnly(t *testing.T) {
 	r := &SideReport{Options: SideQuick(), Targets: slices3(false), Nginx: "not run: --huge-only (nginx has no peak-RSS row)",
-		Huge: []HugeResult{{Target: SideCompactd, Conc: 4, Size: 1 << 20, RSSBefore: 1 << 20, RSSPeak: 2 << 20, Served: 4}}}
+		Huge: []HugeResult{{Target: SideCompactd, Route: "/v1/messages", Conc: 4, Size: 1 << 20, Budget: 4 << 20, RSSBefore: 1 << 20, RSSPeak: 2 << 20, Served: 3, Refused: 1},
+			{Target: SideCompactd, Route: "/v1/chat/completions", Conc: 4, Size: 1 << 20, Budget: 4 << 20, RSSBefore: 1 << 20, RSSPeak: 200 << 20, Served: 3, Bad: 1, Other: map[string]int{"502": 1}}}}
 	var buf bytes.Buffer
 	r.Markdown(&buf)
 	md := buf.String()
 	CheckTables(t, md, 2)
+	for _, want := range []string{"| 4 × 1MB | /v1/messages | compactd | 4.0 MB | 1.0 MB | 2.0 MB | 104.0 MB | 3 | 1 | 0 |",
+		"| 1 map[502:1] |", "4 × 1MB on /v1/messages: peak RSS ≤ budget + 100 MiB, every request served or refused in dialect | peak 2.0 MB (limit 104.0 MB), 3 served, 1 refused, 0 other | yes |",
+		"4 × 1MB on /v1/chat/completions: peak RSS ≤ budget + 100 MiB, every request served or refused in dialect | peak 200.0 MB (limit 104.0 MB), 3 served, 0 refused, 1 other | **no** |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("huge-only report lacks %q:\n%s", want, md)
+		}
+	}
 	for _, avoid := range []string{"| path | conns |", "second compactd serve", "nginx (master and workers)", "Recall row"} {
 		if strings.Contains(md, avoid) {
 			t.Errorf("huge-only report has %q:\n%s", avoid, md)

@@ -26,11 +26,15 @@ var bufferedRoutes = []struct {
 	{"/v1/responses/compact", false, false}, // summarises (and the test summariser fails)
 	{"/v1/messages", true, true},
 	{"/v1/messages/count_tokens", true, true},
+	{"/v1/chat/completions", false, true}, // reserved nothing before issue 22
 }
 
 // budgetBody is a valid request for path, padded with an unknown field to about size bytes.
 func budgetBody(path string, size int) string {
 	head := `{"model":"m","input":"hi","pad":"`
+	if path == "/v1/chat/completions" {
+		head = `{"model":"m","messages":[{"role":"user","content":"hi"}],"pad":"`
+	}
 	if strings.HasPrefix(path, "/v1/messages") {
 		head = `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"pad":"`
 	}
@@ -79,6 +83,9 @@ func TestInflightBudgetRefusesInDialect(t *testing.T) {
 		}
 		// Under the budget, three in a row whose sum is past it: each one's share was released.
 		small := budgetBody(rt.path, testBudget/2)
+		if rt.path == "/v1/responses/compact" {
+			small = budgetBody(rt.path, testBudget/8) // compacting, it reserves three times its body
+		}
 		for i := range 3 {
 			rec.reset()
 			res := rawExchange(t, addr, "POST", request("POST", rt.path, "Content-Type: application/json", "Content-Length: "+strconv.Itoa(len(small))), strings.NewReader(small))
@@ -213,5 +220,24 @@ func TestSSEFlushedEventByEvent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A request that would reserve more than the whole budget (a compact body over a third of it:
+// compacting, the route reserves three times its body) reserves all of it and is served alone,
+// rather than refused "retry shortly" forever.
+func TestInflightBudgetLargestCompactRunsAlone(t *testing.T) {
+	rec := newRecorder(t)
+	addr := newGateProxy(t, rec, func(c *proxy.Config) { c.MaxInflightBodyBytes = testBudget })
+	body := budgetBody("/v1/responses/compact", testBudget*3/4)
+	for _, framing := range []string{"Content-Length: " + strconv.Itoa(len(body)), "Transfer-Encoding: chunked"} {
+		b := body
+		if strings.HasPrefix(framing, "Transfer") {
+			b = chunked(body)
+		}
+		res := rawExchange(t, addr, "POST", request("POST", "/v1/responses/compact", "Content-Type: application/json", framing), strings.NewReader(b))
+		if res.status == http.StatusServiceUnavailable {
+			t.Errorf("%s: a compact body of three quarters of the budget, alone: 503 %s", framing, res.body)
+		}
 	}
 }

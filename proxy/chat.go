@@ -153,6 +153,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 			Auth: s.summariserAuth(r), Units: units, Prefix: func(n int) []api.Item { items, _ := api.ChatItems(msgs[:n]); return items },
 			Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		if v.prev != nil {
+			if !s.holdRebuild(r) {
+				s.budgetRefused(w, dialectChat) // the remembered compaction applied: a body-sized rebuild
+				return
+			}
 			if d := s.chatRecallFor(r.Context(), req, v.prev, nil); d != nil {
 				s.forwardChatRecall(w, r, nil, d, chatRaw(v.msgs)) // recall_chat.go
 				return
@@ -288,8 +292,8 @@ func forwardChat(w http.ResponseWriter, r *http.Request, rp http.Handler, t *tur
 	rp.ServeHTTP(rw, out)
 }
 
-// modifyChatResponse passes every response through untouched, except on a stream compactd
-// committed itself (keep-alives while the summariser ran): there the upstream's status can no
+// modifyChatResponse passes every response through untouched (a stream but for the event cap,
+// guardPassThrough), except on a stream compactd committed itself (keep-alives while the summariser ran): there the upstream's status can no
 // longer be sent, so an upstream error becomes the stream's error chunk, and a JSON answer to
 // the streamed request (which cannot follow the stream's comments) a 502 error chunk.
 func (s *Server) modifyChatResponse(resp *http.Response) error {
@@ -298,6 +302,8 @@ func (s *Server) modifyChatResponse(resp *http.Response) error {
 		// A turn compactd compacted: a stream that breaks off before [DONE] ends with an error
 		// chunk, not a cut that looks like a short answer.
 		guardChatStream(resp, false)
+	} else {
+		guardPassThrough(resp, dialectChat) // the event cap, nothing else
 	}
 	if t == nil || !t.committed {
 		return nil

@@ -205,6 +205,11 @@ func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactI
 // failure policy, the turn goes on uncompacted). answered reports that the client has been
 // answered; a nil compaction without answered means the turn goes on uncompacted.
 func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turn, trigger string, in compactIn) (c *compaction, answered bool) {
+	if !s.holdCompaction(r) {
+		s.metrics.budgetRefused()
+		s.budgetExceeded().writeTo(w, in.dialect, t)
+		return nil, true
+	}
 	var ka *keepAlive
 	if t.stream {
 		ka = startKeepAlive(w, s.cfg.KeepAlive, in.dialect.keepAlive)

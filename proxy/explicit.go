@@ -65,6 +65,10 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 // require one. A summary that came back no smaller than what it would replace is refused with
 // 400 compaction_not_smaller (compactionFailure).
 func (s *Server) runExplicit(r *http.Request, trigger string, req *api.ResponsesRequest, items []api.Item, prev *engine.Opened) (*compaction, *routeError) {
+	if !s.holdCompaction(r) {
+		s.metrics.budgetRefused()
+		return nil, s.budgetExceeded()
+	}
 	total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, 0)
 	c, err := s.compactItems(r.Context(), r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev, conversation: conversationID(r, req.PromptCacheKey, prev), allowEmpty: true})
 	if err != nil {
@@ -135,6 +139,10 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 		return event(b, "response.output_item.added", map[string]any{
 			"output_index": 0, "item": json.RawMessage(api.CompactionItem(itemID, "")),
 		})
+	}
+	if !s.holdCompaction(r) {
+		s.budgetRefused(w, dialectOpenAI)
+		return
 	}
 	ka := startKeepAlive(w, s.cfg.KeepAlive, func(first bool) []byte {
 		var b []byte

@@ -183,6 +183,10 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if !compacted && !s.holdRebuild(r) {
+		s.budgetRefused(w, dialectAnthropic) // a body-sized rewrite, beside the body
+		return
+	}
 	var changes []api.Member
 	if changed {
 		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.RawMessages(msgs))})
@@ -343,6 +347,15 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		before, _ := s.cfg.Counter.Request(req.System, api.CountItems(req.Messages), req.Tools, 0)
 		after, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, 0)
 		mt.removed = max(0, before-after)
+	}
+	if req.Compaction == nil && !changed && req.ContextManagement == nil {
+		// Nothing to take out or change: the body goes as it came, not as a copy of itself.
+		s.forwardMessages(w, r, mt, req.Body)
+		return
+	}
+	if !s.holdRebuild(r) {
+		s.budgetRefused(w, dialectAnthropic) // a body-sized rewrite, beside the body
+		return
 	}
 	changes := []api.Member{{Key: "compaction", Value: nil}}
 	if changed {

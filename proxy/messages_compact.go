@@ -281,6 +281,10 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 		s.writeAnthropicError(w, nil, nothing)
 		return
 	}
+	if !s.holdCompaction(r) {
+		s.budgetRefused(w, dialectAnthropic)
+		return
+	}
 	var ka *keepAlive
 	if req.Stream {
 		ka = startKeepAlive(w, s.cfg.KeepAlive, dialectAnthropic.keepAlive)

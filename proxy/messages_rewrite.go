@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -19,15 +20,17 @@ import (
 // modifyMessagesResponse rewrites an Anthropic upstream response for a turn compactd changed:
 // the compaction block goes to content[0] (JSON) or is streamed as block 0 with the upstream's
 // blocks re-indexed (SSE); usage gains iterations; applied edits are reported; a count_tokens
-// answer gains original_input_tokens. Pass-through responses (no msgTurn) are not touched, nor
-// are upstream errors, unless compactd already committed a stream, when the upstream's error
-// body becomes an SSE error event.
+// answer gains original_input_tokens. Pass-through responses (no msgTurn) are not touched but
+// for the event cap on a stream (guardPassThrough), nor are upstream errors, unless compactd
+// already committed a stream, when the upstream's error body becomes an SSE error event.
 func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 	mt := msgTurnFrom(resp.Request)
 	if mt != nil {
 		// A broken upstream stream ends in an error event, not a cut; on a turn compactd
 		// rewrites, so does an event that is not JSON.
 		guardMessagesStream(resp, mt.rewrites())
+	} else {
+		guardPassThrough(resp, dialectAnthropic) // the event cap, nothing else
 	}
 	if mt == nil || !mt.rewrites() {
 		return nil
@@ -174,14 +177,15 @@ func iterationsJSON(u summarizer.Usage, message []byte) []byte {
 // content, one compaction_delta, content_block_stop), shifts every later block index by one,
 // and completes message_delta's usage with iterations and context_management with applied
 // edits. Nothing is buffered beyond the event being rewritten; pings and unknown events pass
-// untouched.
+// untouched, and the block events, which carry the text, are spliced rather than copied.
 type msgSSERewriter struct {
 	mt *msgTurn
 
 	startUsage gjson.Result
 	model      string
-	buf        []byte // the rendering of the current event, when it changed
-	scratch    []byte // the current event's new data
+	after      []byte // the compaction block's events, after message_start
+	scratch    []byte // the lines before the current event's data, when it changed
+	edits      []splice
 }
 
 func newMsgSSERewriter(body io.ReadCloser, mt *msgTurn) *eventRewriter {
@@ -191,31 +195,34 @@ func newMsgSSERewriter(body io.ReadCloser, mt *msgTurn) *eventRewriter {
 	})
 }
 
-// rewrite rewrites one event: it returns ev.Raw when nothing changes, else the new rendering
-// (valid until the next event).
-func (r *msgSSERewriter) rewrite(ev *sse.Event, data []byte) []byte {
+// rewrite rewrites one event: it appends ev.Raw when nothing changes, else the pieces of its new
+// rendering (valid until the next event).
+func (r *msgSSERewriter) rewrite(out [][]byte, ev *sse.Event, data []byte) [][]byte {
 	if len(data) == 0 {
-		return ev.Raw
+		return append(out, ev.Raw)
 	}
-	v := gjson.ParseBytes(data)
-	newData := data
-	var after []byte
+	v := parseAlias(data) // its strings are data's: cloned where they outlive the event
 	switch v.Get("type").Str {
 	case "message_start":
-		r.startUsage = gjson.Parse(v.Get("message.usage").Raw)
-		r.model = v.Get("message.model").Str
+		r.startUsage = gjson.Parse(strings.Clone(v.Get("message.usage").Raw))
+		r.model = strings.Clone(v.Get("message.model").Str)
+		out = append(out, ev.Raw)
 		if r.mt.block != nil {
-			after = compactionBlockEvents(nil, r.mt.summary, r.mt.ecStr, "")
+			r.after = compactionBlockEvents(r.after[:0], r.mt.summary, r.mt.ecStr, "")
+			out = append(out, r.after)
 		}
+		return out
 	case "content_block_start", "content_block_delta", "content_block_stop":
-		if idx := v.Get("index"); r.mt.block != nil && idx.Index > 0 {
-			// splice the number in place: these are most of a stream's events
-			newData = append(r.scratch[:0], data[:idx.Index]...)
-			newData = strconv.AppendInt(newData, idx.Int()+1, 10)
-			newData = append(newData, data[idx.Index+len(idx.Raw):]...)
-			r.scratch = newData
+		// These are most of a stream's events, and they carry its text: the index is spliced in.
+		if idx := v.Get("index"); r.mt.block != nil {
+			if e, ok := numberAt(idx, idx.Int()+1); ok {
+				r.edits = append(r.edits[:0], e)
+				return spliceEvent(out, &r.scratch, ev, data, r.edits)
+			}
 		}
 	case "message_delta":
+		// One small event (usage and the stop reason), edited as a whole.
+		newData := data
 		if r.mt.block != nil {
 			iters := iterationsJSON(r.mt.compUsage, messageIteration(r.startUsage, v.Get("usage"), r.model))
 			newData, _ = sjson.SetRawBytes(newData, "usage.iterations", iters)
@@ -223,19 +230,14 @@ func (r *msgSSERewriter) rewrite(ev *sse.Event, data []byte) []byte {
 		if len(r.mt.applied) > 0 {
 			newData, _ = sjson.SetRawBytes(newData, "context_management", api.AppliedEditsJSON(r.mt.applied))
 		}
-	}
-	if bytes.Equal(newData, data) {
-		if after == nil {
-			return ev.Raw
+		if !bytes.Equal(newData, data) {
+			changed := *ev
+			changed.Data = newData
+			r.scratch = sse.Append(r.scratch[:0], changed)
+			return append(out, r.scratch)
 		}
-		r.buf = append(r.buf[:0], ev.Raw...)
-	} else {
-		changed := *ev
-		changed.Data = newData
-		r.buf = sse.Append(r.buf[:0], changed)
 	}
-	r.buf = append(r.buf, after...)
-	return r.buf
+	return append(out, ev.Raw)
 }
 
 // compactionBlockEvents renders the compaction block as block 0 of a stream: start with null

@@ -28,6 +28,7 @@ type reqState struct {
 
 	body  *bodyTap   // nil for bodiless requests
 	guard *bodyGuard // the body's size and read-deadline guard (limits.go); nil for bodiless requests
+	hold  *hold      // the request's share of the in-flight budget (budget.go); nil outside it
 
 	// The storage of body, guard and the response writer instrument wraps: one allocation per
 	// request instead of four. Not pooled: the ReverseProxy's transport and the async work a

@@ -234,10 +234,12 @@ type recallDialect interface {
 	finalJSON(data []byte, visible [][]byte) []byte
 	// event reads one event of a streamed round (valid JSON data), following the round's content.
 	event(name string, data []byte) recallEvent
-	// reindex sets the output index of an evItem event.
-	reindex(data []byte, index int64) []byte
-	// render renders an event for the client.
-	render(name string, data []byte) []byte
+	// reindex is the edit that sets the output index of an evItem event (ok false: it has that
+	// index already, or none).
+	reindex(data []byte, index int64) (e splice, ok bool)
+	// render appends the pieces of an event for the client, its data edited by edits (reindex's),
+	// without copying the data (spliceEvent): a large event is relayed, not duplicated.
+	render(out [][]byte, name string, data []byte, edits []splice) [][]byte
 	// compacted reports whether the turn compacted; prelude then renders the compaction unit,
 	// which the stream carries at index 0.
 	compacted() bool
@@ -384,10 +386,18 @@ func copyHeader(dst, src http.Header) {
 	}
 }
 
-// heldEvent is an event held back until its round ends.
+// heldEvent is an event held back until its round ends: a copy of its data (the reader's bytes
+// are the next event's by then), and the edit that renumbers it.
 type heldEvent struct {
-	name string
-	data []byte
+	name    string
+	data    []byte
+	edit    splice
+	renamed bool // edit applies
+}
+
+// renderBytes is d.render as one slice, for the few events compactd builds itself.
+func renderBytes(d recallDialect, name string, data []byte) []byte {
+	return bytes.Join(d.render(nil, name, data, nil), nil)
 }
 
 // streamRecall is runRecall for SSE. Each round's events are relayed as they arrive, renumbered
@@ -397,14 +407,26 @@ type heldEvent struct {
 func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d recallDialect, committed bool) {
 	rc := http.NewResponseController(w)
 	headersSent := committed
-	write := func(b []byte) bool {
-		if len(b) == 0 {
-			return true
+	writePieces := func(bs [][]byte) bool {
+		wrote := false
+		for _, b := range bs {
+			if len(b) == 0 {
+				continue
+			}
+			if _, err := w.Write(b); err != nil {
+				return false
+			}
+			wrote = true
 		}
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+		return !wrote || rc.Flush() == nil
+	}
+	write := func(b []byte) bool { return writePieces([][]byte{b}) }
+	var pieces [][]byte // the current event's, reused
+	var edits []splice
+	relay := func(name string, data []byte, es []splice) bool {
+		clear(pieces)
+		pieces = d.render(pieces[:0], name, data, es)
+		return writePieces(pieces)
 	}
 	fail := func(f recallFailure) {
 		if f.why != "" {
@@ -489,14 +511,14 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 				stopped = true
 			case evStart:
 				if round == 0 {
-					ok = write(d.render(ev.Name, e.data))
+					ok = relay(ev.Name, e.data, nil)
 				}
 			case evError:
-				write(d.render(ev.Name, e.data))
+				relay(ev.Name, e.data, nil)
 				resp.Body.Close()
 				return
 			case evPass:
-				ok = write(d.render(ev.Name, e.data))
+				ok = relay(ev.Name, e.data, nil)
 			case evItem:
 				if !injected {
 					injected = true
@@ -519,12 +541,16 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 				if hidden[e.index] || !known {
 					continue // a recall call's, or of a unit that never opened
 				}
-				data := d.reindex(e.data, n)
+				edit, renamed := d.reindex(e.data, n)
 				if holding {
-					held = append(held, heldEvent{ev.Name, append([]byte(nil), data...)})
+					held = append(held, heldEvent{ev.Name, bytes.Clone(e.data), edit, renamed})
 					continue
 				}
-				ok = write(d.render(ev.Name, data))
+				edits = edits[:0]
+				if renamed {
+					edits = append(edits, edit)
+				}
+				ok = relay(ev.Name, e.data, edits)
 			}
 		}
 		resp.Body.Close()
@@ -547,10 +573,15 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 			if !injected {
 				write(d.prelude())
 			}
-			for _, h := range held {
-				if !write(d.render(h.name, h.data)) {
+			for i, h := range held {
+				edits = edits[:0]
+				if h.renamed {
+					edits = append(edits, h.edit)
+				}
+				if !relay(h.name, h.data, edits) {
 					return
 				}
+				held[i] = heldEvent{} // written: its bytes may go
 			}
 			write(d.finalStream(appendVisible(visible, items, len(items))))
 			return

@@ -37,6 +37,7 @@ import (
 
 // chatRecall is the Chat Completions dialect of one recall turn.
 type chatRecall struct {
+	scratch  []byte // the lines before an event's data
 	s        *Server
 	rt       *recallTurn
 	req      *api.ChatRequest
@@ -183,9 +184,9 @@ func (d *chatRecall) finalJSON(data []byte, visible [][]byte) []byte {
 }
 
 func (d *chatRecall) event(_ string, data []byte) recallEvent {
-	v := gjson.ParseBytes(data)
+	v := parseAlias(data) // its strings are data's: cloned where they outlive the event
 	if d.id == "" {
-		d.id = v.Get("id").Str
+		d.id = strings.Clone(v.Get("id").Str)
 	}
 	if v.Get("error").Exists() {
 		return recallEvent{kind: evError, data: data}
@@ -216,12 +217,12 @@ func (d *chatRecall) event(_ string, data []byte) recallEvent {
 		}
 		c := d.calls[k]
 		if id := tc.Get("id").Str; id != "" {
-			c.id = id
+			c.id = strings.Clone(id)
 		}
 		if typ := tc.Get("type").Str; typ != "" {
-			c.typ = typ
+			c.typ = strings.Clone(typ)
 		}
-		c.name += tc.Get("function.name").Str
+		c.name += strings.Clone(tc.Get("function.name").Str) // "" + s would be s itself
 		c.args.WriteString(tc.Get("function.arguments").Str)
 		if first {
 			first = false
@@ -263,18 +264,20 @@ func hasOtherDelta(delta gjson.Result) bool {
 // reindex is the identity: a Chat chunk has no unit index, and the tool calls the client gets
 // are those of the final round, numbered as the upstream numbered them (a round that called the
 // recall tool reaches the client only up to its first tool call).
-func (d *chatRecall) reindex(data []byte, _ int64) []byte { return data }
+func (d *chatRecall) reindex([]byte, int64) (splice, bool) { return splice{}, false }
 
 // render gives the chunk the first round's id, and takes usage out when the client did not ask
 // for it (compactd asked the upstream for it).
-func (d *chatRecall) render(_ string, data []byte) []byte {
-	if id := gjson.GetBytes(data, "id"); id.Exists() && id.Str != d.id && d.id != "" {
-		data, _ = sjson.SetBytes(data, "id", d.id)
+func (d *chatRecall) render(out [][]byte, _ string, data []byte, edits []splice) [][]byte {
+	if id := getAlias(data, "id"); id.Exists() && id.Str != d.id && d.id != "" && id.Index > 0 {
+		edits = append(edits, splice{from: id.Index, to: id.Index + len(id.Raw), with: api.AppendString(nil, d.id)})
 	}
-	if !d.hasUsage && gjson.GetBytes(data, "usage").Exists() {
-		data, _ = sjson.DeleteBytes(data, "usage")
+	if !d.hasUsage && getAlias(data, "usage").Exists() {
+		// The usage chunk, or a chunk that carries usage: small, edited as a whole.
+		data, _ = sjson.DeleteBytes(applySplices(data, edits), "usage")
+		edits = nil
 	}
-	return sse.AppendEvent(nil, "", data)
+	return spliceEvent(out, &d.scratch, &sse.Event{}, data, edits)
 }
 
 // compacted is false: a Chat compaction has no unit on the wire.
@@ -329,7 +332,7 @@ func (d *chatRecall) finalStream(visible [][]byte) []byte {
 	if gjson.GetBytes(fin, "usage").IsObject() {
 		fin, _ = sjson.SetRawBytes(fin, "usage", d.usage.object(gjson.GetBytes(fin, "usage")))
 	}
-	out := d.render("", fin)
+	out := renderBytes(d, "", fin)
 	// An upstream that ignores include_usage reports nothing, and neither does compactd.
 	if d.hasUsage && d.sawUsage && !gjson.GetBytes(fin, "usage").IsObject() {
 		u := d.usageRaw
@@ -337,7 +340,7 @@ func (d *chatRecall) finalStream(visible [][]byte) []byte {
 			u, _ = sjson.SetRawBytes(fin, "choices", []byte("[]"))
 		}
 		u, _ = sjson.SetRawBytes(u, "usage", d.usage.object(gjson.GetBytes(u, "usage")))
-		out = append(out, d.render("", u)...)
+		out = append(out, renderBytes(d, "", u)...)
 	}
 	return sse.AppendEvent(out, "", doneMarker)
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -27,12 +26,13 @@ import (
 
 // messagesRecall is the Messages dialect of one recall turn.
 type messagesRecall struct {
-	s     *Server
-	rt    *recallTurn
-	base  *api.MessagesRequest // the body compactd would have forwarded
-	mt    *msgTurn
-	msgs  [][]byte // the upstream messages so far
-	tools []byte   // the client's tools and the recall tool
+	scratch []byte // the lines before an event's data
+	s       *Server
+	rt      *recallTurn
+	base    *api.MessagesRequest // the body compactd would have forwarded
+	mt      *msgTurn
+	msgs    [][]byte // the upstream messages so far
+	tools   []byte   // the client's tools and the recall tool
 
 	// The sums over the rounds.
 	input, output, cacheCreation, cacheRead, eph5m, eph1h int64
@@ -275,11 +275,11 @@ func (d *messagesRecall) finalJSON(data []byte, visible [][]byte) []byte {
 }
 
 func (d *messagesRecall) event(_ string, data []byte) recallEvent {
-	v := gjson.ParseBytes(data)
+	v := parseAlias(data) // its strings are data's: cloned where they outlive the event
 	switch v.Get("type").Str {
 	case "message_start":
-		d.startUsage = gjson.Parse(v.Get("message.usage").Raw)
-		d.model = v.Get("message.model").Str
+		d.startUsage = gjson.Parse(strings.Clone(v.Get("message.usage").Raw))
+		d.model = strings.Clone(v.Get("message.model").Str)
 		d.blocks, d.delta, d.stop = d.blocks[:0], nil, nil
 		return recallEvent{kind: evStart, data: data}
 	case "content_block_start":
@@ -347,19 +347,16 @@ func (b *streamBlock) raw() []byte {
 	return out
 }
 
-func (d *messagesRecall) reindex(data []byte, index int64) []byte {
-	idx := gjson.GetBytes(data, "index")
-	if idx.Index <= 0 || idx.Int() == index {
-		return data
+func (d *messagesRecall) reindex(data []byte, index int64) (splice, bool) {
+	idx := getAlias(data, "index")
+	if idx.Int() == index {
+		return splice{}, false
 	}
-	out := make([]byte, 0, len(data)+4)
-	out = append(out, data[:idx.Index]...)
-	out = strconv.AppendInt(out, index, 10)
-	return append(out, data[idx.Index+len(idx.Raw):]...)
+	return numberAt(idx, index)
 }
 
-func (d *messagesRecall) render(name string, data []byte) []byte {
-	return sse.AppendEvent(nil, name, data)
+func (d *messagesRecall) render(out [][]byte, name string, data []byte, edits []splice) [][]byte {
+	return spliceEvent(out, &d.scratch, &sse.Event{Name: name}, data, edits)
 }
 
 func (d *messagesRecall) compacted() bool { return d.mt.block != nil }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -29,6 +30,8 @@ type responsesRecall struct {
 	usage usageSum
 	seq   int          // the client's next sequence number
 	final gjson.Result // the round's response.completed (or .incomplete) event
+	// scratch holds the lines before an event's data, and its sequence number.
+	scratch []byte
 }
 
 // recallFor returns the recall state for a Responses turn, or nil when recall does not apply
@@ -135,7 +138,7 @@ func (d *responsesRecall) event(_ string, data []byte) recallEvent {
 	case "response.created", "response.in_progress", "response.queued":
 		return recallEvent{kind: evStart, data: d.hideTool(data, "response.tools")}
 	case "response.completed", "response.incomplete":
-		d.final = gjson.ParseBytes(append([]byte(nil), data...))
+		d.final = gjson.Parse(string(data)) // kept past the event: a copy
 		return recallEvent{kind: evStop}
 	case "error", "response.failed":
 		return recallEvent{kind: evError, data: d.hideTool(data, "response.tools")}
@@ -152,19 +155,24 @@ func (d *responsesRecall) event(_ string, data []byte) recallEvent {
 	return e
 }
 
-func (d *responsesRecall) reindex(data []byte, index int64) []byte {
-	if gjson.GetBytes(data, "output_index").Int() == index {
-		return data
+func (d *responsesRecall) reindex(data []byte, index int64) (splice, bool) {
+	oi := getAlias(data, "output_index")
+	if oi.Int() == index {
+		return splice{}, false
 	}
-	data, _ = sjson.SetBytes(data, "output_index", index)
-	return data
+	return numberAt(oi, index)
 }
 
 // render numbers the event in the client's sequence.
-func (d *responsesRecall) render(name string, data []byte) []byte {
-	data, _ = sjson.SetBytes(data, "sequence_number", d.seq)
+func (d *responsesRecall) render(out [][]byte, name string, data []byte, edits []splice) [][]byte {
+	if e, ok := numberAt(getAlias(data, "sequence_number"), int64(d.seq)); ok {
+		edits = append(edits, e)
+	} else { // an event without one: it gets one (a copy, of an event that has no number)
+		data, _ = sjson.SetBytes(applySplices(data, edits), "sequence_number", d.seq)
+		edits = nil
+	}
 	d.seq++
-	return sse.AppendEvent(nil, name, data)
+	return spliceEvent(out, &d.scratch, &sse.Event{Name: name}, data, edits)
 }
 
 func (d *responsesRecall) compacted() bool { return d.t.item != nil }
@@ -185,10 +193,11 @@ func (d *responsesRecall) streamRound() ([]recallItem, string) {
 }
 
 func (d *responsesRecall) finalStream(visible [][]byte) []byte {
-	data := withOutput([]byte(d.final.Raw), "response.output", d.withCompaction(visible))
+	// withOutput builds a new event; d.final's bytes are only read.
+	data := withOutput(unsafe.Slice(unsafe.StringData(d.final.Raw), len(d.final.Raw)), "response.output", d.withCompaction(visible))
 	data = d.usage.apply(data, "response.usage")
 	data = d.hideTool(data, "response.tools")
-	return d.render(gjson.GetBytes(data, "type").Str, data)
+	return renderBytes(d, gjson.GetBytes(data, "type").Str, data)
 }
 
 func (d *responsesRecall) answer(items []recallItem, results []string) {

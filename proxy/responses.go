@@ -144,7 +144,12 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if rt := s.recallFor(r.Context(), req, prev, c); rt != nil {
+	rt := s.recallFor(r.Context(), req, prev, c)
+	if c == nil && (rt != nil || changed || req.ContextManagement != nil || s.cfg.StripCodexFields) && !s.holdRebuild(r) {
+		s.budgetRefused(w, dialectOpenAI) // a body-sized rebuild, beside the body
+		return
+	}
+	if rt != nil {
 		s.forwardRecall(w, r, t, rt, rawItems(items, s.cfg.StripCodexFields))
 		return
 	}

@@ -182,15 +182,17 @@ var dataPrefix = []byte("data:")
 // sseRewriter streams an upstream Responses SSE body through, one event at a time: it injects the
 // compaction item's output_item.added/done pair after response.created/in_progress, shifts every
 // later output_index by one, keeps sequence numbers monotonic, and puts the item in the final
-// response object's output. Nothing is buffered beyond the event being rewritten; an event it
-// leaves alone goes on byte for byte.
+// response object's output. Nothing is buffered beyond the event being rewritten, and nothing of
+// it is copied: an event it leaves alone goes on byte for byte, one it changes is spliced.
 type sseRewriter struct {
 	t *turn
 
 	injected bool
 	shift    int    // added to output_index once the item is in
 	seqDelta int    // added to sequence_number once the item is in
-	buf      []byte // the rendering of the current event, when it changed
+	pre      []byte // the injected events, before the event they precede
+	scratch  []byte // the lines before the current event's data, when it changed
+	edits    []splice
 }
 
 func newSSERewriter(body io.ReadCloser, t *turn) *eventRewriter {
@@ -200,52 +202,49 @@ func newSSERewriter(body io.ReadCloser, t *turn) *eventRewriter {
 	})
 }
 
-// rewriteEvent rewrites one event: it returns ev.Raw when nothing changes, else the new
-// rendering (valid until the next event).
-func (r *sseRewriter) rewriteEvent(ev *sse.Event, data []byte) []byte {
+// rewriteEvent rewrites one event: it appends ev.Raw when nothing changes, else the pieces of
+// its new rendering (valid until the next event).
+func (r *sseRewriter) rewriteEvent(out [][]byte, ev *sse.Event, data []byte) [][]byte {
 	if len(data) == 0 || data[0] != '{' {
-		return ev.Raw // a comment, keep-alive or [DONE]: pass through
+		return append(out, ev.Raw) // a comment, keep-alive or [DONE]: pass through
 	}
-	typ := gjson.GetBytes(data, "type").String()
-	var pre []byte
+	typ := eventType(data)
 	if !r.injected {
 		switch typ {
 		case "response.created", "response.in_progress", "error", "response.failed":
 			// Before the first output event the item goes in; a failing stream gets no item, so
 			// the client retries the whole turn.
-			r.t.observeSeq(data)
-			return ev.Raw
+			r.t.observeSeq(data, 0)
+			return append(out, ev.Raw)
 		}
-		pre = r.injectEvents(data)
+		r.pre = r.injectEvents(data)
+		out = append(out, r.pre)
 	}
-	newData := data
+	edits := r.edits[:0]
 	if r.seqDelta != 0 {
-		if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() {
-			newData, _ = sjson.SetBytes(newData, "sequence_number", sq.Int()+int64(r.seqDelta))
+		if sq := getAlias(data, "sequence_number"); sq.Exists() {
+			if e, ok := numberAt(sq, sq.Int()+int64(r.seqDelta)); ok {
+				edits = append(edits, e)
+			}
 		}
 	}
-	if oi := gjson.GetBytes(data, "output_index"); oi.Exists() {
-		newData, _ = sjson.SetBytes(newData, "output_index", oi.Int()+int64(r.shift))
-	}
-	if gjson.GetBytes(data, "response.output").IsArray() {
-		switch typ {
-		case "response.completed", "response.incomplete", "response.failed", "response.done":
-			newData, _ = api.PrependToArray(newData, "response.output", r.t.item)
+	if oi := getAlias(data, "output_index"); oi.Exists() {
+		if e, ok := numberAt(oi, oi.Int()+int64(r.shift)); ok {
+			edits = append(edits, e)
 		}
 	}
-	r.t.observeSeq(newData)
-	if len(pre) == 0 && bytes.Equal(newData, data) {
-		return ev.Raw
+	switch typ {
+	case "response.completed", "response.incomplete", "response.failed", "response.done":
+		if e, ok := prependAt(getAlias(data, "response.output"), r.t.item); ok {
+			edits = append(edits, e)
+		}
 	}
-	r.buf = append(r.buf[:0], pre...)
-	if bytes.Equal(newData, data) {
-		r.buf = append(r.buf, ev.Raw...)
-	} else {
-		changed := *ev
-		changed.Data = newData
-		r.buf = sse.Append(r.buf, changed)
+	r.edits = edits
+	r.t.observeSeq(data, r.seqDelta)
+	if len(edits) == 0 {
+		return append(out, ev.Raw)
 	}
-	return r.buf
+	return spliceEvent(out, &r.scratch, ev, data, edits)
 }
 
 // injectEvents renders the compaction item's added/done pair, numbered from the sequence number
@@ -276,11 +275,11 @@ func compactionItemEvents(dst []byte, itemID string, item []byte, outputIndex, s
 	return sse.AppendEvent(dst, "response.output_item.done", done)
 }
 
-// observeSeq remembers the next free sequence number and the response id, for errors compactd
-// has to append to a stream.
-func (t *turn) observeSeq(data []byte) {
-	if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() && int(sq.Int())+1 > t.seq {
-		t.seq = int(sq.Int()) + 1
+// observeSeq remembers the next free sequence number (the event's, data's own plus delta, and
+// one) and the response id, for errors compactd has to append to a stream.
+func (t *turn) observeSeq(data []byte, delta int) {
+	if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() && int(sq.Int())+delta+1 > t.seq {
+		t.seq = int(sq.Int()) + delta + 1
 	}
 	if t.responseID == "" {
 		if id := gjson.GetBytes(data, "response.id"); id.Exists() {

@@ -54,12 +54,20 @@ func eventsOf(body io.Reader) (src eventSource, trusted bool) {
 // With validate set (a turn compactd rewrites, whose rewriters would splice into broken JSON
 // blindly) an event whose data is not valid JSON within the depth bound ends the stream the
 // same way.
+//
+// With capOnly set (a Messages or Chat Completions request compactd passed through untouched)
+// the guard enforces the event cap alone: an event over maxSSEEvent still ends the stream with
+// the dialect's error event, so no pass-through holds more than one capped event, but however
+// else the upstream's stream ends — cut mid-event, reset, or without its terminal event, which
+// some Chat Completions backends never send — it ends so for the client too, as it would
+// without compactd in between.
 type streamGuard struct {
 	src      io.ReadCloser
 	rd       *sse.Reader
 	ctx      context.Context
 	d        dialect // whose terminal events end the stream normally
 	validate bool
+	capOnly  bool
 	// fail renders the closing error events, numbered from the next sequence number; why is ""
 	// when the stream broke off, else what was wrong with the upstream's event.
 	fail func(seq int, why string) []byte
@@ -102,6 +110,16 @@ func (g *streamGuard) nextEvent() (sse.Event, error) {
 		return sse.Event{}, g.err
 	}
 	ev, err := g.rd.Next()
+	if g.capOnly && !errors.Is(err, sse.ErrEventTooLong) {
+		if err != nil {
+			g.err = err
+			return sse.Event{}, err
+		}
+		if !ev.Terminated {
+			g.err = io.EOF // the stream's last bytes, passed on as they came
+		}
+		return ev, nil
+	}
 	switch {
 	case err == nil && ev.Terminated:
 		if why := g.observe(&ev); why != "" {
@@ -178,6 +196,18 @@ func guardStream(resp *http.Response, d dialect, validate bool, fail func(seq in
 	}
 	resp.Body = &streamGuard{src: resp.Body, rd: sse.NewReaderSize(resp.Body, maxSSEEvent),
 		ctx: resp.Request.Context(), d: d, validate: validate, fail: fail}
+}
+
+// guardPassThrough guards the stream of a Messages or Chat Completions request compactd
+// forwarded untouched: the event cap only (capOnly), ended with the dialect's error event.
+func guardPassThrough(resp *http.Response, d dialect) {
+	if !guardable(resp) {
+		return
+	}
+	resp.Body = &streamGuard{src: resp.Body, rd: sse.NewReaderSize(resp.Body, maxSSEEvent),
+		ctx: resp.Request.Context(), d: d, capOnly: true, fail: func(_ int, why string) []byte {
+			return d.errorEvent(invalidUpstream(d, false, why), nil)
+		}}
 }
 
 // guardable reports whether resp is a stream guardStream guards: a successful event stream.

@@ -11,6 +11,7 @@
 package workload
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -238,4 +239,133 @@ func Body(items [][]byte, o BodyOptions) []byte {
 // Request is Body(Items(size), o): a request of about size bytes.
 func Request(size int, o BodyOptions) []byte {
 	return Body(Items(size-len(tools)-300), o)
+}
+
+// The same agent session in the other two dialects, for the benchmarks of the Messages and Chat
+// Completions routes: each step's items become what Claude Code (Anthropic Messages) or an agent
+// on a local model (Chat Completions) would send for it, so the body has as many messages,
+// blocks and strings per byte as the Responses one.
+
+// itemParts is one Responses item, read back: its kind, role, text, call id, tool name and
+// arguments.
+type itemParts struct {
+	kind, role, text, callID, name, args string
+}
+
+func partsOf(item []byte) itemParts {
+	var v struct {
+		Type      string `json:"type"`
+		Role      string `json:"role"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+		Output    string `json:"output"`
+		Content   []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		Summary []struct {
+			Text string `json:"text"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal(item, &v); err != nil {
+		panic(err)
+	}
+	p := itemParts{kind: v.Type, role: v.Role, callID: v.CallID, name: v.Name, args: v.Arguments, text: v.Output}
+	for _, c := range v.Content {
+		p.text += c.Text
+	}
+	for _, s := range v.Summary {
+		p.text += s.Text
+	}
+	return p
+}
+
+// sessionBody renders the preamble and then steps 0, 1, … with render (which appends one item's
+// rendering and reports whether it rendered anything) until about size bytes, between head and
+// tail.
+func sessionBody(size int, head, tail string, render func(dst []byte, p itemParts) ([]byte, bool)) []byte {
+	b := make([]byte, 0, size+16<<10)
+	b = append(b, head...)
+	first := true
+	add := func(item []byte) {
+		at := len(b)
+		if !first {
+			b = append(b, ',')
+		}
+		var ok bool
+		if b, ok = render(b, partsOf(item)); !ok {
+			b = b[:at]
+			return
+		}
+		first = false
+	}
+	for _, it := range Preamble() {
+		add(it)
+	}
+	for i := 0; len(b) < size-len(tail); i++ {
+		for _, it := range Step(i) {
+			add(it)
+		}
+	}
+	return append(b, tail...)
+}
+
+// MessagesRequest is an Anthropic Messages request of about size bytes: the session's
+// instructions as the system prompt, user prompts as text, exec_command calls as tool_use blocks
+// and their outputs as tool_result blocks, the reasoning summaries as thinking blocks.
+func MessagesRequest(size int) []byte {
+	system := partsOf(Preamble()[0]).text
+	head := string(mustJSON(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 32000, "system": system}))
+	head = head[:len(head)-1] + `,"messages":[`
+	return sessionBody(size, head, `]}`, func(b []byte, p itemParts) ([]byte, bool) {
+		var m map[string]any
+		switch {
+		case p.kind == "message" && p.role == "developer":
+			return b, false // the system prompt
+		case p.kind == "message":
+			m = map[string]any{"role": p.role, "content": []any{map[string]any{"type": "text", "text": p.text}}}
+		case p.kind == "reasoning":
+			m = map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "thinking", "thinking": p.text, "signature": "sig" + p.text[:min(16, len(p.text))]}}}
+		case p.kind == "function_call":
+			m = map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "toolu_" + p.callID, "name": "Bash",
+				"input": json.RawMessage(p.args)}}}
+		case p.kind == "function_call_output":
+			m = map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "toolu_" + p.callID, "content": p.text}}}
+		default:
+			return b, false
+		}
+		return append(b, mustJSON(m)...), true
+	})
+}
+
+// CountTokensRequest is MessagesRequest as a count_tokens request (no max_tokens).
+func CountTokensRequest(size int) []byte {
+	b := MessagesRequest(size)
+	return bytes.Replace(b, []byte(`"max_tokens":32000,`), nil, 1)
+}
+
+// ChatRequest is a Chat Completions request of about size bytes: the instructions as the system
+// message, user and assistant messages, exec_command calls as assistant tool_calls and their
+// outputs as tool messages.
+func ChatRequest(size int) []byte {
+	head := `{"model":"qwen3-coder","stream":false,"messages":[`
+	return sessionBody(size, head, `],"tool_choice":"auto"}`, func(b []byte, p itemParts) ([]byte, bool) {
+		var m map[string]any
+		switch p.kind {
+		case "message":
+			role := p.role
+			if role == "developer" {
+				role = "system"
+			}
+			m = map[string]any{"role": role, "content": p.text}
+		case "function_call":
+			m = map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": p.callID, "type": "function",
+				"function": map[string]any{"name": p.name, "arguments": p.args}}}}
+		case "function_call_output":
+			m = map[string]any{"role": "tool", "tool_call_id": p.callID, "content": p.text}
+		default:
+			return b, false // reasoning: Chat Completions carries none back
+		}
+		return append(b, mustJSON(m)...), true
+	})
 }

@@ -49,3 +49,25 @@ func TestDeterministicAndDistinct(t *testing.T) {
 		t.Error("NewItem not distinct or not JSON")
 	}
 }
+
+// The Messages and Chat Completions bodies are valid JSON of about the size asked for, with many
+// messages (a session, not one huge string).
+func TestOtherDialects(t *testing.T) {
+	for _, size := range []int{64 << 10, 2 << 20} {
+		for name, body := range map[string][]byte{"messages": MessagesRequest(size), "count_tokens": CountTokensRequest(size), "chat": ChatRequest(size)} {
+			var req struct {
+				Messages  []json.RawMessage `json:"messages"`
+				MaxTokens int               `json:"max_tokens"`
+			}
+			if err := json.Unmarshal(body, &req); err != nil {
+				t.Fatalf("%s %d: invalid JSON: %v", name, size, err)
+			}
+			if len(body) < size*9/10 || len(body) > size+32<<10 || len(req.Messages) < size/(16<<10) {
+				t.Errorf("%s %d: %d bytes, %d messages", name, size, len(body), len(req.Messages))
+			}
+			if (name == "messages") != (req.MaxTokens > 0) {
+				t.Errorf("%s: max_tokens %d", name, req.MaxTokens)
+			}
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -101,7 +102,9 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	serveBinary := fs.String("serve-binary", "", "measure this compactd's serve instead (e.g. an older build; the fake upstream and the bare proxy still come from --binary)")
 	serveArgs := fs.String("serve-args", "", "extra flags for compactd serve, space-separated (e.g. \"--memory-limit 1GiB\")")
 	hugeOnly := fs.Bool("huge-only", false, "run only the peak-RSS rows (concurrent huge bodies)")
-	budget := fs.Int64("inflight-budget", o.InflightBudget, "compactd's --max-inflight-body-bytes in the run (0: do not pass the flag, for builds without it)")
+	hugeConc := fs.String("huge-conc", "", "concurrent bodies of the peak-RSS rows, comma-separated (default 50,100; --quick: 8)")
+	hugeRoutes := fs.String("huge-routes", "", "routes of the peak-RSS rows, comma-separated (default every route compactd parses)")
+	budget := fs.Int64("inflight-budget", o.InflightBudget, "compactd's --max-inflight-body-bytes in the run (0: do not pass the flag: serve's default, read from its startup log)")
 	nginx := fs.String("nginx", "", "the nginx executable of the nginx column (default: nginx in PATH; when there is none or it does not start, the column says \"not run\")")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -124,6 +127,25 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	o.ServeArgs, o.HugeOnly, o.Nginx = strings.Fields(*serveArgs), *hugeOnly, *nginx
 	if set["inflight-budget"] {
 		o.InflightBudget = *budget
+	}
+	if *hugeConc != "" {
+		o.HugeConc = nil
+		for _, f := range strings.Split(*hugeConc, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return usageErrorf("bench", "--huge-conc: %q is not a positive count", f)
+			}
+			o.HugeConc = append(o.HugeConc, n)
+		}
+	}
+	if *hugeRoutes != "" {
+		o.HugeRoutes = nil
+		for _, f := range strings.Split(*hugeRoutes, ",") {
+			if f = strings.TrimSpace(f); !slices.Contains(bench.HugeRoutes, f) {
+				return usageErrorf("bench", "--huge-routes: %q is not one of %s", f, strings.Join(bench.HugeRoutes, ", "))
+			}
+			o.HugeRoutes = append(o.HugeRoutes, f)
+		}
 	}
 	if o.Binary == "" {
 		exe, err := os.Executable()

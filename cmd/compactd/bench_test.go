@@ -128,7 +128,20 @@ func TestBenchSideBySideQuick(t *testing.T) {
 					t.Errorf("report has %q:\n%s", avoid, md)
 				}
 			}
+			// A peak-RSS row of compactd for every route it parses, each under its budget plus
+			// 100 MiB (8 bodies of 1 MiB against a 4 MiB budget).
+			for _, route := range []string{"/v1/responses", "/v1/responses/compact", "/v1/messages", "/v1/messages/count_tokens", "/v1/chat/completions"} {
+				if !strings.Contains(md, " | "+route+" | compactd | ") {
+					t.Errorf("no peak-RSS row for %s:\n%s", route, md)
+				}
+				if !strings.Contains(md, " on "+route+": peak RSS ≤ budget + 100 MiB") {
+					t.Errorf("no peak-RSS verdict for %s", route)
+				}
+			}
 			for line := range strings.Lines(md) {
+				if strings.Contains(line, ": peak RSS ≤ budget + 100 MiB") && !strings.HasSuffix(strings.TrimSpace(line), "| yes |") {
+					t.Errorf("a peak-RSS row over its bound: %s", line)
+				}
 				// The peak-RSS rows: each request is served or refused in the route's dialect, none
 				// fails otherwise (the last column).
 				if strings.Contains(line, " × ") && (strings.Contains(line, "| compactd |") || strings.Contains(line, "| bare proxy |")) && !strings.HasSuffix(strings.TrimSpace(line), "| 0 |") {

@@ -51,24 +51,37 @@ func (e *Event) HasData() bool { return e.Data != nil }
 // dispatch nothing) open the Raw of the event after them, and whatever follows the last blank
 // line comes back as a final unterminated event. So the Raws of a stream concatenate to the
 // stream, and a relay that passes every Raw it does not rewrite changes nothing.
+//
+// Holding an event costs about its size, once. An event stays where it was read: its Raw, and
+// its Data when one data line carries it (as in every JSON stream), are slices of the read
+// buffer, not copies of it. The buffer doubles up to bigEvent; an event longer than that is read
+// on in chunks of bigEvent bytes, joined into one Raw of its exact size when it ends, so a large
+// event neither leaves a buffer of up to twice its size behind nor costs every doubling on its
+// way there.
 type Reader struct {
-	src      io.Reader
-	buf      []byte
-	r, w     int   // unread bytes are buf[r:w]
-	srcErr   error // the error src returned; buf may still hold bytes before it
-	max      int
-	raw      []byte
-	b        builder
+	src    io.Reader
+	buf    []byte
+	r, w   int   // unread bytes are buf[r:w]
+	srcErr error // the error src returned; buf may still hold bytes before it
+	max    int
+	spill  [][]byte // the current event's first bytes, once it outgrew the buffer
+	end    eventEnd
+	b      builder
+	// started: the stream's first event has begun (only it may open with a byte-order mark).
 	started  bool
 	finished bool
 }
+
+// The read buffer starts at readBuffer bytes and doubles up to bigEvent; a longer event is read
+// on in chunks of bigEvent bytes. Variables only so a test can lower them.
+var readBuffer, bigEvent = 32 << 10, 1 << 20
 
 // NewReader reads r with the default event cap.
 func NewReader(r io.Reader) *Reader { return NewReaderSize(r, DefaultMaxEvent) }
 
 // NewReaderSize reads r, refusing events longer than max bytes.
 func NewReaderSize(r io.Reader, max int) *Reader {
-	return &Reader{src: r, buf: make([]byte, min(32<<10, max+1)), max: max}
+	return &Reader{src: r, buf: make([]byte, min(readBuffer, max+1)), max: max, b: builder{alias: true}}
 }
 
 // Next returns the next event. At the end of the stream it returns io.EOF; a stream that ends in
@@ -80,49 +93,189 @@ func (r *Reader) Next() (Event, error) {
 	if r.finished {
 		return Event{}, io.EOF
 	}
-	r.raw = r.raw[:0]
-	r.b.reset()
-	fields := false // a non-blank line went by: a blank line now dispatches
+	end := &r.end
+	*end = eventEnd{atStart: true, bom: !r.started, lines: end.lines[:0]}
+	r.started = true
+	start, scanned := r.r, r.r // the event is r.spill, then buf[start:]; buf[start:scanned] is scanned
+	spilled := 0
 	for {
-		line, err := r.line()
-		if len(line) > 0 {
-			r.raw = append(r.raw, line...)
-			if len(r.raw) > r.max {
-				r.finished = true
-				return Event{}, ErrEventTooLong
+		if n := end.scan(r.buf[scanned:r.w], spilled+scanned-start); n >= 0 {
+			r.r = scanned + n
+			if spilled+r.r-start > r.max {
+				return r.tooLong()
 			}
-			body := trimEOL(line)
-			if !r.started {
-				r.started = true
-				body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
-			}
-			if len(body) == 0 {
-				if fields {
-					return r.b.event(r.raw, true), nil
-				}
-				// A blank line with nothing before it dispatches nothing: keep it in this Raw.
-			} else {
-				fields = true
-				r.b.add(body)
-			}
+			return r.event(start, true), nil
 		}
-		if err != nil {
+		scanned = r.w
+		if spilled+r.w-start > r.max {
+			return r.tooLong()
+		}
+		if r.srcErr != nil {
+			r.r = r.w
+			if end.blankCR {
+				// The event's blank line was a lone CR, the stream's last byte.
+				return r.event(start, true), nil
+			}
 			r.finished = true
-			if len(r.raw) > 0 {
-				ev := r.b.event(r.raw, false)
-				if err == io.EOF {
-					return ev, nil
-				}
-				return ev, err
+			if spilled+r.w-start == 0 {
+				return Event{}, r.srcErr
 			}
-			return Event{}, err
+			end.finish(spilled + r.w - start)
+			ev := r.event(start, false)
+			if r.srcErr == io.EOF {
+				return ev, nil
+			}
+			return ev, r.srcErr
 		}
+		if start > 0 { // keep the event's bytes, drop the ones before it
+			copy(r.buf, r.buf[start:r.w])
+			r.w -= start
+			scanned -= start
+			r.r, start = 0, 0
+		}
+		if r.w == len(r.buf) {
+			if len(r.buf) < bigEvent {
+				grown := make([]byte, min(2*len(r.buf), max(bigEvent, len(r.buf))))
+				copy(grown, r.buf[:r.w])
+				r.buf = grown
+			} else {
+				// The event outgrew the buffer: the buffer becomes its chunk, and a new one reads on.
+				r.spill = append(r.spill, r.buf[:r.w])
+				spilled += r.w
+				r.buf = make([]byte, len(r.buf))
+				r.w, scanned = 0, 0
+			}
+		}
+		n, err := r.src.Read(r.buf[r.w:])
+		r.w += n
+		if err != nil {
+			r.srcErr = err
+		}
+	}
+}
+
+func (r *Reader) tooLong() (Event, error) {
+	r.finished = true
+	clear(r.spill)
+	r.spill = r.spill[:0]
+	return Event{}, ErrEventTooLong
+}
+
+// event dispatches the event that is r.spill followed by buf[start:r.r], from its lines.
+func (r *Reader) event(start int, terminated bool) Event {
+	raw := r.buf[start:r.r]
+	if len(r.spill) > 0 {
+		n := len(raw)
+		for _, c := range r.spill {
+			n += len(c)
+		}
+		joined := make([]byte, 0, n)
+		for _, c := range r.spill {
+			joined = append(joined, c...)
+		}
+		raw = append(joined, raw...)
+		clear(r.spill)
+		r.spill = r.spill[:0]
+	}
+	r.b.reset()
+	for _, l := range r.end.lines {
+		r.b.add(raw[l.from:l.to])
+	}
+	return r.b.event(raw, terminated)
+}
+
+var byteOrderMark = []byte("\xef\xbb\xbf")
+
+// eventEnd finds where an event ends in a stream handed to scan piece by piece: after the line
+// ending of the first blank line that follows a line with content. It looks at every byte once,
+// keeps none of them and notes where each line with content lies, so that an event is scanned
+// wherever its bytes are held and parsed without a second look for its line endings.
+type eventEnd struct {
+	atStart bool // the next byte starts a line
+	cr      bool // the last byte was a CR ending a line: an LF next belongs to that line ending
+	blankCR bool // ... and that line was the blank line that ends the event
+	fields  bool // a line with content went by
+	bom     bool // the stream's first line: a byte-order mark may open it
+	bomN    int  // bytes of the mark seen so far
+	from    int  // where the current line's content starts, from the event's start
+	lines   []span
+}
+
+// span is where one line's content (without its line ending) lies in an event.
+type span struct{ from, to int }
+
+// scan takes the next bytes of the stream, which lie at base from the event's start, and returns
+// how many of them belong to the event, or -1 when it has not ended within them.
+func (e *eventEnd) scan(p []byte, base int) int {
+	i := 0
+	for i < len(p) {
+		if e.cr {
+			e.cr = false
+			if p[i] == '\n' {
+				i++
+			}
+			if e.blankCR {
+				return i
+			}
+			continue
+		}
+		if e.atStart {
+			c := p[i]
+			if e.bom {
+				if c == byteOrderMark[e.bomN] {
+					i++
+					if e.bomN++; e.bomN == len(byteOrderMark) {
+						e.bom = false // a whole mark, dropped: the line is what follows it
+					}
+					continue
+				}
+				e.bom = false
+				if e.bomN > 0 { // part of a mark, which the line keeps: it has content
+					e.atStart, e.fields, e.from = false, true, 0
+				}
+			}
+			if e.atStart && (c == '\n' || c == '\r') { // a blank line
+				i++
+				if c == '\r' {
+					e.cr, e.blankCR = true, e.fields
+					continue
+				}
+				if e.fields {
+					return i
+				}
+				continue
+			}
+			if e.atStart {
+				e.atStart, e.fields, e.from = false, true, base+i
+			}
+		}
+		j := indexEOL(p[i:])
+		if j < 0 {
+			return -1
+		}
+		i += j
+		e.lines = append(e.lines, span{e.from, base + i})
+		e.cr = p[i] == '\r'
+		e.atStart = true
+		i++
+	}
+	return -1
+}
+
+// finish notes the line the stream ended in, at size bytes from the event's start.
+func (e *eventEnd) finish(size int) {
+	if !e.atStart {
+		e.lines = append(e.lines, span{e.from, size})
 	}
 }
 
 // builder collects the fields of one event, for Reader and Scanner alike.
 type builder struct {
-	data    []byte
+	// alias: the Reader's data may be a slice of the line it came in (the Reader holds the
+	// event's bytes until the next event); the Scanner's lines are reused, so it copies.
+	alias   bool
+	one     []byte // the one data line's value so far, aliased
+	data    []byte // the data lines joined, when they are not one aliased line
 	hasData bool
 	name    string
 	id      string
@@ -132,7 +285,7 @@ type builder struct {
 }
 
 func (b *builder) reset() {
-	b.data, b.hasData, b.name, b.id = b.data[:0], false, "", ""
+	b.one, b.data, b.hasData, b.name, b.id = nil, b.data[:0], false, "", ""
 }
 
 // add takes one non-blank line without its line ending.
@@ -140,10 +293,18 @@ func (b *builder) add(line []byte) {
 	field, value := splitField(line)
 	switch string(field) {
 	case "data":
-		if b.hasData {
-			b.data = append(b.data, '\n')
+		switch {
+		case !b.hasData && b.alias:
+			b.one = value
+		case !b.hasData:
+			b.data = append(b.data, value...)
+		default:
+			if b.one != nil {
+				b.data = append(b.data[:0], b.one...)
+				b.one = nil
+			}
+			b.data = append(append(b.data, '\n'), value...)
 		}
-		b.data = append(b.data, value...)
 		b.hasData = true
 	case "event":
 		if string(value) != b.lastName {
@@ -162,70 +323,14 @@ func (b *builder) event(raw []byte, terminated bool) Event {
 	ev := Event{Raw: raw, Name: b.name, ID: b.id, Terminated: terminated}
 	if b.hasData {
 		ev.Data = b.data
+		if b.one != nil {
+			ev.Data = b.one
+		}
 		if ev.Data == nil {
 			ev.Data = []byte{}
 		}
 	}
 	return ev
-}
-
-// line returns the next line including its terminator (LF, CRLF or lone CR). The slice aliases
-// the read buffer until the next call. Each byte is scanned once, so a line costs what it is long.
-func (r *Reader) line() ([]byte, error) {
-	scan := r.r
-	for {
-		if i := indexEOL(r.buf[scan:r.w]); i >= 0 {
-			j := scan + i
-			switch {
-			case r.buf[j] == '\n':
-				return r.take(j + 1), nil
-			case j+1 < r.w: // CR followed by something: CRLF, or a lone CR
-				if r.buf[j+1] == '\n' {
-					return r.take(j + 2), nil
-				}
-				return r.take(j + 1), nil
-			case r.srcErr != nil: // CR as the stream's last byte
-				return r.take(j + 1), nil
-			}
-			scan = j // a CR at the end of what is buffered: read on to see whether LF follows
-		} else {
-			scan = r.w
-		}
-		if r.srcErr != nil {
-			return r.take(r.w), r.srcErr
-		}
-		if r.w-r.r > r.max {
-			return r.take(r.w), nil // the caller's size check fires
-		}
-		scan -= r.fill()
-	}
-}
-
-// take consumes buf[r:end] and returns it.
-func (r *Reader) take(end int) []byte {
-	line := r.buf[r.r:end]
-	r.r = end
-	return line
-}
-
-// fill moves unread bytes to the front (returning how far they moved), grows the buffer when it
-// is full, and reads once from src.
-func (r *Reader) fill() int {
-	shift := r.r
-	if shift > 0 {
-		copy(r.buf, r.buf[r.r:r.w])
-		r.w -= shift
-		r.r = 0
-	}
-	if r.w == len(r.buf) {
-		r.buf = append(r.buf, make([]byte, len(r.buf))...)
-	}
-	n, err := r.src.Read(r.buf[r.w:])
-	r.w += n
-	if err != nil {
-		r.srcErr = err
-	}
-	return shift
 }
 
 // indexEOL returns the index of the first CR or LF in b, or -1, with two vectorised scans.

@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// chunkedBody hands out its bytes at most 64 KiB a read, as an upstream connection does.
+type chunkedBody struct{ b []byte }
+
+func (c *chunkedBody) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), 64<<10)], c.b)
+	c.b = c.b[n:]
+	return n, nil
+}
+
+func (c *chunkedBody) Close() error { return nil }
+
+// Relaying one large upstream event costs about the event, on every path a stream takes through
+// compactd: the pass-through guard (Responses), the cap-only guard of Messages and Chat
+// pass-through, the guard of a compacted Chat turn, and the Responses and Messages rewriters of a
+// compacted turn. Measured while the event is on its way to the client (a collection, then the
+// bytes live) and in all (the bytes allocated relaying it): at most 1.25× and 2.25× the event.
+// The guard's reader must hold the event once (its buffer, Raw and Data were three copies,
+// rounded up to a power of two), and a rewriter must splice an event it changes rather than
+// rebuild it (sjson and a re-rendering were three more): 4–7× before.
+func TestRelayHoldsAnEventOnce(t *testing.T) {
+	const size = 20 << 20
+	text := strings.Repeat("x", size)
+	created := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"output\":[]}}\n\n"
+	delta := "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"output_index\":0,\"delta\":\"" + text + "\"}\n\n"
+	completed := "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"output\":[]}}\n\n"
+	start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":1}}}\n\n"
+	msgDelta := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text + "\"}}\n\n"
+	stop := "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	chunk := "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + text + "\"}}]}\n\n"
+	done := "data: [DONE]\n\n"
+	for _, tc := range []struct {
+		name, path, stream string
+		wrap               func(resp *http.Response, tr *turn)
+		head               string // what the client's stream starts with, as far as the large event's text
+	}{
+		{"responses pass-through", "/v1/responses", created + delta + completed, func(resp *http.Response, _ *turn) { guardResponsesStream(resp, false) },
+			created + delta[:200]},
+		{"responses rewriter", "/v1/responses", created + delta + completed, func(resp *http.Response, tr *turn) {
+			tr.item, tr.itemID = []byte(`{"type":"compaction","id":"cmp_1","encrypted_content":"x"}`), "cmp_1"
+			guardResponsesStream(resp, true)
+			resp.Body = newSSERewriter(resp.Body, tr)
+		}, "\"sequence_number\":3,\"output_index\":1,\"delta\":\"xxxx"},
+		{"messages pass-through", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, _ *turn) { guardPassThrough(resp, dialectAnthropic) },
+			start + msgDelta[:200]},
+		{"messages rewriter", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, tr *turn) {
+			guardMessagesStream(resp, true)
+			resp.Body = newMsgSSERewriter(resp.Body, &msgTurn{t: tr, block: []byte(`{}`), summary: "s", ecStr: "cmp_x.c2VhbGVk"})
+		}, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"xxxx"},
+		{"chat pass-through", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turn) { guardPassThrough(resp, dialectChat) }, chunk[:200]},
+		{"chat compacted", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turn) { guardChatStream(resp, false) }, chunk[:200]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stream := []byte(tc.stream)
+			req, _ := http.NewRequest(http.MethodPost, "http://upstream"+tc.path, nil)
+			tr := &turn{stream: true}
+			req = req.WithContext(withTurn(req.Context(), tr))
+			var before, held, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
+				Body: &chunkedBody{stream}}
+			tc.wrap(resp, tr)
+			buf := make([]byte, 32<<10) // the ReverseProxy's copy buffer
+			var out, measured int
+			var head, tail []byte
+			for {
+				n, err := resp.Body.Read(buf)
+				out += n
+				if len(head) < 4096 {
+					head = append(head, buf[:min(n, 4096-len(head))]...)
+				}
+				if measured == 0 && out > size/2 {
+					// Half of the large event has gone to the client: all of it is held.
+					runtime.GC()
+					runtime.ReadMemStats(&held)
+					measured = out
+				}
+				if n > 0 {
+					tail = append(tail[:0], buf[max(0, n-64):n]...)
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			runtime.ReadMemStats(&after)
+			runtime.KeepAlive(stream)
+			if out < size || measured == 0 || bytes.Contains(tail, []byte(`"error"`)) || !strings.Contains(string(head), tc.head) {
+				t.Fatalf("relayed %d bytes, starting %.600q, ending %q; want %q in the head", out, head, tail, tc.head)
+			}
+			live := float64(int64(held.HeapAlloc)-int64(before.HeapAlloc)) / size
+			total := float64(after.TotalAlloc-before.TotalAlloc) / size
+			t.Logf("%s: %.2f× the event live while it was relayed, %.2f× allocated", tc.name, live, total)
+			if live > 1.25 {
+				t.Errorf("relaying an event of %d bytes held %.2f× its size live, want at most 1.25×", size, live)
+			}
+			if total > 2.25 {
+				t.Errorf("relaying an event of %d bytes allocated %.2f× its size, want at most 2.25×", size, total)
+			}
+		})
+	}
+}
