@@ -92,6 +92,9 @@ type Options struct {
 	// input on purpose to check compactd's own handling, or that need an upstream that accepts
 	// anything. Compaction is refused and Speaks applies whatever its value.
 	Lenient bool
+	// OnRefuse, when set, is called with each refusal as it happens (no body, no headers), e.g.
+	// to log it from `compactd fake-upstream`.
+	OnRefuse func(Recorded)
 	// Speaks lists the APIs this upstream serves (APIResponses, APIChat, APIMessages); nil or
 	// empty = all three. A request on a route of another API gets a 404 in the envelope of the
 	// APIs it does serve, as an OpenAI-only or Anthropic-only backend answers it.
@@ -118,10 +121,11 @@ type Recorded struct {
 type Server struct {
 	opt Options
 
-	mu       sync.Mutex
-	log      []Recorded
-	refused  []Recorded // every refusal, kept even when DropBodies or Reset drop the log
-	expected []string   // FailOnRefusal ignores refusals whose reason contains one of these
+	mu          sync.Mutex
+	log         []Recorded
+	refused     []Recorded // every refusal (up to maxRefusals), kept even when DropBodies or Reset drop the log
+	moreRefused int        // refusals past maxRefusals, counted only
+	expected    []string   // FailOnRefusal ignores refusals whose reason contains one of these
 
 	seq atomic.Int64 // every request, for ids
 	// Per-route turn counters for "MOCK-REPLY <n>"; only successfully answered non-summary
@@ -283,16 +287,28 @@ func (s *Server) record(r *http.Request, body []byte, kind string, ref *refusal)
 	}
 	s.mu.Lock()
 	s.log = append(s.log, rec)
+	var short Recorded
 	if ref != nil {
-		short := rec
+		short = rec
 		short.Body, short.Header = nil, nil
-		s.refused = append(s.refused, short)
+		if len(s.refused) < maxRefusals {
+			s.refused = append(s.refused, short)
+		} else {
+			s.moreRefused++
+		}
 	}
 	s.mu.Unlock()
+	if ref != nil && s.opt.OnRefuse != nil {
+		s.opt.OnRefuse(short)
+	}
 }
 
-// Refusals returns every request the server refused since it was created (Reset does not clear
-// them), without bodies or headers, in arrival order.
+// maxRefusals bounds the refusals kept, for a long-running fake (`compactd fake-upstream`); a
+// test that reaches it has failed long before.
+const maxRefusals = 1000
+
+// Refusals returns the requests the server refused since it was created (Reset does not clear
+// them; past the first 1000 they are only counted), without bodies or headers, in arrival order.
 func (s *Server) Refusals() []Recorded {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -324,6 +340,12 @@ func (s *Server) FailOnRefusal(t TB) {
 	t.Cleanup(func() {
 		for _, r := range s.UnexpectedRefusals() {
 			t.Errorf("fake upstream (strict) refused %s %s (%s) with %d: %s", r.Method, r.Path, r.Kind, r.Status, r.Refused)
+		}
+		s.mu.Lock()
+		more := s.moreRefused
+		s.mu.Unlock()
+		if more > 0 {
+			t.Errorf("fake upstream (strict) refused %d more requests", more)
 		}
 	})
 }
