@@ -110,8 +110,9 @@ type Recorded struct {
 	// Summariser calls are "summary" whichever route carried them.
 	Kind string
 	// Refused is why the upstream refused the request (the error message it answered with), or
-	// "" when it accepted it: a strict rule, compaction, or a route it does not speak. Injected
-	// faults (X-Fake-Status) and unparseable bodies are not refusals.
+	// "" when it accepted it: a strict rule, compaction, or a route it does not speak. An
+	// injected fault (X-Fake-Status) is not a refusal, though a body the fault answers instead
+	// is still recorded as refused when it breaks a rule; an unparseable body is not one either.
 	Refused string
 	// Status is the refusal's HTTP status (400 or 404), 0 when not refused.
 	Status int
@@ -338,6 +339,7 @@ type TB interface {
 func (s *Server) FailOnRefusal(t TB) {
 	t.Helper()
 	t.Cleanup(func() {
+		t.Helper()
 		for _, r := range s.UnexpectedRefusals() {
 			t.Errorf("fake upstream (strict) refused %s %s (%s) with %d: %s", r.Method, r.Path, r.Kind, r.Status, r.Refused)
 		}
