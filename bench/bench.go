@@ -286,8 +286,20 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 		}
 		rep.Streams = s
 	}
+	if err := refusedErr(e.fake); err != nil {
+		return rep, err
+	}
 	rep.Machine.LoadEnd = loadAvg()
 	return rep, ctx.Err()
+}
+
+// refusedErr reports the first request the strict fake upstream refused, if any: a run whose
+// requests the real API would refuse measures error replies, not the proxy.
+func refusedErr(f *fakeupstream.Server) error {
+	if r := f.Refusals(); len(r) > 0 {
+		return fmt.Errorf("bench: the fake upstream refused %d requests, as the real API would (first: %s %s: %s)", len(r), r[0].Method, r[0].Path, r[0].Refused)
+	}
+	return nil
 }
 
 // rounds is how many slices each cell's duration is cut into. Targets take turns slice by slice,

@@ -15,11 +15,14 @@ import (
 )
 
 // warmPrefix measures the steady state of a long agent session: a WarmSize history compactd has
-// seen before (its token counts cached) plus one new tool output per request, below the
+// seen before (its token counts cached) plus one new tool round trip (call and output) per
+// request, below the
 // threshold, one request at a time. It returns the direct cell and the compactd cell; the
 // difference of their AllocPerReq is compactd's allocation per request.
 func warmPrefix(ctx context.Context, e *env, o Options, progress io.Writer) []Cell {
-	hist := workload.Items(o.WarmSize - 1200)
+	// Answered: more items follow the history, so a call it ends with must have its output, or
+	// the (strict) upstream refuses the direct target's requests as the real API would.
+	hist := workload.Answered(workload.Items(o.WarmSize - 1200))
 	marker := []byte(`{"type":"bench_marker"}`)
 	reqs := map[string]*requester{}
 	targets := []string{Direct, BelowThresh}
@@ -29,12 +32,14 @@ func warmPrefix(ctx context.Context, e *env, o Options, progress io.Writer) []Ce
 		prefix, suffix := whole[:at], whole[at+len(marker):]
 		var seq atomic.Int64 // distinct across rounds, so every request adds an item never seen
 		r := &requester{client: newClient(4), url: e.urls[t] + "/v1/responses", body: func(int) []byte {
-			it := workload.NewItem(int(seq.Add(1)))
+			it := workload.NewRound(int(seq.Add(1)))
 			b := make([]byte, 0, len(prefix)+len(it)+len(suffix))
 			return append(append(append(b, prefix...), it...), suffix...)
 		}}
 		// The history turn the session already had: counted (and cached) once before.
-		closedLoop(ctx, &collector{}, &requester{client: r.client, url: r.url, body: func(int) []byte { return whole }}, 1, min(300*time.Millisecond, o.Duration))
+		// (Without the marker: it is a placeholder for splicing, not an item the API knows.)
+		histBody := bodyFor(t, hist, false)
+		closedLoop(ctx, &collector{}, &requester{client: r.client, url: r.url, body: func(int) []byte { return histBody }}, 1, min(300*time.Millisecond, o.Duration))
 		time.Sleep(100 * time.Millisecond) // let the background counter finish the history
 		reqs[t] = r
 	}
@@ -108,6 +113,9 @@ func longStreams(ctx context.Context, o Options, progress io.Writer) ([]StreamRe
 		r.client.CloseIdleConnections()
 		out = append(out, res)
 		fmt.Fprintf(progress, "streams %-20d %-26s RSS %d→%d MB, %d errors\n", o.Streams, t, res.RSSStart>>20, res.RSSPeak>>20, res.Errors)
+	}
+	if err := refusedErr(e.fake); err != nil {
+		return out, err
 	}
 	return out, ctx.Err()
 }

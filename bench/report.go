@@ -82,7 +82,7 @@ func (r *Report) Markdown(w io.Writer) {
 		body := float64(r.Options.WarmSize)
 		alloc := c.AllocPerReq - d.AllocPerReq
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "### %s below-threshold turn, prefix seen before (one new item per request, c=1)\n\n", sizeName(r.Options.WarmSize))
+		fmt.Fprintf(w, "### %s below-threshold turn, prefix seen before (one new tool call and output per request, c=1)\n\n", sizeName(r.Options.WarmSize))
 		fmt.Fprintf(w, "| requests | direct p50 | compactd p50 | added p50 (≤ %v) | added CPU/req | allocated/req (compactd − direct) | in body sizes (≤ %.0f) | met |\n", BudgetWarmAddedP50, BudgetWarmAllocBodies)
 		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---|")
 		met := c.Errors == 0 && c.P50-d.P50 <= BudgetWarmAddedP50 && alloc/body <= BudgetWarmAllocBodies

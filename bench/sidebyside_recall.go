@@ -52,6 +52,9 @@ func (e *sideEnv) startRecall(ctx context.Context, dir string, size int) (map[st
 		fake.Reset()
 		found, err = checkRecall(ctx, "http://"+check.addr, bodies[SideCompactd], fake.Requests)
 	}
+	if err == nil {
+		err = refusedErr(fake)
+	}
 	check.stop()
 	if err != nil {
 		return nil, "", fmt.Errorf("recall row check: %w", err)

@@ -57,6 +57,7 @@ func TestNginxConfig(t *testing.T) {
 // none of them running.
 func TestStartNginx(t *testing.T) {
 	fake := fakeupstream.New(fakeupstream.Options{DropBodies: true})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	up, stopFake, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

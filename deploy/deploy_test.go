@@ -425,6 +425,7 @@ func cleanEnv() []string {
 func TestBinaryServesHealthcheck(t *testing.T) {
 	bin := binary(t)
 	fake := fakeupstream.New(fakeupstream.Options{})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	upstream, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

@@ -58,6 +58,9 @@ func TestFaultInjected(t *testing.T) {
 	if n := rep.UncleanTotal(); n != 0 {
 		t.Errorf("%d attempts ended neither in a complete stream nor in a clean error: %v", n, rep.Unclean)
 	}
+	if len(rep.UpstreamRefused) != 0 {
+		t.Errorf("the strict fake upstream refused requests compactd sent: %v", rep.UpstreamRefused)
+	}
 	if rep.Turns == 0 || rep.TurnsOK < rep.Turns/2 {
 		t.Errorf("only %d of %d turns completed", rep.TurnsOK, rep.Turns)
 	}
@@ -144,7 +147,9 @@ func TestFaultInjectorServes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fi := NewFaultInjector(fakeupstream.New(fakeupstream.Options{DropBodies: true}), tt.f)
+			fake := fakeupstream.New(fakeupstream.Options{DropBodies: true})
+			fake.FailOnRefusal(t)
+			fi := NewFaultInjector(fake, tt.f)
 			base, stop, err := serve(fi)
 			if err != nil {
 				t.Fatal(err)

@@ -80,7 +80,10 @@ type Report struct {
 	Faults map[string]int64
 	// UpstreamRequests counts model and summariser calls the fake upstream answered (or began to).
 	UpstreamRequests map[string]int
-	Duration         time.Duration
+	// UpstreamRefused counts, by reason, the requests the strict fake upstream refused because
+	// the real API would have (fakeupstream strict mode). It must be empty.
+	UpstreamRefused map[string]int
+	Duration        time.Duration
 	// HeapInuse is runtime.MemStats.HeapInuse after a GC once the run is over and torn down.
 	HeapInuse uint64
 }
@@ -115,6 +118,7 @@ func (r *Report) String() string {
 	}
 	row("upstream requests by fault injected", mapString(faults))
 	row("upstream requests by kind", mapString(r.UpstreamRequests))
+	row("upstream refusals (strict fake; must be none)", mapString(r.UpstreamRefused))
 	row("duration", r.Duration.Round(10*time.Millisecond))
 	row("heap in use after GC", fmt.Sprintf("%.1f MiB", float64(r.HeapInuse)/(1<<20)))
 	return b.String()
@@ -237,6 +241,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.UpstreamRequests = map[string]int{}
 	for _, r := range fake.Requests() {
 		rep.UpstreamRequests[r.Kind]++
+	}
+	rep.UpstreamRefused = map[string]int{}
+	for _, r := range fake.Refusals() {
+		rep.UpstreamRefused[r.Refused]++
 	}
 	fake.Reset()
 	rep.Duration = time.Since(start)

@@ -47,6 +47,7 @@ func testRing(t testing.TB, seed string, retired ...crypto.Key) *crypto.Keyring 
 func newHarness(t testing.TB, opts fakeupstream.Options, mutate func(*proxy.Config)) *harness {
 	t.Helper()
 	fake := fakeupstream.New(opts)
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	base, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

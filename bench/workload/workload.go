@@ -203,6 +203,36 @@ func NewItem(n int) []byte {
 		"output": "Process exited with code 0\nOutput:\n" + g.testLog(600)})
 }
 
+// NewRound returns a fresh tool round trip unique to n — an exec_command function_call and its
+// function_call_output — as one fragment of an input array (the two items comma-joined), the
+// items a new turn adds to a history that was seen before. Unlike NewItem alone, the output
+// answers a call, as the real API requires ("No tool call found for function call output").
+func NewRound(n int) []byte {
+	callID := fmt.Sprintf("call_new%08d", n)
+	call := mustJSON(map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_new%08d", n), "call_id": callID, "name": "exec_command",
+		"arguments": `{"cmd":"go test ./...","workdir":"/home/dev/project","yield_time_ms":10000}`})
+	return append(append(call, ','), NewItem(n)...)
+}
+
+// Answered returns items with the output of a trailing function_call appended, if the history
+// ends in one (Items may stop right after a call): a history that more items will follow must
+// have answered every call, or the real API refuses it ("No tool output found for function
+// call").
+func Answered(items [][]byte) [][]byte {
+	if len(items) == 0 {
+		return items
+	}
+	var last struct {
+		Type   string `json:"type"`
+		CallID string `json:"call_id"`
+	}
+	if json.Unmarshal(items[len(items)-1], &last) != nil || last.Type != "function_call" {
+		return items
+	}
+	return append(items[:len(items):len(items)], mustJSON(map[string]any{"type": "function_call_output", "call_id": last.CallID,
+		"output": "Process exited with code 0\nOutput:\nok"}))
+}
+
 // tools is the tools array Codex sends (abridged to its most common tool).
 const tools = `[{"type":"function","name":"exec_command","description":"Runs a command in a PTY, returning output or a session ID for ongoing interaction.","strict":false,"parameters":{"type":"object","properties":{"cmd":{"type":"string","description":"Shell command to execute."},"workdir":{"type":"string","description":"Optional working directory to run the command in; defaults to the turn cwd."},"yield_time_ms":{"type":"number","description":"How long to wait (in milliseconds) for output before yielding."}},"required":["cmd"],"additionalProperties":false}},{"type":"function","name":"apply_patch","description":"Use the apply_patch tool to edit files.","strict":false,"parameters":{"type":"object","properties":{"input":{"type":"string","description":"The entire contents of the apply_patch command"}},"required":["input"],"additionalProperties":false}}]`
 

@@ -48,6 +48,37 @@ func TestDeterministicAndDistinct(t *testing.T) {
 	if bytes.Equal(NewItem(1), NewItem(2)) || !json.Valid(NewItem(3)) {
 		t.Error("NewItem not distinct or not JSON")
 	}
+	if bytes.Equal(NewRound(1), NewRound(2)) || !json.Valid([]byte("["+string(NewRound(3))+"]")) {
+		t.Error("NewRound not distinct or not a JSON array fragment")
+	}
+}
+
+// TestAnswered: a history ending in a function_call gets that call's output; any other is kept
+// as is.
+func TestAnswered(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		items [][]byte
+		added bool
+	}{
+		{"ends in a call", Step(1), true},
+		{"ends in an output", append(Step(1), Step(2)...), false},
+		{"ends in a message", Step(0), false},
+		{"empty", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Answered(tc.items)
+			if added := len(got) == len(tc.items)+1; added != tc.added {
+				t.Fatalf("%d items from %d, added=%v want %v", len(got), len(tc.items), added, tc.added)
+			}
+			if tc.added {
+				if !bytes.Contains(got[len(got)-1], []byte(`"type":"function_call_output"`)) ||
+					!bytes.Contains(got[len(got)-1], []byte(`"call_id":"call_00000001"`)) {
+					t.Errorf("added %s", got[len(got)-1])
+				}
+			}
+		})
+	}
 }
 
 // The Messages and Chat Completions bodies are valid JSON of about the size asked for, with many

@@ -284,6 +284,7 @@ func TestCodexSessionStartHookEndToEnd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := fakeupstream.New(fakeupstream.Options{})
+			fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 			baseURL, stop, err := fake.Start()
 			if err != nil {
 				t.Fatal(err)
@@ -387,6 +388,7 @@ func newClaudeRig(t *testing.T, extra ...string) *claudeRig {
 func startFake(t *testing.T) (*fakeupstream.Server, string) {
 	t.Helper()
 	fake := fakeupstream.New(fakeupstream.Options{})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	baseURL, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

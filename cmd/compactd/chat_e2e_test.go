@@ -130,6 +130,7 @@ func TestNodeOpenAIChatSessionEndToEnd(t *testing.T) {
 	}
 	pkg := npmModule(t, "openai-node", "openai", openaiNodeVersion)
 	fake := fakeupstream.New(fakeupstream.Options{Answer: chatPortAnswer})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	baseURL, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -241,6 +242,7 @@ func TestQwenCodeEndToEnd(t *testing.T) {
 	}
 	qwen := npmAgent(t, "qwen", "@qwen-code/qwen-code", qwenCodeVersion, "qwen", "COMPACTD_QWEN_BIN")
 	fake := fakeupstream.New(fakeupstream.Options{Answer: chatPortAnswer})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	baseURL, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

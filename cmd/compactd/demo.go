@@ -169,8 +169,15 @@ func runDemo(args []string) error {
 		for _, o := range output {
 			history = append(history, o)
 		}
-		history = append(history, map[string]any{"type": "function_call_output", "call_id": fmt.Sprintf("call_%d", i),
-			"output": demoToolOutput(i)})
+		// The agent then runs the test suite: a tool call and its output (an output must answer a
+		// call in the input, or the API refuses the next request; the fake upstream is strict).
+		history = append(history,
+			map[string]any{"type": "function_call", "call_id": fmt.Sprintf("call_%d", i), "name": "shell",
+				"arguments": `{"cmd":"go test ./internal/config/"}`},
+			map[string]any{"type": "function_call_output", "call_id": fmt.Sprintf("call_%d", i), "output": demoToolOutput(i)})
+	}
+	if r := fake.Refusals(); len(r) > 0 { // the fake is strict, as the real APIs are
+		return fmt.Errorf("the fake upstream refused %d requests compactd sent (first: %s %s: %s)", len(r), r[0].Method, r[0].Path, r[0].Refused)
 	}
 	fmt.Fprintf(os.Stdout, "\nThe upstream never saw a compaction item or a blob; it saw the summary behind a fixed handoff prefix.\n")
 	return nil

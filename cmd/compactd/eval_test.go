@@ -112,6 +112,7 @@ func TestEvalProgressOnTerminal(t *testing.T) {
 func TestEvalCommandMessages(t *testing.T) {
 	d := eval.DefaultConfig()
 	fake := fakeupstream.New(fakeupstream.Options{Summaries: fakeupstream.LossySummaries(d.Lossy), Answer: eval.Answer})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	base, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

@@ -34,13 +34,18 @@ func runFakeUpstream(args []string) error {
 	if err != nil {
 		return err
 	}
-	// A long-running fake keeps no request log: it would grow without bound.
-	fake := fakeupstream.New(fakeupstream.Options{FirstByteDelay: c.firstByte, TokenDelay: c.tokenDelay, SummaryDelay: c.summaryDelay, DropBodies: true})
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// A long-running fake keeps no request log: it would grow without bound. It is strict, as
+	// in the tests: a request the real API would refuse is refused, and logged (route and the
+	// API's error message, which names ids and types, never content).
+	fake := fakeupstream.New(fakeupstream.Options{FirstByteDelay: c.firstByte, TokenDelay: c.tokenDelay, SummaryDelay: c.summaryDelay, DropBodies: true,
+		OnRefuse: func(r fakeupstream.Recorded) {
+			log.Warn("refused a request the real API would refuse", "method", r.Method, "path", r.Path, "status", r.Status, "reason", r.Refused)
+		}})
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serveUntilSignal(&http.Server{Handler: fake, ReadHeaderTimeout: defaultReadHeaderTimeout}, ln, c.grace, log, func() {
 		log.Info("fake upstream listening", "addr", ln.Addr().String())
 	})

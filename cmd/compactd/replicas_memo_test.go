@@ -90,6 +90,7 @@ func TestReplicasShareMemo(t *testing.T) {
 	dsn := postgresSchema(t)
 	builtBinary(t)
 	fake := fakeupstream.New(fakeupstream.Options{})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	upstream, stopFake, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

@@ -295,6 +295,7 @@ func TestReplicasShareKeyringAcrossRotation(t *testing.T) {
 	}
 	builtBinary(t)
 	fake := fakeupstream.New(fakeupstream.Options{})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	upstream, stopFake, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -415,6 +416,7 @@ func TestSIGTERMDrainsStream(t *testing.T) {
 	builtBinary(t)
 	const deltas = 12
 	slow := fakeupstream.New(fakeupstream.Options{TokenDelay: 100 * time.Millisecond, Deltas: deltas})
+	slow.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	upstream, stopFake, err := slow.Start()
 	if err != nil {
 		t.Fatal(err)

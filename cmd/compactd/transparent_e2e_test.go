@@ -207,6 +207,7 @@ type ccSession struct {
 func runClaudeCodeSession(t *testing.T, claude string, extra ...string) ccSession {
 	t.Helper()
 	fake := fakeupstream.New(fakeupstream.Options{})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	baseURL, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

@@ -255,8 +255,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Route = "/v1/messages"
 	}
 	upstream := cfg.Upstream
+	var fake *fakeupstream.Server
 	if upstream == "" && cfg.Compactd == "" {
-		fake := fakeupstream.New(fakeupstream.Options{DropBodies: !cfg.recordFake, Summaries: fakeupstream.LossySummaries(cfg.Lossy), Answer: Answer})
+		fake = fakeupstream.New(fakeupstream.Options{DropBodies: !cfg.recordFake, Summaries: fakeupstream.LossySummaries(cfg.Lossy), Answer: Answer})
 		if cfg.onFake != nil {
 			cfg.onFake(fake)
 		}
@@ -339,6 +340,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			row.Cost = m.cost()
 		}
 		rep.Rows = append(rep.Rows, row)
+	}
+	if fake != nil {
+		// The fake is strict: a request it refused is one the real API would have refused, and
+		// the scores of a run that sent one do not describe a working deployment.
+		if r := fake.Refusals(); len(r) > 0 {
+			return rep, fmt.Errorf("the fake upstream refused %d requests compactd sent, as the real API would (first: %s %s: %s)", len(r), r[0].Method, r[0].Path, r[0].Refused)
+		}
 	}
 	return rep, nil
 }

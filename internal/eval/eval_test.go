@@ -262,6 +262,7 @@ func TestEvalExternalCompactd(t *testing.T) {
 	cfg := ciConfig(1)
 	full := cfg.withDefaults()
 	fake := fakeupstream.New(fakeupstream.Options{DropBodies: true, Summaries: fakeupstream.LossySummaries(full.Lossy), Answer: Answer})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	upBase, stopFake, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

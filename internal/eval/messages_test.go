@@ -229,6 +229,7 @@ func TestEvalMessagesClientRequests(t *testing.T) {
 // and text blocks, and answers "unknown" when the fact is not in the request.
 func TestEvalMessagesAnswer(t *testing.T) {
 	fake := fakeupstream.New(fakeupstream.Options{Answer: Answer})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	base, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)

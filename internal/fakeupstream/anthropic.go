@@ -44,10 +44,6 @@ func (c *call) serveMessages() {
 		c.badRequest("invalid JSON body")
 		return
 	}
-	if c.in.compaction != "" {
-		c.badRequest(c.in.compaction)
-		return
-	}
 	text, fc := c.messagesReply()
 	reqID := c.id("req_", "request")
 	c.w.Header().Set("request-id", reqID)

@@ -1,21 +1,17 @@
 package fakeupstream
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/fixtures"
 )
 
 // TestCodexFixtures replays the bodies Codex CLI 0.169 really sent: an ordinary turn is answered,
 // and a remote (v2) compaction turn is refused the way a backend without compaction refuses it.
-// shared/ sits beside the repository; the test skips where it does not.
+// The captures are embedded in internal/fixtures, so the test runs in every clone.
 func TestCodexFixtures(t *testing.T) {
-	dir := filepath.Join("..", "..", "shared", "fixtures", "codex-0.169")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("no fixtures: %v", err)
-	}
 	cases := []struct {
 		file   string
 		status int
@@ -35,10 +31,7 @@ func TestCodexFixtures(t *testing.T) {
 	_, base := start(t, Options{})
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join(dir, tc.file))
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw := fixtures.Codex(tc.file)
 			status, _, body := post(t, base+gjson.GetBytes(raw, "path").String(), gjson.GetBytes(raw, "body").Raw)
 			if status != tc.status {
 				t.Fatalf("status %d: %.300s", status, body)

@@ -178,10 +178,6 @@ func (c *call) serveResponses() {
 		c.badRequest("We could not parse the JSON body of your request.")
 		return
 	}
-	if c.in.compaction != "" {
-		c.badRequest(c.in.compaction)
-		return
-	}
 	text, fc := c.reply(&c.srv.nResponses)
 	resp := c.newResponse(c.id("resp_", "response"))
 	var item any

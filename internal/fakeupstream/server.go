@@ -12,6 +12,16 @@
 // compaction triggers and context_management with a 400: if one reaches it, compactd forwarded
 // something it should have handled itself.
 //
+// Strict by default: it refuses, with the real API's status and error envelope, what the real
+// APIs refuse — orphan or unanswered tool results on every dialect, a first Messages message
+// that is not the user's, tool_result blocks that do not open their message, unknown item and
+// block types, and any request on a route whose API it does not speak (Options.Speaks). The
+// rules and their sources are in strict.go. Options.Lenient turns the rules off for the few
+// tests that need an upstream that accepts anything. Every refusal is recorded
+// (Recorded.Refused), and FailOnRefusal makes a test fail on one it did not expect, so a test
+// passes only if the upstream accepted everything compactd sent — even when compactd relays the
+// 400 to its client without complaint.
+//
 // Fault injection is by request header, so a test can pick the fault per request:
 //
 //	X-Fake-Status: 429   answer that status with an error body in the route's dialect
@@ -29,7 +39,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +88,17 @@ type Options struct {
 	// DropBodies leaves Recorded.Body nil, for benchmarks that would otherwise keep every
 	// multi-megabyte history alive.
 	DropBodies bool
+	// Lenient accepts bodies the real APIs refuse (strict.go), for tests that send invalid
+	// input on purpose to check compactd's own handling, or that need an upstream that accepts
+	// anything. Compaction is refused and Speaks applies whatever its value.
+	Lenient bool
+	// OnRefuse, when set, is called with each refusal as it happens (no body, no headers), e.g.
+	// to log it from `compactd fake-upstream`.
+	OnRefuse func(Recorded)
+	// Speaks lists the APIs this upstream serves (APIResponses, APIChat, APIMessages); nil or
+	// empty = all three. A request on a route of another API gets a 404 in the envelope of the
+	// APIs it does serve, as an OpenAI-only or Anthropic-only backend answers it.
+	Speaks []string
 }
 
 // Recorded is one request as the server received it.
@@ -86,14 +109,24 @@ type Recorded struct {
 	// Kind is one of "responses", "chat", "messages", "count_tokens", "summary", "other".
 	// Summariser calls are "summary" whichever route carried them.
 	Kind string
+	// Refused is why the upstream refused the request (the error message it answered with), or
+	// "" when it accepted it: a strict rule, compaction, or a route it does not speak. An
+	// injected fault (X-Fake-Status) is not a refusal, though a body the fault answers instead
+	// is still recorded as refused when it breaks a rule; an unparseable body is not one either.
+	Refused string
+	// Status is the refusal's HTTP status (400 or 404), 0 when not refused.
+	Status int
 }
 
 // Server is the fake upstream. It is an http.Handler; Start serves it on a loopback port.
 type Server struct {
 	opt Options
 
-	mu  sync.Mutex
-	log []Recorded
+	mu          sync.Mutex
+	log         []Recorded
+	refused     []Recorded // every refusal (up to maxRefusals), kept even when DropBodies or Reset drop the log
+	moreRefused int        // refusals past maxRefusals, counted only
+	expected    []string   // FailOnRefusal ignores refusals whose reason contains one of these
 
 	seq atomic.Int64 // every request, for ids
 	// Per-route turn counters for "MOCK-REPLY <n>"; only successfully answered non-summary
@@ -190,7 +223,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		seq:   s.seq.Add(1),
 	}
 	c.parse()
-	s.record(r, body, c.kind())
+	ref := c.refusal()
+	s.record(r, body, c.kind(), ref)
 
 	c.sleep(s.opt.FirstByteDelay)
 	if code := r.Header.Get(HeaderStatus); code != "" {
@@ -201,6 +235,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(body) > maxBody {
 		c.fail(http.StatusRequestEntityTooLarge, "", "request body too large")
+		return
+	}
+	if ref != nil {
+		c.refuse(ref)
 		return
 	}
 	switch route {
@@ -234,7 +272,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	return buf, nil
 }
 
-func (s *Server) record(r *http.Request, body []byte, kind string) {
+func (s *Server) record(r *http.Request, body []byte, kind string, ref *refusal) {
 	rec := Recorded{
 		Method:   r.Method,
 		Path:     r.URL.Path,
@@ -242,12 +280,93 @@ func (s *Server) record(r *http.Request, body []byte, kind string) {
 		Header:   r.Header.Clone(),
 		Kind:     kind,
 	}
+	if ref != nil {
+		rec.Refused, rec.Status = ref.reason, ref.status
+	}
 	if !s.opt.DropBodies {
 		rec.Body = body // ReadAll's buffer is ours alone; nothing else writes to it
 	}
 	s.mu.Lock()
 	s.log = append(s.log, rec)
+	var short Recorded
+	if ref != nil {
+		short = rec
+		short.Body, short.Header = nil, nil
+		if len(s.refused) < maxRefusals {
+			s.refused = append(s.refused, short)
+		} else {
+			s.moreRefused++
+		}
+	}
 	s.mu.Unlock()
+	if ref != nil && s.opt.OnRefuse != nil {
+		s.opt.OnRefuse(short)
+	}
+}
+
+// maxRefusals bounds the refusals kept, for a long-running fake (`compactd fake-upstream`); a
+// test that reaches it has failed long before.
+const maxRefusals = 1000
+
+// Refusals returns the requests the server refused since it was created (Reset does not clear
+// them; past the first 1000 they are only counted), without bodies or headers, in arrival order.
+func (s *Server) Refusals() []Recorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.refused)
+}
+
+// ExpectRefusals tells FailOnRefusal that refusals whose reason contains one of substrs are
+// part of the test (a test of compactd relaying an upstream 400, say). "" expects every refusal.
+func (s *Server) ExpectRefusals(substrs ...string) {
+	s.mu.Lock()
+	s.expected = append(s.expected, substrs...)
+	s.mu.Unlock()
+}
+
+// TB is the part of testing.TB FailOnRefusal needs; the package does not import testing, as
+// the compactd binary links it for `compactd fake-upstream` and `compactd demo`.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+}
+
+// FailOnRefusal makes t fail, when it ends, for each request the server refused that the test
+// did not expect (ExpectRefusals), naming the route and the reason: the request compactd sent
+// would have been refused by the real API. Call it right after New and before Start's stop is
+// registered, so it runs after the server has stopped and every handler has returned.
+func (s *Server) FailOnRefusal(t TB) {
+	t.Helper()
+	t.Cleanup(func() {
+		t.Helper()
+		for _, r := range s.UnexpectedRefusals() {
+			t.Errorf("fake upstream (strict) refused %s %s (%s) with %d: %s", r.Method, r.Path, r.Kind, r.Status, r.Refused)
+		}
+		s.mu.Lock()
+		more := s.moreRefused
+		s.mu.Unlock()
+		if more > 0 {
+			t.Errorf("fake upstream (strict) refused %d more requests", more)
+		}
+	})
+}
+
+// UnexpectedRefusals is Refusals less those ExpectRefusals covers.
+func (s *Server) UnexpectedRefusals() []Recorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Recorded
+	for _, r := range s.refused {
+		expected := false
+		for _, e := range s.expected {
+			expected = expected || strings.Contains(r.Refused, e)
+		}
+		if !expected {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 type route int

@@ -116,10 +116,26 @@ func (s *sseStream) raw(name string, data []byte) bool {
 
 // fail answers status with an error body in the route's dialect.
 func (c *call) fail(status int, param, message string) {
+	c.failAs(status, c.route == routeMessages || c.route == routeCountTokens, param, nil, message)
+}
+
+// refuse answers a refusal in its envelope: the route's, unless the refusal names one.
+func (c *call) refuse(r *refusal) {
+	anthropic := (c.route == routeMessages || c.route == routeCountTokens || r.anthropic) && !r.openai
+	var code any
+	if r.code != "" {
+		code = r.code
+	}
+	c.failAs(r.status, anthropic, r.param, code, r.reason)
+}
+
+// failAs answers status with an Anthropic or OpenAI error body. code overrides the OpenAI code
+// the status implies when non-nil.
+func (c *call) failAs(status int, anthropic bool, param string, code any, message string) {
 	if status == http.StatusTooManyRequests {
 		c.w.Header().Set("Retry-After", "1")
 	}
-	if c.route == routeMessages || c.route == routeCountTokens {
+	if anthropic {
 		reqID := c.id("req_", "error")
 		c.w.Header().Set("request-id", reqID)
 		c.writeJSON(status, anthropicError{
@@ -129,7 +145,10 @@ func (c *call) fail(status int, param, message string) {
 		})
 		return
 	}
-	typ, code := openAIErrorType(status)
+	typ, def := openAIErrorType(status)
+	if code == nil {
+		code = def
+	}
 	e := openAIError{Message: message, Type: typ, Code: code}
 	if param != "" {
 		e.Param = param

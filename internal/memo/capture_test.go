@@ -31,6 +31,7 @@ func TestCaptureClaudeCode(t *testing.T) {
 		t.Fatal("COMPACTD_CLAUDE_BIN is not set")
 	}
 	fake := fakeupstream.New(fakeupstream.Options{})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	baseURL, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +124,7 @@ func TestCaptureCodex(t *testing.T) {
 		t.Fatal("COMPACTD_CODEX_BIN is not set")
 	}
 	fake := fakeupstream.New(fakeupstream.Options{})
+	fake.FailOnRefusal(t) // the test fails if the upstream refused what compactd sent
 	baseURL, stop, err := fake.Start()
 	if err != nil {
 		t.Fatal(err)
