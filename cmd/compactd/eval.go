@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/eval"
 )
 
@@ -46,6 +47,7 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	threshold := fs.Int("threshold", d.Threshold, "compact_threshold of a round's last turn (tokens)")
 	retain := fs.Int("retain-tokens", d.Retain, "newest user-message tokens compactd keeps verbatim")
 	ledger := fs.Int("ledger-bytes", d.LedgerBytes, "facts ledger budget of configurations (b)-(d), bytes")
+	summaryTokens := fs.Int("summarizer-max-output-tokens", summarizer.DefaultMaxOutputTokens, "the summariser's output budget (max_output_tokens; compactd cuts a longer summary at it and a quarter)")
 	configs := fs.String("configs", "a,b,c,d", "configurations to run: a summary, b +ledger, c +gap check, d +recall")
 	keep := fs.Float64("lossy-keep", d.Lossy.Keep, "fake upstream only: chance a detail line makes it into a summary")
 	maxLines := fs.Int("lossy-max-lines", d.Lossy.MaxLines, "fake upstream only: detail lines a summary keeps at most")
@@ -62,6 +64,7 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	}{
 		{"sessions", *sessions}, {"steps", *steps}, {"facts", *facts}, {"turns", *turns}, {"threshold", *threshold},
 		{"retain-tokens", *retain}, {"ledger-bytes", *ledger}, {"lossy-max-lines", *maxLines},
+		{"summarizer-max-output-tokens", *summaryTokens},
 	} {
 		if f.v < 1 {
 			return usageErrorf("eval", "--%s must be positive (got %d)", f.name, f.v)
@@ -96,7 +99,7 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 		return usageErrorf("eval", "--model is required with --upstream or --compactd (the default %q is the fake upstream's)", d.Model)
 	}
 	cfg := eval.Config{Seed: *seed, Sessions: *sessions, Steps: *steps, Facts: *facts, Turns: *turns,
-		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, Model: *model, API: *apiName,
+		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, SummaryTokens: *summaryTokens, Model: *model, API: *apiName,
 		Upstream: strings.TrimRight(*upstream, "/"), Compactd: *compactdURL,
 		SummarizerURL: *sumURL, SummarizerModel: *sumModel, SummarizerAPI: *sumAPI,
 		Lossy: d.Lossy}

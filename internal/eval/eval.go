@@ -71,7 +71,11 @@ type Config struct {
 	Threshold   int      `json:"threshold"`   // compact_threshold of a round's last turn
 	Retain      int      `json:"retain_tokens"`
 	LedgerBytes int      `json:"ledger_bytes"`
-	Model       string   `json:"model"`
+	// SummaryTokens is the summariser's output budget: max_output_tokens on its requests, and the
+	// bound compactd cuts a longer summary at (as serve's --summarizer-max-output-tokens). 0: the
+	// summariser's default.
+	SummaryTokens int    `json:"summary_tokens,omitempty"`
+	Model         string `json:"model"`
 	// API is the wire API of the sessions: APIResponses (default) sends every shape to
 	// /v1/responses; APIMessages sends Claude Code sessions to /v1/messages (the only shape
 	// that speaks it), compacting with compact_20260112 at Config.messagesTrigger tokens.
@@ -412,7 +416,8 @@ func startCompactd(ctx context.Context, cfg Config, upstream string, v Variant) 
 	if sumURL == "" {
 		sumURL = strings.TrimRight(upstream, "/") + "/v1"
 	}
-	sum, err := summarizer.New(summarizer.Config{BaseURL: sumURL, APIKey: cfg.SummarizerKey, Model: cfg.SummarizerModel, API: cfg.SummarizerAPI})
+	sum, err := summarizer.New(summarizer.Config{BaseURL: sumURL, APIKey: cfg.SummarizerKey, Model: cfg.SummarizerModel, API: cfg.SummarizerAPI,
+		MaxOutputTokens: cfg.SummaryTokens})
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -422,8 +427,9 @@ func startCompactd(ctx context.Context, cfg Config, upstream string, v Variant) 
 		// Messages turns to Anthropic whatever --upstream says.
 		Upstream: up, AnthropicUpstream: up, Sealer: ring, Summarizer: m, RetainTokens: cfg.Retain, LedgerBytes: -1,
 		GapCheck: v.Gap, Recall: proxy.RecallConfig{Disabled: !v.Recall},
-		Speculative: proxy.SpeculativeConfig{Fraction: -1}, // compactions happen where the round ends, nowhere else
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Speculative:      proxy.SpeculativeConfig{Fraction: -1}, // compactions happen where the round ends, nowhere else
+		MaxSummaryTokens: cfg.SummaryTokens * 5 / 4,             // as serve bounds it: the output budget and a quarter
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if v.Ledger {
 		pc.LedgerBytes = cfg.LedgerBytes

@@ -17,7 +17,7 @@ import (
 // ciConfig is the CI-sized run: two sessions (one per shape), three compactions.
 func ciConfig(seed uint64) Config {
 	c := DefaultConfig()
-	c.Seed, c.Sessions, c.Steps, c.Threshold, c.Checkpoints = seed, 2, 12, 1000, []int{1, 3}
+	c.Seed, c.Sessions, c.Steps, c.Threshold, c.Checkpoints = seed, 2, 24, 2000, []int{1, 3}
 	return c
 }
 

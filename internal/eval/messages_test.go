@@ -19,7 +19,7 @@ import (
 // of 500 steps (about 58k tokens, over the 50k trigger).
 func messagesCI(seed uint64) Config {
 	c := ciConfig(seed)
-	c.API, c.Sessions, c.Shapes, c.Steps = APIMessages, 1, nil, 10
+	c.API, c.Sessions, c.Shapes, c.Steps, c.Threshold = APIMessages, 1, nil, 10, 1000
 	return c
 }
 
@@ -330,6 +330,7 @@ func TestEvalMessagesDelivers(t *testing.T) {
 	cfg := messagesCI(1)
 	cfg.Checkpoints, cfg.Variants = []int{1}, []string{"a"}
 	cfg.Lossy.Keep, cfg.Lossy.MaxLines = 1, 1<<20
+	cfg.SummaryTokens = 1 << 16 // a summary of every detail needs the budget for it
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
