@@ -15,7 +15,7 @@ import (
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
-var ciEvalFlags = []string{"--sessions", "2", "--steps", "12", "--threshold", "1000", "--compactions", "1,3"}
+var ciEvalFlags = []string{"--sessions", "2", "--steps", "24", "--threshold", "2000", "--compactions", "1,3"}
 
 // TestEvalCommand runs `compactd eval` end to end against the built-in fake upstream: the table
 // on stdout, --json for scripts, --html for a report, the four configurations in the expected
