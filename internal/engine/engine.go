@@ -50,7 +50,11 @@ type Observer interface {
 type Config struct {
 	Sealer     crypto.Sealer
 	Summarizer summarizer.Summarizer
-	Counter    *compact.Counter
+	// Summarizers overrides Summarizer per dialect (by Dialect.Name) for every summariser call
+	// of that dialect's compactions: summary, gap check, speculation. A dialect not in it uses
+	// Summarizer.
+	Summarizers map[string]summarizer.Summarizer
+	Counter     *compact.Counter
 	// Archive keeps the raw items every compaction replaced (nil: no archive).
 	Archive archive.Store
 	// LedgerBytes bounds the facts ledger (0: no ledger; the proxy passes its default).
@@ -99,6 +103,14 @@ func New(cfg Config) *Engine {
 		e.spec = newSpeculator(cfg.Speculative)
 	}
 	return e
+}
+
+// summarizer is the summariser of a dialect's compactions (Config.Summarizers).
+func (e *Engine) summarizer(dialect string) summarizer.Summarizer {
+	if s, ok := e.cfg.Summarizers[dialect]; ok && s != nil {
+		return s
+	}
+	return e.cfg.Summarizer
 }
 
 // Close stops speculation for good: no job starts after it, running jobs are cancelled and
@@ -243,7 +255,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 	}
 	c := &Compaction{ID: in.ID, Summary: res.Summary, Usage: res.Usage, Window: w, Compacted: items, Tail: tail}
 	if !hit {
-		ledger = e.ledger(sctx, in.Auth, in.Model, items, w, res, &c.Usage)
+		ledger = e.ledger(sctx, in.Dialect.Name, in.Auth, in.Model, items, w, res, &c.Usage)
 	}
 	c.Ledger = ledger
 	if res.Summary != "" || ledger != "" {
@@ -290,7 +302,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 // ledger is the facts ledger sealed with a summary: the hard facts of the replaced items the
 // summary lacks, and, with GapCheck, what a second summariser pass found still missing. A failed
 // gap check costs the turn nothing: the ledger goes out without it.
-func (e *Engine) ledger(ctx context.Context, auth summarizer.Auth, model string, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
+func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Auth, model string, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
 	if e.cfg.LedgerBytes <= 0 || len(w.Summarise) == 0 {
 		return ""
 	}
@@ -299,7 +311,7 @@ func (e *Engine) ledger(ctx context.Context, auth summarizer.Auth, model string,
 		return ledger
 	}
 	entries := append([]string{"[summary and ledger so far]\n" + res.Summary + "\n\n" + ledger}, compact.RenderEntries(items, w.Summarise)...)
-	gap, err := e.cfg.Summarizer.Summarize(ctx, summarizer.Request{
+	gap, err := e.summarizer(dialect).Summarize(ctx, summarizer.Request{
 		Model: model, Entries: entries, Instructions: compact.GapCheckPrompt(),
 		Auth: auth,
 	})

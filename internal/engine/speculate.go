@@ -387,11 +387,11 @@ func (e *Engine) Speculate(r SpecRequest) {
 		if len(w.Summarise) == 0 {
 			return specResult{}, ErrNothingToCompact
 		}
-		res, err := e.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: r.Model, Entries: compact.RenderEntries(items, w.Summarise), Auth: r.Auth})
+		res, err := e.summarizer(r.Dialect.Name).Summarize(ctx, summarizer.Request{Model: r.Model, Entries: compact.RenderEntries(items, w.Summarise), Auth: r.Auth})
 		if err != nil {
 			return specResult{}, err
 		}
-		out := specResult{res: res, ledger: e.ledger(ctx, r.Auth, r.Model, items, w, res, &res.Usage)}
+		out := specResult{res: res, ledger: e.ledger(ctx, r.Dialect.Name, r.Auth, r.Model, items, w, res, &res.Usage)}
 		e.shareSpeculation(ctx, r.Dialect, sc, r.Model, p, out)
 		return out, nil
 	})
