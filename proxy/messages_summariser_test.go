@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -110,5 +111,40 @@ func TestMessagesSummariserMetrics(t *testing.T) {
 	}
 	if got := value(t, reg, "gen_ai_client_operation_duration_seconds", "gen_ai_operation_name", "compaction", "gen_ai_provider_name", "anthropic"); got != 1 {
 		t.Errorf("gen_ai compaction operations by anthropic = %v, want 1", got)
+	}
+}
+
+// countingRoundTripper counts the requests a client sent.
+type countingRoundTripper struct {
+	n    *int
+	next http.RoundTripper
+}
+
+func (c countingRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	*c.n++
+	return c.next.RoundTrip(r)
+}
+
+// A summariser nothing answers for (connection refused) is tried once, not retried with backoff,
+// and the client is told it could not be reached (issue 23, defect 4).
+func TestMessagesSummariserUnreachable(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	addr := closed.URL
+	closed.Close()
+	var attempts int
+	h := newMsgHarness(t, func(c *proxy.Config) {
+		ms, err := summarizer.New(summarizer.Config{BaseURL: addr, API: summarizer.APIMessages,
+			HTTPClient: &http.Client{Transport: countingRoundTripper{&attempts, &http.Transport{}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.MessagesSummarizer = summarizer.NewResilient(ms, summarizer.DefaultResilienceConfig())
+	})
+	status, _, resp := rawMessages(t, h.proxyURL, mustBody(t, agentParams(ccPrompt), nil), map[string]string{"X-Claude-Code-Session-Id": sessionID})
+	if status != 529 || !strings.Contains(string(resp), "could not be reached") {
+		t.Fatalf("/compact: %d %.400s; want 529 saying the summariser could not be reached", status, resp)
+	}
+	if attempts != 1 {
+		t.Errorf("%d attempts, want 1", attempts)
 	}
 }
