@@ -124,3 +124,14 @@ func (m routeModel) forRoute(route string) string {
 	}
 	return m.responses
 }
+
+// responsesModel is the responses part of a --summarizer-model value (the whole value when it
+// names one model, or does not parse): the model of the commands that share COMPACTD_SUMMARIZER_MODEL
+// with serve and whose gap check speaks the Responses API (hooks run, handoff).
+func responsesModel(s string) string {
+	var m routeModel
+	if m.Set(s) != nil {
+		return s
+	}
+	return m.forRoute(compact.RouteResponses)
+}

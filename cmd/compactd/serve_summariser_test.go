@@ -263,3 +263,19 @@ func TestServeAnthropicOnlyCompacts(t *testing.T) {
 		})
 	}
 }
+
+// hooks run and handoff share COMPACTD_SUMMARIZER_MODEL with serve; their gap check speaks the
+// Responses API, so they take the responses part of a per-route value.
+func TestResponsesModel(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                       "",
+		"gpt-5-mini":             "gpt-5-mini",
+		"responses=a,messages=b": "a",
+		"messages=b":             "",
+		"bogus=x":                "bogus=x",
+	} {
+		if got := responsesModel(in); got != want {
+			t.Errorf("responsesModel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
