@@ -163,12 +163,23 @@ func (ts *Tenants) match(key string) *tenant {
 	return found
 }
 
-// openAIKey is the named tenant's OpenAI credential ("" if it has none): the summariser's on
-// every route (engine.go summariserAuth).
+// openAIKey is the named tenant's OpenAI credential ("" if it has none): an OpenAI-API
+// summariser's on every route (compaction.go summariserAuth).
 func (ts *Tenants) openAIKey(name string) string {
 	for _, t := range ts.entries {
 		if t.name == name {
 			return t.openaiKey
+		}
+	}
+	return ""
+}
+
+// anthropicKey is the named tenant's Anthropic credential ("" if it has none): a Messages-API
+// summariser's on every route.
+func (ts *Tenants) anthropicKey(name string) string {
+	for _, t := range ts.entries {
+		if t.name == name {
+			return t.anthropicKey
 		}
 	}
 	return ""

@@ -248,18 +248,19 @@ func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err erro
 func (s *Server) countItems(items []api.Item) int { return s.engine.CountItems(items) }
 
 // summariserAuth is the credential a compaction's summariser calls carry (used only when no
-// summariser key is configured): what the Responses upstream gets. Without tenants that is the
-// caller's own headers. With tenants it is the authenticated tenant's OpenAI key on every route:
-// the summariser speaks the OpenAI wire API, and a Messages turn's headers carry the tenant's
-// Anthropic key instead, which it cannot use (and which must not go to an OpenAI host).
+// summariser key is configured); the summariser reads the field of its own wire API. Without
+// tenants both fields are the caller's own headers: the summariser shares the caller's upstream.
+// With tenants they are the authenticated tenant's keys, whichever route the turn came in on:
+// its OpenAI key for an OpenAI-API summariser (Header), its Anthropic key for a Messages-API one
+// (AnthropicHeader), so a key only ever goes to its own provider's host.
 func (s *Server) summariserAuth(r *http.Request) summarizer.Auth {
 	h := callerCredentials(r.Header)
 	if s.cfg.Tenants == nil {
-		return summarizer.Auth{Header: h}
+		return summarizer.Auth{Header: h, AnthropicHeader: anthropicCredentials(r.Header)}
 	}
 	name, ok := r.Context().Value(tenantKey{}).(string)
 	if !ok {
-		return summarizer.Auth{Header: h}
+		return summarizer.Auth{Header: h, AnthropicHeader: anthropicCredentials(r.Header)}
 	}
 	for _, k := range []string{"Authorization", "Api-Key", "X-Api-Key"} {
 		h.Del(k)
@@ -267,7 +268,23 @@ func (s *Server) summariserAuth(r *http.Request) summarizer.Auth {
 	if key := s.cfg.Tenants.openAIKey(name); key != "" {
 		h.Set("Authorization", "Bearer "+key)
 	}
-	return summarizer.Auth{Header: h}
+	ant := http.Header{}
+	if key := s.cfg.Tenants.anthropicKey(name); key != "" {
+		ant.Set("X-Api-Key", key)
+	}
+	return summarizer.Auth{Header: h, AnthropicHeader: ant}
+}
+
+// anthropicCredentials are the headers a Messages-API summariser may reuse: the caller's
+// x-api-key or bearer token, and anthropic-beta (the summariser keeps only its oauth flags).
+func anthropicCredentials(h http.Header) http.Header {
+	out := http.Header{}
+	for _, k := range []string{"X-Api-Key", "Authorization", "Anthropic-Beta"} {
+		if v := h.Values(k); len(v) > 0 {
+			out[http.CanonicalHeaderKey(k)] = v
+		}
+	}
+	return out
 }
 
 // callerCredentials are the headers the summariser may reuse when it shares the caller's upstream.

@@ -32,7 +32,10 @@ func (s *Server) setupObservability() {
 	s.log = slog.New(ctxHandler{s.logHandler})
 	s.cfg.Transport = &instrumentedTransport{next: s.cfg.Transport, m: s.metrics}
 	if s.cfg.Summarizer != nil {
-		s.cfg.Summarizer = instrumentedSummarizer{next: s.cfg.Summarizer, m: s.metrics}
+		s.cfg.Summarizer = newInstrumentedSummarizer(s.cfg.Summarizer, s.metrics)
+	}
+	if s.cfg.MessagesSummarizer != nil {
+		s.cfg.MessagesSummarizer = newInstrumentedSummarizer(s.cfg.MessagesSummarizer, s.metrics)
 	}
 	s.ops = &ops{}
 	if s.cfg.Registry != nil {

@@ -126,6 +126,9 @@ func (c *Config) validate() error {
 	if c.Summarizer == nil {
 		bad("Summarizer", "is nil: clients can always request a compaction, which needs a summariser")
 	}
+	if c.MessagesAgentSummarizer != nil && c.MessagesSummarizer == nil {
+		bad("MessagesAgentSummarizer", "is set without MessagesSummarizer: set both, or AgentSummarizer for every route")
+	}
 	for _, u := range []struct {
 		field string
 		u     *url.URL

@@ -309,7 +309,20 @@ func (b *upstreamBody) finish(eof bool) {
 type instrumentedSummarizer struct {
 	next summarizer.Summarizer
 	m    *metrics
+	// provider is the GenAI provider label of the summariser's wire API: "anthropic" for the
+	// Messages API, "openai" for the others (and a Summarizer that does not say).
+	provider string
 }
+
+func newInstrumentedSummarizer(next summarizer.Summarizer, m *metrics) instrumentedSummarizer {
+	provider := "openai"
+	if summarizer.APIOf(next) == summarizer.APIMessages {
+		provider = "anthropic"
+	}
+	return instrumentedSummarizer{next: next, m: m, provider: provider}
+}
+
+func (s instrumentedSummarizer) api() string { return summarizer.APIOf(s.next) }
 
 func (s instrumentedSummarizer) Summarize(ctx context.Context, req summarizer.Request) (summarizer.Result, error) {
 	start := time.Now()
@@ -332,8 +345,7 @@ func (s instrumentedSummarizer) Summarize(ctx context.Context, req summarizer.Re
 		if model == "" {
 			model = req.Model
 		}
-		// The summariser speaks the OpenAI wire API (Responses or Chat Completions).
-		s.m.genAI("compaction", "openai", model, d.Seconds(), res.Usage.InputTokens, res.Usage.OutputTokens)
+		s.m.genAI("compaction", s.provider, model, d.Seconds(), res.Usage.InputTokens, res.Usage.OutputTokens)
 	}
 	return res, err
 }

@@ -74,6 +74,16 @@ type Config struct {
 	// AgentSummarizer, when set, writes the summaries of upgraded agent compactions (e.g. a
 	// cheaper model); the ledger's gap check of those compactions uses it too. nil: Summarizer.
 	AgentSummarizer summarizer.Summarizer
+	// MessagesSummarizer, when set, writes the summaries of every compaction on the Messages
+	// route (/v1/messages: threshold, speculative, on-demand, and upgraded Claude Code
+	// compactions, gap checks included) instead of Summarizer; MessagesAgentSummarizer, when
+	// set, those of the upgraded agent compactions there. nil: Summarizer and AgentSummarizer,
+	// as on the Responses and Chat routes. serve sets it to a Messages API client at the
+	// Anthropic upstream unless the operator configured one summariser for every route.
+	// Summariser calls on this route carry the caller's Anthropic credentials in
+	// summarizer.Auth.AnthropicHeader (with tenants, the tenant's Anthropic key).
+	MessagesSummarizer      summarizer.Summarizer
+	MessagesAgentSummarizer summarizer.Summarizer
 	// Archive keeps the raw items every compaction replaced (nil = off). When set, a compaction
 	// whose originals cannot be archived fails rather than lose them. The Server takes it over:
 	// Close closes it (see Server.Close).
@@ -251,6 +261,15 @@ type Server struct {
 	closeErr          error
 }
 
+// routeSummarizers is the engine's per-dialect summarisers (engine.Config.Summarizers): the
+// Messages route's own when one is configured. Called after setupObservability, which wraps them.
+func (s *Server) routeSummarizers() map[string]summarizer.Summarizer {
+	if s.cfg.MessagesSummarizer == nil {
+		return nil
+	}
+	return map[string]summarizer.Summarizer{dialectAnthropic.String(): s.cfg.MessagesSummarizer}
+}
+
 // New builds a Server from cfg, or says which field of cfg makes no sense (see Config.validate).
 // A Server started goroutines (speculative compaction, archive retention): stop it with Close.
 func New(cfg Config) (*Server, error) {
@@ -270,6 +289,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.AgentSummarizer != nil {
 		cfg.Summarizer = agentRouting{main: cfg.Summarizer, agent: cfg.AgentSummarizer}
+	}
+	if cfg.MessagesAgentSummarizer != nil {
+		cfg.MessagesSummarizer = agentRouting{main: cfg.MessagesSummarizer, agent: cfg.MessagesAgentSummarizer}
 	}
 	if cfg.LedgerBytes == 0 {
 		cfg.LedgerBytes = 6144
@@ -327,7 +349,7 @@ func New(cfg Config) (*Server, error) {
 		ledger = 0 // no ledger
 	}
 	s.engine = engine.New(engine.Config{
-		Sealer: s.cfg.Sealer, Summarizer: s.cfg.Summarizer, Counter: s.cfg.Counter, Archive: s.cfg.Archive,
+		Sealer: s.cfg.Sealer, Summarizer: s.cfg.Summarizer, Summarizers: s.routeSummarizers(), Counter: s.cfg.Counter, Archive: s.cfg.Archive,
 		LedgerBytes: ledger, GapCheck: s.cfg.GapCheck, CompactionTimeout: s.cfg.CompactionTimeout,
 		ItemMaxAge: s.cfg.ItemMaxAge, FailurePolicy: s.cfg.FailurePolicies.For, Speculative: s.cfg.Speculative,
 		Memo: s.cfg.Memo, MinSaving: s.cfg.CompactionMinSaving, MaxSummaryTokens: s.cfg.MaxSummaryTokens,

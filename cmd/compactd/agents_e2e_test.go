@@ -315,8 +315,18 @@ supports_websockets = false
 			e.run(t, codex, append(base, `Read the notes [[call:exec_command {"cmd":"cat notes.txt"}]]`)...)
 			var bodies []string
 			if tc.extraConfig == "" {
-				fake.Reset()
-				e.run(t, codex, append(base, "resume", "--last", "what was the port?")...)
+				// Resumed twice: each resume's requests carry the essentials exactly once (issue
+				// 23, defect 5: Codex replays the first resume's injection on the second, which
+				// injected again beside it).
+				for i, q := range []string{"what was the port?", "and again?"} {
+					fake.Reset()
+					e.run(t, codex, append(base, "resume", "--last", q)...)
+					for _, r := range fake.Requests() {
+						if n := strings.Count(string(r.Body), "compactd (SessionStart hook)"); r.Kind == fakeupstream.KindResponses && n != 1 {
+							t.Errorf("resume %d: a request carries the SessionStart essentials %d times, want once", i+1, n)
+						}
+					}
+				}
 			}
 			for _, r := range fake.Requests() {
 				if r.Kind == fakeupstream.KindResponses {

@@ -60,6 +60,7 @@ func parseHandoffFlags(args []string) (handoffConfig, error) {
 	if c.format, err = session.ParseFormat(*format); err != nil {
 		return c, usageErrorf("handoff", "--format: %v", err)
 	}
+	c.sumModel = responsesModel(c.sumModel)
 	switch {
 	case c.watch == "" && len(c.files) == 0:
 		return c, usageErrorf("handoff", "no session logs given")

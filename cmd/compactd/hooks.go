@@ -250,7 +250,7 @@ func runHookEvent(args []string) error {
 	code := agenthooks.Run(context.Background(), os.Stdin, os.Stdout, agenthooks.RunOptions{
 		Agent: agent, Event: fs.Arg(1), Timeout: *timeout, StateDir: agenthooks.DefaultStateDir(),
 		SummarizerURL: os.Getenv("COMPACTD_SUMMARIZER_URL"), SummarizerKey: key,
-		SummarizerModel: os.Getenv("COMPACTD_SUMMARIZER_MODEL"), Now: time.Now, Log: os.Stderr,
+		SummarizerModel: responsesModel(os.Getenv("COMPACTD_SUMMARIZER_MODEL")), Now: time.Now, Log: os.Stderr,
 	})
 	os.Exit(code)
 	return nil

@@ -40,9 +40,10 @@ type serveConfig struct {
 	anthropicApplyEdits, allowEditedSummaries bool
 	foreignItems                              string
 
-	summarizerURL, summarizerModel, summarizerKey, summarizerAPI string
-	summarizerContextTokens, summarizerMaxOutput                 int
-	summarizerTimeout, compactionTimeout                         time.Duration
+	summarizerURL, summarizerKey, summarizerAPI  string
+	summarizerModel                              routeModel
+	summarizerContextTokens, summarizerMaxOutput int
+	summarizerTimeout, compactionTimeout         time.Duration
 
 	compactThreshold                     thresholdFlag
 	defaultClientThreshold, retainTokens int
@@ -75,7 +76,7 @@ type serveConfig struct {
 	memoMax        int
 	// upgradeAgentCompaction answers an agent's own compaction turn with compactd's engine.
 	upgradeAgentCompaction bool
-	agentSummarizerModel   string
+	agentSummarizerModel   routeModel
 
 	archiveDSN, archiveIndexKey string
 	archiveMaxAge               time.Duration
@@ -96,10 +97,10 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.anthropicApplyEdits, "anthropic-apply-edits", false, "apply clear_thinking/clear_tool_uses context edits in compactd (for Messages upstreams without context editing) instead of forwarding them")
 	fs.BoolVar(&c.allowEditedSummaries, "allow-edited-summaries", false, "accept Anthropic compaction blocks whose readable summary the client edited (otherwise 400 compaction_content_mismatch)")
 	fs.StringVar(&c.foreignItems, "foreign-items", string(proxy.ForeignDrop), "compaction items or blocks compactd did not issue (OpenAI's or Anthropic's own, after a provider switch): drop (forward without them, with an X-Compactd-Warning) or reject (400)")
-	fs.StringVar(&c.summarizerURL, "summarizer-url", "", "summariser base URL including /v1 (default: the upstream's /v1)")
-	fs.StringVar(&c.summarizerModel, "summarizer-model", "", "summariser model (default: the request's own model)")
-	fs.StringVar(&c.summarizerKey, "summarizer-key", "", "summariser API key (default: forward the caller's credentials; prefer the env variable)")
-	fs.StringVar(&c.summarizerAPI, "summarizer-api", summarizer.APIResponses, "summariser wire API: responses or chat")
+	fs.StringVar(&c.summarizerURL, "summarizer-url", "", "one summariser for every route at this base URL including /v1 (default: per route, the Responses API at --upstream's /v1 for responses and chat, the Messages API at --anthropic-upstream for messages)")
+	fs.Var(&c.summarizerModel, "summarizer-model", "summariser model, M for every route or responses=M1,messages=M2 (chat follows responses; default: the request's own model)")
+	fs.StringVar(&c.summarizerKey, "summarizer-key", "", "one summariser for every route with this API key (default: forward the caller's credentials; prefer the env variable)")
+	fs.StringVar(&c.summarizerAPI, "summarizer-api", "", "one summariser for every route over this wire API: responses, chat or messages (default: per route, as --summarizer-url says)")
 	fs.IntVar(&c.summarizerContextTokens, "summarizer-context-tokens", summarizer.DefaultContextTokens, "summariser context window; longer histories are summarised in chunks")
 	fs.IntVar(&c.summarizerMaxOutput, "summarizer-max-output-tokens", summarizer.DefaultMaxOutputTokens, "summary length cap in tokens")
 	fs.DurationVar(&c.summarizerTimeout, "summarizer-timeout", summarizer.DefaultTimeout, "timeout of one summariser call")
@@ -154,7 +155,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.memoTTL, "memo-ttl", archive.DefaultMemoTTL, "how long a memo record lives after it was written or last used")
 	fs.IntVar(&c.memoMax, "memo-max-records", archive.DefaultMemoMaxPerTenant, "memo records per tenant; past it the least recently used go first")
 	fs.BoolVar(&c.upgradeAgentCompaction, "upgrade-agent-compaction", true, "answer an agent's own compaction request (Claude Code's /compact and auto-compact, Codex's local compaction) with compactd's summariser, facts ledger and gap check, and archive the conversation under the agent's session id (false: forward it unchanged)")
-	fs.StringVar(&c.agentSummarizerModel, "agent-summarizer-model", "", "summariser model for upgraded agent compactions, e.g. a cheaper one (default: as --summarizer-model)")
+	fs.Var(&c.agentSummarizerModel, "agent-summarizer-model", "summariser model for upgraded agent compactions, e.g. a cheaper one, M or responses=M1,messages=M2 (default: as --summarizer-model)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	c.obs.flags(fs)
@@ -219,6 +220,11 @@ func (c *serveConfig) check() error {
 	}
 	if math.IsNaN(c.minSaving) || c.minSaving < 0 || c.minSaving >= 1 {
 		return usageErrorf("serve", "--compaction-min-saving must be a share of the request's tokens, from 0 (off) to below 1")
+	}
+	switch c.summarizerAPI {
+	case "", summarizer.APIResponses, summarizer.APIChat, summarizer.APIMessages:
+	default:
+		return usageErrorf("serve", "--summarizer-api must be responses, chat or messages, not %q", c.summarizerAPI)
 	}
 	if _, err := proxy.ParseForeignItems(c.foreignItems); err != nil {
 		return usageErrorf("serve", "--foreign-items: %v", err)
@@ -340,33 +346,38 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	}
 	transport := proxy.DefaultTransport()
 	transport.ResponseHeaderTimeout = c.upstreamHeader
-	sumURL := c.summarizerURL
-	if sumURL == "" {
-		sumURL = strings.TrimRight(c.upstream, "/") + "/v1"
-	}
 	counter := compact.NewCounter(compact.CounterOptions{Background: true})
-	sum, err := summarizer.New(summarizer.Config{
-		BaseURL: sumURL, APIKey: c.summarizerKey, Model: c.summarizerModel, API: c.summarizerAPI,
-		ContextTokens: c.summarizerContextTokens, MaxOutputTokens: c.summarizerMaxOutput,
-		Timeout: c.summarizerTimeout, HTTPClient: &http.Client{Transport: transport},
-		CountTokens: counter.Text,
-	})
-	if err != nil {
-		return nil, err
-	}
-	var agentSum summarizer.Summarizer
-	if c.agentSummarizerModel != "" {
-		// Same endpoint, key and limits as the main summariser; only the model differs.
-		as, err := summarizer.New(summarizer.Config{
-			BaseURL: sumURL, APIKey: c.summarizerKey, Model: c.agentSummarizerModel, API: c.summarizerAPI,
-			ContextTokens: c.summarizerContextTokens, MaxOutputTokens: c.summarizerMaxOutput,
-			Timeout: c.summarizerTimeout, HTTPClient: &http.Client{Transport: transport},
-			CountTokens: counter.Text,
-		})
-		if err != nil {
-			return nil, err
+	plans := c.summariserPlans()
+	built := map[summariserPlan][2]summarizer.Summarizer{} // a plan shared by routes is one summariser
+	for _, p := range plans {
+		if _, ok := built[p]; ok {
+			continue
 		}
-		agentSum = summarizer.NewResilient(as, c.resilience)
+		var pair [2]summarizer.Summarizer
+		for i, model := range []string{p.model, p.agentModel} {
+			if i == 1 && p.agentModel == "" {
+				break
+			}
+			sum, err := summarizer.New(summarizer.Config{
+				BaseURL: p.url, APIKey: c.summarizerKey, Model: model, API: p.api,
+				ContextTokens: c.summarizerContextTokens, MaxOutputTokens: c.summarizerMaxOutput,
+				Timeout: c.summarizerTimeout, HTTPClient: &http.Client{Transport: transport},
+				CountTokens: counter.Text,
+			})
+			if err != nil {
+				return nil, err
+			}
+			pair[i] = summarizer.NewResilient(sum, c.resilience)
+		}
+		built[p] = pair
+	}
+	for _, route := range []string{compact.RouteResponses, compact.RouteMessages, compact.RouteChat} {
+		log.Info("summariser", plans[route].logAttrs(route, c.summarizerKey != "", c.tenantsFile != "")...)
+	}
+	main, messages := built[plans[compact.RouteResponses]], built[plans[compact.RouteMessages]]
+	var messagesSum, messagesAgentSum summarizer.Summarizer
+	if plans[compact.RouteMessages] != plans[compact.RouteResponses] {
+		messagesSum, messagesAgentSum = messages[0], messages[1]
 	}
 	store, err := c.openArchive(ring, log)
 	if err != nil {
@@ -393,7 +404,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		}
 		log.Info("proxy authentication on", "tenants_file", c.tenantsFile)
 	}
-	return c.obs.newServer(proxy.Config{
+	pc := proxy.Config{
 		Tenants:              tenants,
 		MaxHeaderBytes:       c.maxHeaderBytes,
 		ItemMaxAge:           c.itemMaxAge,
@@ -407,7 +418,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		NoMemo:               !c.memo,
 		MemoOptions:          archive.MemoOptions{TTL: c.memoTTL, MaxPerTenant: c.memoMax},
 		NoAgentCompaction:    !c.upgradeAgentCompaction,
-		AgentSummarizer:      agentSum,
+		AgentSummarizer:      main[1],
 		Archive:              store,
 		ArchiveRetention:     archive.Retention{MaxAge: c.archiveMaxAge, MaxBytes: c.archiveMaxBytes, MaxTotalBytes: c.archiveMaxTotalBytes},
 		Recall:               c.recallConfig,
@@ -420,7 +431,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		Transport:            transport,
 		Sealer:               ring,
 		OwnerKey:             ownerKey,
-		Summarizer:           summarizer.NewResilient(sum, c.resilience),
+		Summarizer:           main[0],
 		Counter:              counter,
 		Policy:               compact.Policy{Threshold: c.compactThreshold.threshold, Routes: c.compactThreshold.routes, Override: c.policyOverride, DefaultClientThreshold: c.defaultClientThreshold},
 		RetainTokens:         c.retainTokens,
@@ -431,7 +442,9 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		KeepAlive:            c.keepAlive,
 		StripCodexFields:     c.stripCodexFields,
 		Logger:               log,
-	})
+	}
+	pc.MessagesSummarizer, pc.MessagesAgentSummarizer = messagesSum, messagesAgentSum
+	return c.obs.newServer(pc)
 }
 
 func runServe(args []string) error {

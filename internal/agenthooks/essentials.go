@@ -1,6 +1,8 @@
 package agenthooks
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
@@ -179,10 +183,13 @@ func (e Essentials) PreCompactText() string {
 	return b.String()
 }
 
+// sessionStartHeader starts every SessionStart text; CarriesEssentials looks for it.
+const sessionStartHeader = "compactd (SessionStart hook):"
+
 // SessionStartText is the additionalContext injected when the compacted session resumes.
 func (e Essentials) SessionStartText() string {
 	var b strings.Builder
-	b.WriteString("compactd (SessionStart hook): resume essentials of this session before its compaction, taken from its transcript. The summary above may have lost them; prefer these facts, but re-read a file before editing it.\n\n")
+	b.WriteString(sessionStartHeader + " resume essentials of this session before its compaction, taken from its transcript. The summary above may have lost them; prefer these facts, but re-read a file before editing it.\n\n")
 	if !e.body(&b) {
 		return ""
 	}
@@ -247,6 +254,69 @@ func (e Essentials) body(b *strings.Builder) bool {
 		wrote = true
 	}
 	return wrote
+}
+
+// CarriesEssentials reports whether a Codex rollout (read like Gather reads it, its newest
+// MaxTranscriptBytes) already holds resume essentials that are still in the model's context: a
+// developer message starting with the SessionStart header, written after the rollout's last
+// compaction (a "compacted" record or a context_compacted event). Codex 0.171 records a
+// SessionStart hook's additionalContext as such a message and replays it on every later resume,
+// so injecting again would put a second copy beside it in the same request.
+func CarriesEssentials(transcript string) (bool, error) {
+	if transcript == "" {
+		return false, errors.New("no transcript_path in the hook input")
+	}
+	r, err := OpenTranscript(transcript)
+	if err != nil {
+		return false, err
+	}
+	defer r.Close()
+	br := bufio.NewReaderSize(r, 64<<10)
+	header := []byte(sessionStartHeader)
+	carried := false
+	for {
+		line, err := br.ReadBytes('\n')
+		// Cheap filters first: most records are neither, and some are megabytes of tool output.
+		if bytes.Contains(line, []byte("compacted")) || bytes.Contains(line, header) {
+			switch codexRecordKind(line) {
+			case "compaction":
+				carried = false
+			case "essentials":
+				carried = true
+			}
+		}
+		if err == io.EOF {
+			return carried, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// codexRecordKind classifies one rollout line: "compaction", "essentials" (compactd's injected
+// developer message) or "".
+func codexRecordKind(line []byte) string {
+	if jsonx.Valid(line) != nil {
+		return "" // a half-written last line, or the cut first line of a tail read
+	}
+	rec := gjson.ParseBytes(line)
+	payload := rec.Get("payload")
+	switch {
+	case rec.Get("type").Str == "compacted",
+		rec.Get("type").Str == "event_msg" && payload.Get("type").Str == "context_compacted":
+		return "compaction"
+	case rec.Get("type").Str == "response_item" && payload.Get("type").Str == "message" && payload.Get("role").Str == "developer":
+		found := false
+		payload.Get("content").ForEach(func(_, c gjson.Result) bool {
+			found = strings.HasPrefix(strings.TrimSpace(c.Get("text").Str), sessionStartHeader)
+			return !found
+		})
+		if found {
+			return "essentials"
+		}
+	}
+	return ""
 }
 
 // readLineNumbers is the `cat -n` prefix Claude Code's Read tool puts before every line; it would

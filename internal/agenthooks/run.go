@@ -163,6 +163,16 @@ func dispatch(ctx context.Context, stdin io.Reader, o RunOptions) (out, note str
 			return "", note + ", source " + in.Source + " ignored", nil
 		}
 		o.clearHandover(in.SessionID)
+		if o.Agent == Codex && in.Source == "resume" {
+			// One copy per context: the history Codex resumes may already carry them.
+			carried, err := CarriesEssentials(in.transcript())
+			if err != nil {
+				return "", note, err
+			}
+			if carried {
+				return "", note + ", source resume: the resumed history already carries the essentials", nil
+			}
+		}
 		ess, err := Gather(ctx, in.transcript(), o.Agent, nil)
 		if err != nil {
 			return "", note, err
@@ -191,7 +201,11 @@ func dispatch(ctx context.Context, stdin io.Reader, o RunOptions) (out, note str
 // wantSource: Claude Code's hook is installed with matcher "compact"; Codex's matcher semantics
 // for SessionStart are not documented, so its hook is installed for every source and filters
 // here. Codex 0.169.0 sends "compact" after its own compaction and "resume" for `codex exec
-// resume` (both observed in cmd/compactd/agents_e2e_test.go).
+// resume` (both observed in cmd/compactd/agents_e2e_test.go). Codex 0.171 fires SessionStart
+// once per `codex exec resume --last` (source "resume"; "startup" before the first turn of a new
+// session), and records the injected context in the rollout as a developer message that every
+// later resume replays: a resume whose history already carries the essentials gets none
+// (CarriesEssentials).
 func wantSource(a Agent, source string) bool {
 	switch source {
 	case "compact":

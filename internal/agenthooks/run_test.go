@@ -405,3 +405,54 @@ func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// TestCodexResumeInjectsOnce: issue 23, defect 5. Codex 0.171 records a SessionStart hook's
+// additionalContext in the rollout as a developer message and replays it on every later resume,
+// so injecting the essentials on each resume put two copies in the second resume's request (three
+// in the third, as observed with `codex exec resume --last`). A resume whose history already
+// carries them, after its last compaction, gets none; a compaction in between (the essentials are
+// no longer in the model's context) or a source "compact" gets them again.
+func TestCodexResumeInjectsOnce(t *testing.T) {
+	const (
+		meta      = `{"timestamp":"2026-12-01T23:21:07Z","type":"session_meta","payload":{"id":"sess-1","cwd":"/work"}}`
+		user      = `{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"read the notes"}]}}`
+		call      = `{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{\"cmd\":\"cat notes.txt\"}","call_id":"c1"}}`
+		output    = `{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"listen_port: 7431 (SECRET_FACT_PORT=7431)\n"}}`
+		injected  = `{"type":"response_item","payload":{"type":"message","role":"developer","content":[{"type":"input_text","text":"compactd (SessionStart hook): resume essentials of this session before its compaction, taken from its transcript.\n\n## Facts ledger\n- SECRET_FACT_PORT=7431\n"}]}}`
+		quoted    = `{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"compactd (SessionStart hook): pasted by the user"}]}}`
+		compacted = `{"type":"compacted","payload":{"message":"summary","replacement_history":[]}}`
+		event     = `{"type":"event_msg","payload":{"type":"context_compacted"}}`
+		answer    = `{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"The port is 7431. Mentions compacted."}]}}`
+	)
+	base := []string{meta, user, call, output, answer}
+	for _, tc := range []struct {
+		name   string
+		lines  []string
+		source string
+		inject bool
+	}{
+		{"first resume", base, "resume", true},
+		{"second resume: the history carries them", append(base[:5:5], injected, user, answer), "resume", false},
+		{"compacted since the last injection", append(base[:5:5], injected, user, compacted, answer), "resume", true},
+		{"context_compacted event since the last injection", append(base[:5:5], injected, event, user), "resume", true},
+		{"injected again after a compaction", append(base[:5:5], injected, compacted, injected, user), "resume", false},
+		{"the header in a user message is not an injection", append(base[:5:5], quoted), "resume", true},
+		{"after Codex's own compaction", append(base[:5:5], injected, compacted), "compact", true},
+		{"a half-written last line", append(base[:5:5], injected, `{"type":"compacted","payl`), "resume", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "rollout.jsonl")
+			if err := os.WriteFile(p, []byte(strings.Join(tc.lines, "\n")+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, code, log := runHook(t, RunOptions{Agent: Codex, Event: "SessionStart", StateDir: dir}, hookInput("SessionStart", p, tc.source))
+			if code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			if got := strings.Contains(out, "SECRET_FACT_PORT=7431"); got != tc.inject {
+				t.Errorf("injected = %v, want %v\nout: %s\nlog: %s", got, tc.inject, out, log)
+			}
+		})
+	}
+}

@@ -58,7 +58,11 @@ type Observer interface {
 type Config struct {
 	Sealer     crypto.Sealer
 	Summarizer summarizer.Summarizer
-	Counter    *compact.Counter
+	// Summarizers overrides Summarizer per dialect (by Dialect.Name) for every summariser call
+	// of that dialect's compactions: summary, gap check, speculation. A dialect not in it uses
+	// Summarizer.
+	Summarizers map[string]summarizer.Summarizer
+	Counter     *compact.Counter
 	// Archive keeps the raw items every compaction replaced (nil: no archive).
 	Archive archive.Store
 	// LedgerBytes bounds the facts ledger (0: no ledger; the proxy passes its default).
@@ -133,6 +137,14 @@ func New(cfg Config) *Engine {
 		e.spec = newSpeculator(cfg.Speculative)
 	}
 	return e
+}
+
+// summarizer is the summariser of a dialect's compactions (Config.Summarizers).
+func (e *Engine) summarizer(dialect string) summarizer.Summarizer {
+	if s, ok := e.cfg.Summarizers[dialect]; ok && s != nil {
+		return s
+	}
+	return e.cfg.Summarizer
 }
 
 // Close stops speculation for good: no job starts after it, running jobs are cancelled and
@@ -385,7 +397,7 @@ func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Aut
 		return ledger
 	}
 	entries := append([]string{"[summary and ledger so far]\n" + res.Summary + "\n\n" + ledger}, compact.RenderEntries(items, w.Summarise)...)
-	gap, err := e.cfg.Summarizer.Summarize(ctx, summarizer.Request{
+	gap, err := e.summarizer(dialect).Summarize(ctx, summarizer.Request{
 		Model: model, Entries: entries, Instructions: compact.GapCheckPrompt(),
 		Auth: auth,
 	})

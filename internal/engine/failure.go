@@ -96,7 +96,7 @@ const extractiveBytes = 16 << 10
 // summarise calls the summariser and applies the extractive policy to a failure, the compaction
 // deadline running out included. Cancellation and a full queue are never papered over.
 func (e *Engine) summarise(ctx context.Context, dialect string, req summarizer.Request) (summarizer.Result, error) {
-	res, err := e.cfg.Summarizer.Summarize(ctx, req)
+	res, err := e.summarizer(dialect).Summarize(ctx, req)
 	if err != nil {
 		if te := compactionTimedOut(ctx); te != nil {
 			err = te // the compaction's deadline, not the client, ended the call
@@ -178,32 +178,34 @@ func (te *TimeoutError) Message() string {
 }
 
 // pushback is what a failed summarisation says about coming back: whether the summariser was
-// rate limited (429) or overloaded (529, or an overloaded error code), and when to retry — its
-// Retry-After, or, while the circuit breaker is open, the rest of the cooldown.
+// rate limited (429) or overloaded (529, or an overloaded error code) or could not be reached at
+// all, and when to retry — its Retry-After, or, while the circuit breaker is open, the rest of the
+// cooldown.
 type Pushback struct {
-	RateLimited, Overloaded bool
-	After                   time.Duration
+	RateLimited, Overloaded, Unreachable bool
+	After                                time.Duration
 }
 
 // PushbackOf reads what a summariser failure says about coming back.
 func PushbackOf(err error) Pushback {
 	var (
-		co     *summarizer.CircuitOpenError
-		e      *summarizer.Error
-		status int
-		code   string
-		after  time.Duration
+		co          *summarizer.CircuitOpenError
+		e           *summarizer.Error
+		status      int
+		code        string
+		after       time.Duration
+		unreachable bool
 	)
 	switch {
 	case errors.As(err, &co):
-		status, code, after = co.Status, co.Code, co.RetryAfter
+		status, code, after, unreachable = co.Status, co.Code, co.RetryAfter, co.Unreachable
 	case errors.As(err, &e):
-		status, code, after = e.Status, e.Code, e.RetryAfter
+		status, code, after, unreachable = e.Status, e.Code, e.RetryAfter, e.Unreachable
 	default:
 		return Pushback{}
 	}
 	overloaded := status == 529 || strings.Contains(code, "overloaded")
-	return Pushback{RateLimited: status == http.StatusTooManyRequests && !overloaded, Overloaded: overloaded, After: after}
+	return Pushback{RateLimited: status == http.StatusTooManyRequests && !overloaded, Overloaded: overloaded, Unreachable: unreachable, After: after}
 }
 
 // RetryWhen renders the hint for a message (streams cannot carry a Retry-After header).
@@ -221,6 +223,8 @@ func (p Pushback) Why() string {
 		return "the summariser LLM is rate limiting compactd (it answered 429)"
 	case p.Overloaded:
 		return "the summariser LLM is overloaded"
+	case p.Unreachable:
+		return "the summariser LLM could not be reached: its host name does not resolve or nothing answers at its address; check the summariser URL compactd logged at start"
 	}
 	return "the summariser LLM failed or timed out"
 }

@@ -399,7 +399,7 @@ func (e *Engine) Speculate(r SpecRequest) {
 		if err := e.enoughSaving(Request{Dialect: r.Dialect, TokensBefore: r.Limit}, replaced); err != nil {
 			return specResult{}, err
 		}
-		res, err := e.cfg.Summarizer.Summarize(ctx, summarizer.Request{Model: r.Model, Entries: compact.RenderEntries(items, w.Summarise), Auth: r.Auth})
+		res, err := e.summarizer(r.Dialect.Name).Summarize(ctx, summarizer.Request{Model: r.Model, Entries: compact.RenderEntries(items, w.Summarise), Auth: r.Auth})
 		if err != nil {
 			return specResult{}, err
 		}

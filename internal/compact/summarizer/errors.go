@@ -3,11 +3,15 @@ package summarizer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 )
 
@@ -35,8 +39,14 @@ type Error struct {
 	Status int
 	// Retryable reports whether the same request may succeed later: transport failures,
 	// timeouts, 408, 409, 429, 5xx, an x-should-retry: true header, and empty output that was
-	// not cut off by the output limit.
+	// not cut off by the output limit. An unreachable summariser is not retryable.
 	Retryable bool
+	// Unreachable reports that no connection could be made: the summariser's host name does not
+	// resolve, nothing listens on its port (connection refused), or no route leads to it. That is
+	// a wrong address or a summariser that is down, which a retry seconds later does not cure, so
+	// Resilient does not retry it (the turn's failure policy applies at once) but its circuit
+	// breaker counts it as an outage.
+	Unreachable bool
 	// Code is the upstream error code or type when the body had one (for example
 	// "rate_limit_exceeded", "context_length_exceeded"); it never holds the message text.
 	Code string
@@ -103,7 +113,7 @@ func classify(parent context.Context, resp *http.Response, err error) error {
 			Err: errors.New(apiErr.Error()),
 		}
 		switch {
-		case contextOverflow(apiErr):
+		case contextOverflow(apiErr.StatusCode, apiErr.Code, apiErr.Message):
 			// Normalised so Summarize can recognise it whatever the server's dialect.
 			e.Code = codeContextLength
 		case e.Code == "":
@@ -111,6 +121,28 @@ func classify(parent context.Context, resp *http.Response, err error) error {
 		}
 		if apiErr.Response != nil {
 			e.RetryAfter = retryAfter(apiErr.Response.Header)
+		}
+		return e
+	}
+	var antErr *anthropic.Error
+	if errors.As(err, &antErr) {
+		// Its Error() quotes the response body, which can echo the prompt: only the status goes
+		// into Err. The code is error.details.error_code, else the error type
+		// ("rate_limit_error", "overloaded_error").
+		e := &Error{
+			Status:    antErr.StatusCode,
+			Retryable: retryableStatus(antErr.StatusCode, antErr.Response),
+			Code:      string(antErr.ErrorCode()),
+			Err:       fmt.Errorf("%d %s", antErr.StatusCode, http.StatusText(antErr.StatusCode)),
+		}
+		switch {
+		case contextOverflow(antErr.StatusCode, e.Code, antErr.Message):
+			e.Code = codeContextLength
+		case e.Code == "":
+			e.Code = string(antErr.Type())
+		}
+		if antErr.Response != nil {
+			e.RetryAfter = retryAfter(antErr.Response.Header)
 		}
 		return e
 	}
@@ -124,23 +156,38 @@ func classify(parent context.Context, resp *http.Response, err error) error {
 		}
 		return e
 	}
+	if unreachable(err) {
+		return &Error{Unreachable: true, Err: err}
+	}
 	return &Error{Retryable: true, Err: err}
+}
+
+// unreachable reports whether a transport error says no connection could be made: any DNS
+// failure (the name does not resolve, or no resolver answers), connection refused, and no route
+// to the host or its network. A reset or a timeout on an established connection is not one: the
+// summariser was there.
+func unreachable(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
 // codeContextLength is OpenAI's error code for a request over the model's context window.
 const codeContextLength = "context_length_exceeded"
 
 // contextOverflow reports whether a 400 says the prompt did not fit the summariser's window.
-// OpenAI sets the code; vLLM, Ollama and LiteLLM often only say so in the message, which is read
-// here and never stored.
-func contextOverflow(apiErr *openai.Error) bool {
-	if apiErr.StatusCode != http.StatusBadRequest && apiErr.StatusCode != http.StatusRequestEntityTooLarge {
+// OpenAI sets the code; vLLM, Ollama, LiteLLM and Anthropic ("prompt is too long") often only say
+// so in the message, which is read here and never stored.
+func contextOverflow(status int, code, message string) bool {
+	if status != http.StatusBadRequest && status != http.StatusRequestEntityTooLarge {
 		return false
 	}
-	if apiErr.Code == codeContextLength {
+	if code == codeContextLength {
 		return true
 	}
-	msg := strings.ToLower(apiErr.Message)
+	msg := strings.ToLower(message)
 	for _, s := range []string{"context length", "context window", "maximum context", "prompt is too long", "too many tokens", "input is too long"} {
 		if strings.Contains(msg, s) {
 			return true

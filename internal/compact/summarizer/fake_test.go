@@ -19,18 +19,24 @@ type call struct {
 	Body   []byte
 }
 
-// instructions returns the system prompt of the call in either API.
+// instructions returns the system prompt of the call in any API.
 func (c call) instructions() string {
-	if strings.HasSuffix(c.Path, "/chat/completions") {
+	switch {
+	case strings.HasSuffix(c.Path, "/chat/completions"):
 		return gjson.GetBytes(c.Body, "messages.0.content").String()
+	case strings.HasSuffix(c.Path, "/messages"):
+		return gjson.GetBytes(c.Body, "system.0.text").String()
 	}
 	return gjson.GetBytes(c.Body, "instructions").String()
 }
 
-// input returns the single user message of the call in either API.
+// input returns the single user message of the call in any API.
 func (c call) input() string {
-	if strings.HasSuffix(c.Path, "/chat/completions") {
+	switch {
+	case strings.HasSuffix(c.Path, "/chat/completions"):
 		return gjson.GetBytes(c.Body, "messages.1.content").String()
+	case strings.HasSuffix(c.Path, "/messages"):
+		return gjson.GetBytes(c.Body, "messages.0.content.0.text").String()
 	}
 	return gjson.GetBytes(c.Body, "input.0.content").String()
 }
@@ -46,7 +52,7 @@ func (c call) conversation() string {
 	return in[i+len("<conversation>\n") : j]
 }
 
-// fake is an OpenAI-compatible summariser bound to 127.0.0.1. It records every request and
+// fake is an OpenAI- and Anthropic-compatible summariser bound to 127.0.0.1. It records every request and
 // answers with reply, which gets the 0-based call number.
 type fake struct {
 	srv   *httptest.Server
@@ -87,11 +93,39 @@ func (f *fake) config(api string) Config {
 
 // reply writes a successful answer in the wire format of the API the request was sent to.
 func reply(w http.ResponseWriter, c call, model, text string, u Usage) {
-	if strings.HasSuffix(c.Path, "/chat/completions") {
+	switch {
+	case strings.HasSuffix(c.Path, "/chat/completions"):
 		writeChat(w, model, text, "stop", u)
-		return
+	case strings.HasSuffix(c.Path, "/messages"):
+		// The package's usage counts cache reads in InputTokens (Anthropic's input_tokens does
+		// not): split them back out so the result adds up to u.
+		writeMessage(w, model, text, "end_turn", Usage{
+			InputTokens: u.InputTokens - u.CachedTokens, CachedTokens: u.CachedTokens,
+			OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens})
+	default:
+		writeResponse(w, model, text, "", u)
 	}
-	writeResponse(w, model, text, "", u)
+}
+
+// writeMessage writes a Messages API response object (a thinking block first, which the
+// summariser must skip, when there is text). u.InputTokens is Anthropic's input_tokens,
+// u.CachedTokens its cache_read_input_tokens.
+func writeMessage(w http.ResponseWriter, model, text, stop string, u Usage) {
+	content := []any{}
+	if text != "" {
+		content = append(content,
+			map[string]any{"type": "thinking", "thinking": "not the summary", "signature": "sig"},
+			map[string]any{"type": "text", "text": text, "citations": nil})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": "msg_0123", "type": "message", "role": "assistant", "model": model, "content": content,
+		"stop_reason": stop, "stop_sequence": nil,
+		"usage": map[string]any{
+			"input_tokens": u.InputTokens, "output_tokens": u.OutputTokens,
+			"cache_creation_input_tokens": 0, "cache_read_input_tokens": u.CachedTokens,
+			"output_tokens_details": map[string]any{"thinking_tokens": u.ReasoningTokens},
+		},
+	})
 }
 
 // writeResponse writes a Responses API response object. incomplete, when set, is the

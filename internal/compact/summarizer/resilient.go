@@ -31,6 +31,8 @@ type CircuitOpenError struct {
 	// the breaker (0 and "" when no response arrived, e.g. a timeout).
 	Status int
 	Code   string
+	// Unreachable is that failure's Error.Unreachable: the summariser could not be reached.
+	Unreachable bool
 }
 
 func (e *CircuitOpenError) Error() string { return ErrCircuitOpen.Error() }
@@ -159,6 +161,8 @@ func NewResilient(inner Summarizer, cfg ResilienceConfig) *Resilient {
 	return r
 }
 
+func (r *Resilient) api() string { return APIOf(r.inner) }
+
 // State reports the breaker state: StateClosed, StateOpen or StateHalfOpen. An open breaker
 // whose cooldown has passed reports half-open, since the next call will be let through.
 func (r *Resilient) State() string { return r.br.state() }
@@ -171,7 +175,8 @@ func (r *Resilient) InFlight() (inFlight, waiting int) {
 
 // Summarize implements Summarizer. It fails fast with ErrCircuitOpen while the breaker is open
 // and with ErrBusy when the queue is full; otherwise it takes a slot (waiting as long as ctx
-// allows), then calls inner up to MaxAttempts times while the failure is a retryable *Error.
+// allows), then calls inner up to MaxAttempts times while the failure is a retryable *Error (an
+// unreachable summariser is tried once).
 // The returned Result sums Calls and Usage over every attempt, failed ones included, so the
 // cost of a retried summarisation stays visible.
 func (r *Resilient) Summarize(ctx context.Context, req Request) (Result, error) {
@@ -301,8 +306,8 @@ const (
 )
 
 // outcomeOf classifies a finished Summarize for the breaker: only a retryable *Error (transport
-// failure, timeout, 429, 5xx, empty output), still failing after the retries, counts as a
-// failure.
+// failure, timeout, 429, 5xx, empty output), still failing after the retries, and an unreachable
+// summariser count as a failure.
 func outcomeOf(ctx context.Context, err error) outcome {
 	if err == nil {
 		return success
@@ -311,7 +316,7 @@ func outcomeOf(ctx context.Context, err error) outcome {
 		return neutral
 	}
 	var e *Error
-	if errors.As(err, &e) && e.Retryable {
+	if errors.As(err, &e) && (e.Retryable || e.Unreachable) {
 		return failure
 	}
 	return neutral
@@ -333,8 +338,9 @@ type breaker struct {
 	probing  bool // half-open: the one probe is in flight
 	// openStatus and openCode are the summariser's answer on the failure that opened the
 	// breaker, for CircuitOpenError.
-	openStatus int
-	openCode   string
+	openStatus      int
+	openCode        string
+	openUnreachable bool
 }
 
 // openErrorLocked is the CircuitOpenError for a call rejected now.
@@ -343,7 +349,7 @@ func (b *breaker) openErrorLocked() *CircuitOpenError {
 	if b.st != StateOpen || wait < minProbeWait {
 		wait = minProbeWait
 	}
-	return &CircuitOpenError{RetryAfter: wait, Status: b.openStatus, Code: b.openCode}
+	return &CircuitOpenError{RetryAfter: wait, Status: b.openStatus, Code: b.openCode, Unreachable: b.openUnreachable}
 }
 
 // ticket records the generation a call was admitted in and whether it is the half-open probe.
@@ -450,10 +456,10 @@ func (b *breaker) done(t ticket, o outcome, err error) {
 // openLocked opens the breaker, remembering what the summariser answered on err.
 func (b *breaker) openLocked(err error) {
 	b.setLocked(StateOpen)
-	b.openStatus, b.openCode = 0, ""
+	b.openStatus, b.openCode, b.openUnreachable = 0, "", false
 	var e *Error
 	if errors.As(err, &e) {
-		b.openStatus, b.openCode = e.Status, e.Code
+		b.openStatus, b.openCode, b.openUnreachable = e.Status, e.Code, e.Unreachable
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package summarizer is compactd's client for the summariser LLM: it turns a rendered transcript
 // into a dense handoff summary by calling any OpenAI-compatible server (OpenAI, vLLM, Ollama,
-// LiteLLM) over the Responses API or Chat Completions.
+// LiteLLM) over the Responses API or Chat Completions, or an Anthropic-compatible one over the
+// Messages API.
 //
 // It knows nothing of proxying, items or sealing: the input is a list of already rendered text
 // entries, the output is the summary text with usage. Transcripts larger than the summariser's
@@ -19,17 +20,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	antoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 )
 
-// Auth carries the caller's credentials.
+// Auth carries the caller's credentials, forwarded when no API key is configured. A summariser
+// reads only the field of its own wire API, so a credential meant for one provider never goes to
+// the other's host.
 type Auth struct {
-	// Header carries the caller's credentials to forward when the summariser shares the caller's
-	// upstream and no API key is configured: the values of "Authorization" and/or "api-key" /
-	// "OpenAI-Organization"/"OpenAI-Project" headers as received.
+	// Header is for the OpenAI wire APIs (responses, chat): the values of "Authorization" and/or
+	// "api-key" / "OpenAI-Organization" / "OpenAI-Project" as received.
 	Header http.Header
+	// AnthropicHeader is for the Messages API: "X-Api-Key", or "Authorization" (a bearer token)
+	// when there is no X-Api-Key; an "anthropic-beta" value is forwarded only for its oauth-*
+	// flags, which Anthropic requires beside an OAuth bearer token.
+	AnthropicHeader http.Header
 }
 
 // Request is one summarisation.
@@ -76,7 +84,16 @@ type Summarizer interface {
 const (
 	APIResponses = "responses"
 	APIChat      = "chat"
+	// APIMessages is Anthropic's Messages API (POST /v1/messages, x-api-key).
+	APIMessages = "messages"
 )
+
+// AnthropicVersion is the anthropic-version header of Messages API calls. The SDK's own default
+// is a newer version; 2023-06-01 is the one Claude Code sends and every Anthropic-compatible
+// server (gateways, LiteLLM, Bedrock and Vertex proxies) accepts, and the fields the summariser
+// sends and reads (model, max_tokens, system, messages; text blocks, stop_reason, usage) are the
+// same in both.
+const AnthropicVersion = "2023-06-01"
 
 // Defaults applied by New to zero Config fields.
 const (
@@ -87,10 +104,13 @@ const (
 
 // Config configures the summariser client.
 type Config struct {
-	BaseURL         string           // required, e.g. "https://api.openai.com/v1" or "http://127.0.0.1:8000/v1"
-	APIKey          string           // if empty, forward req.Auth headers instead
+	// BaseURL is required and includes /v1: "https://api.openai.com/v1",
+	// "http://127.0.0.1:8000/v1", "https://api.anthropic.com/v1". For the messages API a URL
+	// without the /v1 (as ANTHROPIC_BASE_URL is written) gets one: calls go to BaseURL/messages.
+	BaseURL         string
+	APIKey          string           // if empty, forward req.Auth headers instead (x-api-key for messages)
 	Model           string           // if empty, use req.Model
-	API             string           // "responses" (default) or "chat"
+	API             string           // "responses" (default), "chat" or "messages"
 	ContextTokens   int              // summariser's context window; default 128000
 	MaxOutputTokens int              // default 8192
 	Timeout         time.Duration    // per call; default 120s
@@ -98,8 +118,8 @@ type Config struct {
 	CountTokens     func(string) int // optional exact counter; default EstimateTokens
 }
 
-// forwardedHeaders are the caller credentials copied onto summariser calls when no APIKey is
-// configured. Nothing else of the caller's request is forwarded.
+// forwardedHeaders are the caller credentials copied onto OpenAI-API summariser calls when no
+// APIKey is configured. Nothing else of the caller's request is forwarded.
 var forwardedHeaders = []string{"Authorization", "Api-Key", "OpenAI-Organization", "OpenAI-Project"}
 
 const (
@@ -119,11 +139,13 @@ type client struct {
 	count     func(string) int
 	responses responses.ResponseService
 	chat      openai.ChatCompletionService
+	messages  anthropic.MessageService
 }
 
 // New validates cfg, applies defaults, and returns a Summarizer. It reads no environment
-// variables: the SDK's OPENAI_API_KEY / OPENAI_BASE_URL defaults would otherwise override the
-// forwarded caller credentials or send them to the wrong host.
+// variables: the SDKs' OPENAI_API_KEY / OPENAI_BASE_URL and ANTHROPIC_API_KEY /
+// ANTHROPIC_BASE_URL defaults would otherwise override the forwarded caller credentials or send
+// them to the wrong host.
 func New(cfg Config) (Summarizer, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -132,9 +154,9 @@ func New(cfg Config) (Summarizer, error) {
 	switch cfg.API {
 	case "":
 		cfg.API = APIResponses
-	case APIResponses, APIChat:
+	case APIResponses, APIChat, APIMessages:
 	default:
-		return nil, fmt.Errorf("summarizer: API must be %q or %q, got %q", APIResponses, APIChat, cfg.API)
+		return nil, fmt.Errorf("summarizer: API must be %q, %q or %q, got %q", APIResponses, APIChat, APIMessages, cfg.API)
 	}
 	if cfg.ContextTokens == 0 {
 		cfg.ContextTokens = DefaultContextTokens
@@ -168,10 +190,48 @@ func New(cfg Config) (Summarizer, error) {
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
+	if cfg.API == APIMessages {
+		c.messages = anthropic.NewMessageService(anthropicOptions(cfg)...)
+		return c, nil
+	}
 	c.responses = responses.NewResponseService(opts...)
 	c.chat = openai.NewChatCompletionService(opts...)
 	return c, nil
 }
+
+// anthropicOptions are the Messages service's options. NewMessageService, unlike
+// anthropic.NewClient, reads nothing from the environment or a profile on disk.
+func anthropicOptions(cfg Config) []antoption.RequestOption {
+	base := strings.TrimRight(cfg.BaseURL, "/")
+	base = strings.TrimSuffix(base, "/v1") // the SDK posts to v1/messages under its base
+	opts := []antoption.RequestOption{
+		antoption.WithBaseURL(base + "/"),
+		antoption.WithHTTPClient(cfg.HTTPClient),
+		antoption.WithMaxRetries(0), // the proxy owns retry policy, as for the OpenAI APIs
+		antoption.WithHeader("anthropic-version", AnthropicVersion),
+		// The per-call timeout is compactd's; set here, it also keeps the SDK from refusing a
+		// large max_tokens as "streaming is required" by its own estimate.
+		antoption.WithRequestTimeout(cfg.Timeout),
+		antoption.WithMiddleware(limitAnswerAnthropic(maxAnswerBytes(cfg.MaxOutputTokens))),
+	}
+	if cfg.APIKey != "" {
+		// As x-api-key, the header every Anthropic-compatible server reads (Claude Code sends
+		// it); this SDK's WithAPIKey would send it as a bearer token.
+		opts = append(opts, antoption.WithHeader("X-Api-Key", cfg.APIKey))
+	}
+	return opts
+}
+
+// APIOf reports the wire API of a Summarizer made by New, seen through NewResilient: "responses",
+// "chat" or "messages"; "" for any other implementation.
+func APIOf(s Summarizer) string {
+	if a, ok := s.(interface{ api() string }); ok {
+		return a.api()
+	}
+	return ""
+}
+
+func (c *client) api() string { return c.cfg.API }
 
 // Summarize implements Summarizer.
 func (c *client) Summarize(ctx context.Context, req Request) (Result, error) {
@@ -199,11 +259,11 @@ func (c *client) Summarize(ctx context.Context, req Request) (Result, error) {
 		return Result{}, err
 	}
 
-	opts := c.credentialOptions(req.Auth)
+	creds := c.credentials(req.Auth)
 	res := Result{Model: model}
 	prev, splits := req.Previous, 0
 	for i := 0; i < len(chunks); i++ {
-		out, err := c.call(ctx, model, instructionsFor(req.Instructions, prev != ""), userMessage(prev, chunks[i]), opts)
+		out, err := c.call(ctx, model, instructionsFor(req.Instructions, prev != ""), userMessage(prev, chunks[i]), creds)
 		res.Calls++
 		res.Usage.add(out.usage)
 		if err != nil {
@@ -267,19 +327,48 @@ func (c *client) split(chunk []string) [][]string {
 	return Chunk(chunk, half, c.count)
 }
 
-// credentialOptions returns the per-request options carrying the caller's credentials, or none
-// when an API key is configured: the configured key must never be mixed with a caller's.
-func (c *client) credentialOptions(a Auth) []option.RequestOption {
-	if c.cfg.APIKey != "" || a.Header == nil {
+// credentials returns the caller's credential headers to set on each call, or nil when an API
+// key is configured: the configured key must never be mixed with a caller's. Each API reads only
+// its own field of Auth.
+func (c *client) credentials(a Auth) http.Header {
+	if c.cfg.APIKey != "" {
 		return nil
 	}
-	var opts []option.RequestOption
+	out := http.Header{}
+	if c.cfg.API == APIMessages {
+		h := a.AnthropicHeader
+		switch {
+		case h.Get("X-Api-Key") != "":
+			out.Set("X-Api-Key", h.Get("X-Api-Key"))
+		case h.Get("Authorization") != "":
+			out.Set("Authorization", h.Get("Authorization"))
+			if beta := oauthBetas(h.Values("Anthropic-Beta")); beta != "" {
+				out.Set("Anthropic-Beta", beta)
+			}
+		}
+		return out
+	}
 	for _, k := range forwardedHeaders {
 		if v := a.Header.Get(k); v != "" {
-			opts = append(opts, option.WithHeader(k, v))
+			out.Set(k, v)
 		}
 	}
-	return opts
+	return out
+}
+
+// oauthBetas keeps the oauth-* flags of anthropic-beta values (several lines or one
+// comma-joined line): the other flags of the caller's request change what the Messages API
+// accepts and mean nothing to a summarisation.
+func oauthBetas(values []string) string {
+	var keep []string
+	for _, v := range values {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); strings.HasPrefix(f, "oauth-") && len(keep) < 8 {
+				keep = append(keep, f)
+			}
+		}
+	}
+	return strings.Join(keep, ",")
 }
 
 // callOutput is the result of one LLM call.
@@ -292,19 +381,31 @@ type callOutput struct {
 
 // call makes one summariser call under the per-call timeout and maps its outcome onto the
 // package's error contract.
-func (c *client) call(ctx context.Context, model, instructions, input string, opts []option.RequestOption) (callOutput, error) {
+func (c *client) call(ctx context.Context, model, instructions, input string, creds http.Header) (callOutput, error) {
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	var resp *http.Response
-	opts = append(slices.Clip(opts), option.WithResponseInto(&resp))
 	var (
 		out callOutput
 		err error
 	)
-	if c.cfg.API == APIChat {
-		out, err = c.callChat(cctx, model, instructions, input, opts)
-	} else {
-		out, err = c.callResponses(cctx, model, instructions, input, opts)
+	switch c.cfg.API {
+	case APIMessages:
+		opts := []antoption.RequestOption{antoption.WithResponseInto(&resp)}
+		for k := range creds {
+			opts = append(opts, antoption.WithHeader(k, creds.Get(k)))
+		}
+		out, err = c.callMessages(cctx, model, instructions, input, opts)
+	default:
+		opts := []option.RequestOption{option.WithResponseInto(&resp)}
+		for k := range creds {
+			opts = append(opts, option.WithHeader(k, creds.Get(k)))
+		}
+		if c.cfg.API == APIChat {
+			out, err = c.callChat(cctx, model, instructions, input, opts)
+		} else {
+			out, err = c.callResponses(cctx, model, instructions, input, opts)
+		}
 	}
 	if err != nil {
 		return callOutput{}, classify(ctx, resp, err)
@@ -381,6 +482,43 @@ func (c *client) callChat(ctx context.Context, model, instructions, input string
 	return out, nil
 }
 
+// callMessages is one Messages API call: the prompt as the system text, the transcript as the
+// one user message, max_tokens the output limit. The summary is the answer's text blocks
+// (thinking and any other blocks are skipped). Usage follows the OpenAI convention of this
+// package: InputTokens counts every prompt token, cache reads and writes included (Anthropic's
+// input_tokens does not), CachedTokens the cache reads.
+func (c *client) callMessages(ctx context.Context, model, instructions, input string, opts []antoption.RequestOption) (callOutput, error) {
+	r, err := c.messages.New(ctx, anthropic.MessageNewParams{
+		Model:     anthropic.Model(model),
+		MaxTokens: int64(c.cfg.MaxOutputTokens),
+		System:    []anthropic.TextBlockParam{{Text: instructions}},
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(input))},
+	}, opts...)
+	if err != nil {
+		return callOutput{}, err
+	}
+	var text strings.Builder
+	for _, b := range r.Content {
+		if b.Type == "text" {
+			text.WriteString(b.Text)
+		}
+	}
+	u := r.Usage
+	in := u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+	return callOutput{
+		text:  text.String(),
+		model: string(r.Model),
+		cut:   r.StopReason == anthropic.StopReasonMaxTokens,
+		usage: Usage{
+			InputTokens:     in,
+			OutputTokens:    u.OutputTokens,
+			TotalTokens:     in + u.OutputTokens,
+			CachedTokens:    u.CacheReadInputTokens,
+			ReasoningTokens: u.OutputTokensDetails.ThinkingTokens,
+		},
+	}, nil
+}
+
 // cleanSummary trims the text and drops a leading <think>…</think> block, which open reasoning
 // models served without a reasoning parser put in the content. An unclosed block means the
 // model ran out of tokens while thinking: there is no summary.
@@ -405,11 +543,24 @@ var ErrAnswerTooLarge = errors.New("summarizer: answer larger than its output bu
 // a few bytes of text, JSON escaping can multiply that by six) plus 1 MiB for the envelope.
 func maxAnswerBytes(maxOutputTokens int) int64 { return 1<<20 + 64*int64(maxOutputTokens) }
 
-// limitAnswer is the SDK middleware that stops reading an answer body past limit bytes: the
-// read fails with ErrAnswerTooLarge, so a runaway answer never sits in memory whole.
+// limitAnswer is the openai-go middleware that stops reading an answer body past limit bytes:
+// the read fails with ErrAnswerTooLarge, so a runaway answer never sits in memory whole.
 func limitAnswer(limit int64) option.Middleware {
 	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		resp, err := next(req)
+		return limitResponse(limit)(next(req))
+	}
+}
+
+// limitAnswerAnthropic is limitAnswer for anthropic-sdk-go.
+func limitAnswerAnthropic(limit int64) antoption.Middleware {
+	return func(req *http.Request, next antoption.MiddlewareNext) (*http.Response, error) {
+		return limitResponse(limit)(next(req))
+	}
+}
+
+// limitResponse bounds a response's body to limit bytes (limitedBody).
+func limitResponse(limit int64) func(*http.Response, error) (*http.Response, error) {
+	return func(resp *http.Response, err error) (*http.Response, error) {
 		if err == nil && resp != nil && resp.Body != nil {
 			resp.Body = &limitedBody{rc: resp.Body, left: limit}
 		}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const firstLine = "You are compacting a conversation between a user and an AI coding agent so the agent can continue it in a fresh context window."
 
-var apis = []string{APIResponses, APIChat}
+var apis = []string{APIResponses, APIChat, APIMessages}
 
 func mustNew(t testing.TB, cfg Config) Summarizer {
 	t.Helper()
@@ -52,7 +55,7 @@ func TestSummarizeRequestAndResult(t *testing.T) {
 				t.Fatalf("got %d calls, want 1", len(calls))
 			}
 			c := calls[0]
-			wantPath := map[string]string{APIResponses: "/v1/responses", APIChat: "/v1/chat/completions"}[api]
+			wantPath := map[string]string{APIResponses: "/v1/responses", APIChat: "/v1/chat/completions", APIMessages: "/v1/messages"}[api]
 			if c.Path != wantPath {
 				t.Errorf("path = %q, want %q", c.Path, wantPath)
 			}
@@ -90,6 +93,22 @@ func TestSummarizeRequestAndResult(t *testing.T) {
 				if roles != `["system","user"]` {
 					t.Errorf("roles = %s, want system, user", roles)
 				}
+			case APIMessages:
+				if got := gjson.GetBytes(c.Body, "max_tokens").Int(); got != 777 {
+					t.Errorf("max_tokens = %d, want 777", got)
+				}
+				if roles := gjson.GetBytes(c.Body, "messages.#.role").String(); roles != `["user"]` {
+					t.Errorf("roles = %s, want one user message (the prompt is the system text)", roles)
+				}
+				if got := gjson.GetBytes(c.Body, "system.#").Int(); got != 1 {
+					t.Errorf("system blocks = %d, want 1", got)
+				}
+				if got := c.Header.Get("Anthropic-Version"); got != AnthropicVersion {
+					t.Errorf("anthropic-version = %q, want %q", got, AnthropicVersion)
+				}
+				if got, auth := c.Header.Get("X-Api-Key"), c.Header.Get("Authorization"); got != "sk-test" || auth != "" {
+					t.Errorf("x-api-key = %q, Authorization = %q; want the key as x-api-key only", got, auth)
+				}
 			}
 			if res.Summary != "## Goal\nFix TestParse." || res.Model != "served-model-2026" || res.Calls != 1 || res.Usage != usage {
 				t.Errorf("result = %+v", res)
@@ -104,28 +123,51 @@ func TestSummarizeCredentials(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-env")
 	t.Setenv("OPENAI_BASE_URL", "http://192.0.2.1/v1")
 	t.Setenv("OPENAI_ORG_ID", "org-env")
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+	t.Setenv("ANTHROPIC_AUTH_TOKEN", "tok-env")
+	t.Setenv("ANTHROPIC_BASE_URL", "http://192.0.2.1")
 
-	caller := http.Header{}
-	caller.Set("Authorization", "Bearer sk-caller")
-	caller.Set("api-key", "azure-caller")
-	caller.Set("OpenAI-Organization", "org-caller")
-	caller.Set("OpenAI-Project", "proj-caller")
-	caller.Set("X-Unrelated", "do-not-forward")
+	openAI := http.Header{}
+	openAI.Set("Authorization", "Bearer sk-caller")
+	openAI.Set("api-key", "azure-caller")
+	openAI.Set("OpenAI-Organization", "org-caller")
+	openAI.Set("OpenAI-Project", "proj-caller")
+	openAI.Set("X-Unrelated", "do-not-forward")
+	antKey := http.Header{}
+	antKey.Set("X-Api-Key", "sk-ant-caller")
+	antKey.Set("Authorization", "Bearer not-with-a-key")
+	antKey.Set("X-Unrelated", "do-not-forward")
+	antBearer := http.Header{}
+	antBearer.Set("Authorization", "Bearer sk-ant-oat-caller")
+	antBearer.Add("Anthropic-Beta", "claude-code-20250219, oauth-2025-04-20")
+	antBearer.Add("Anthropic-Beta", "context-management-2025-06-27")
+	both := Auth{Header: openAI, AnthropicHeader: antKey}
 	cases := []struct {
 		name   string
+		apis   []string
 		apiKey string
-		header http.Header
+		auth   Auth
 		want   map[string]string // header -> value ("" = absent)
 	}{
-		{"configured key wins and nothing is forwarded", "sk-config", caller, map[string]string{
-			"Authorization": "Bearer sk-config", "Api-Key": "", "OpenAI-Organization": "", "OpenAI-Project": "", "X-Unrelated": ""}},
-		{"caller credentials forwarded", "", caller, map[string]string{
-			"Authorization": "Bearer sk-caller", "Api-Key": "azure-caller", "OpenAI-Organization": "org-caller", "OpenAI-Project": "proj-caller", "X-Unrelated": ""}},
-		{"no credentials at all", "", nil, map[string]string{
-			"Authorization": "", "Api-Key": "", "OpenAI-Organization": ""}},
+		{"configured key wins and nothing is forwarded", []string{APIResponses, APIChat}, "sk-config", both, map[string]string{
+			"Authorization": "Bearer sk-config", "Api-Key": "", "OpenAI-Organization": "", "OpenAI-Project": "", "X-Unrelated": "", "X-Api-Key": ""}},
+		{"caller credentials forwarded", []string{APIResponses, APIChat}, "", both, map[string]string{
+			"Authorization": "Bearer sk-caller", "Api-Key": "azure-caller", "OpenAI-Organization": "org-caller", "OpenAI-Project": "proj-caller", "X-Unrelated": "", "X-Api-Key": ""}},
+		{"an Anthropic credential never goes to an OpenAI API", []string{APIResponses, APIChat}, "", Auth{AnthropicHeader: antKey}, map[string]string{
+			"Authorization": "", "X-Api-Key": ""}},
+		{"no credentials at all", []string{APIResponses, APIChat, APIMessages}, "", Auth{}, map[string]string{
+			"Authorization": "", "Api-Key": "", "OpenAI-Organization": "", "X-Api-Key": ""}},
+		{"messages: configured key as x-api-key", []string{APIMessages}, "sk-ant-config", both, map[string]string{
+			"X-Api-Key": "sk-ant-config", "Authorization": "", "Api-Key": "", "OpenAI-Organization": "", "X-Unrelated": ""}},
+		{"messages: the caller's x-api-key, alone", []string{APIMessages}, "", both, map[string]string{
+			"X-Api-Key": "sk-ant-caller", "Authorization": "", "Api-Key": "", "OpenAI-Organization": "", "X-Unrelated": ""}},
+		{"messages: the caller's bearer token and its oauth beta", []string{APIMessages}, "", Auth{AnthropicHeader: antBearer}, map[string]string{
+			"Authorization": "Bearer sk-ant-oat-caller", "Anthropic-Beta": "oauth-2025-04-20", "X-Api-Key": ""}},
+		{"messages: an OpenAI credential never goes to a Messages API", []string{APIMessages}, "", Auth{Header: openAI}, map[string]string{
+			"Authorization": "", "Api-Key": "", "OpenAI-Organization": "", "X-Api-Key": ""}},
 	}
-	for _, api := range apis {
-		for _, tc := range cases {
+	for _, tc := range cases {
+		for _, api := range tc.apis {
 			t.Run(api+"/"+tc.name, func(t *testing.T) {
 				f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
 					reply(w, c, "m", "summary", Usage{})
@@ -133,18 +175,36 @@ func TestSummarizeCredentials(t *testing.T) {
 				cfg := f.config(api)
 				cfg.APIKey = tc.apiKey
 				_, err := mustNew(t, cfg).Summarize(context.Background(), Request{
-					Model: "m", Entries: []string{"[user] hi"}, Auth: Auth{Header: tc.header}})
+					Model: "m", Entries: []string{"[user] hi"}, Auth: tc.auth})
 				if err != nil {
 					t.Fatalf("Summarize: %v", err)
 				}
 				h := f.recorded()[0].Header
 				for k, want := range tc.want {
-					if got := h.Get(k); got != want {
+					if got := strings.Join(h.Values(k), ","); got != want {
 						t.Errorf("%s = %q, want %q", k, got, want)
 					}
 				}
 			})
 		}
+	}
+}
+
+// TestMessagesBaseURL: the messages API posts to BaseURL/messages; a BaseURL without /v1 (how
+// ANTHROPIC_BASE_URL and --anthropic-upstream are written) gets one.
+func TestMessagesBaseURL(t *testing.T) {
+	for _, suffix := range []string{"/v1", "/v1/", "", "/"} {
+		t.Run(suffix, func(t *testing.T) {
+			f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) { reply(w, c, "m", "s", Usage{}) })
+			cfg := f.config(APIMessages)
+			cfg.BaseURL = f.srv.URL + suffix
+			if _, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}}); err != nil {
+				t.Fatal(err)
+			}
+			if p := f.recorded()[0].Path; p != "/v1/messages" {
+				t.Errorf("path = %q, want /v1/messages", p)
+			}
+		})
 	}
 }
 
@@ -295,12 +355,14 @@ func TestSummarizeChunksRolling(t *testing.T) {
 }
 
 func TestSummarizeResplitsOnContextOverflow(t *testing.T) {
-	bodies := map[string]string{
-		"openai": `{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`,
-		"vllm":   `{"error":{"message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}}`,
+	bodies := map[string]struct{ api, body string }{
+		"openai":    {APIChat, `{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`},
+		"vllm":      {APIChat, `{"error":{"message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}}`},
+		"anthropic": {APIMessages, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 5000 tokens > 4096 maximum"}}`},
 	}
 	entries := []string{"[user] one", "[assistant] two", "[user] three", "[tool] four"}
-	for name, body := range bodies {
+	for name, tc := range bodies {
+		body := tc.body
 		t.Run(name, func(t *testing.T) {
 			// The server accepts at most two entries per call, although the estimate says all
 			// four fit.
@@ -311,9 +373,9 @@ func TestSummarizeResplitsOnContextOverflow(t *testing.T) {
 					_, _ = w.Write([]byte(body))
 					return
 				}
-				reply(w, c, "m", fmt.Sprintf("summary after call %d", n), Usage{TotalTokens: 1})
+				reply(w, c, "m", fmt.Sprintf("summary after call %d", n), Usage{InputTokens: 1, TotalTokens: 1})
 			})
-			cfg := f.config(APIChat)
+			cfg := f.config(tc.api)
 			cfg.CountTokens = func(s string) int { return 40 * wordCount(s) }
 			res, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: entries})
 			if err != nil {
@@ -383,6 +445,22 @@ func TestSummarizeErrors(t *testing.T) {
 			200, true, "", 0, ErrEmptySummary},
 		{"unfinished think block", APIChat, func(w http.ResponseWriter, _ call) { writeChat(w, "m", "<think>the user wants", "length", Usage{}) },
 			200, false, "", 0, ErrEmptySummary},
+		{"messages: 529 overloaded", APIMessages, status(529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded `+secret+`"},"request_id":"req_1"}`),
+			529, true, "overloaded_error", 0, nil},
+		{"messages: 429 with retry-after", APIMessages, status(429, `{"type":"error","error":{"type":"rate_limit_error","message":"`+secret+`"}}`, "retry-after", "3"),
+			429, true, "rate_limit_error", 3 * time.Second, nil},
+		{"messages: error_code names the cause", APIMessages, status(400, `{"type":"error","error":{"type":"invalid_request_error","message":"`+secret+`","details":{"error_code":"request_body_encoding_invalid"}}}`),
+			400, false, "request_body_encoding_invalid", 0, nil},
+		{"messages: prompt is too long", APIMessages, status(400, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`),
+			400, false, "context_length_exceeded", 0, nil},
+		{"messages: 401", APIMessages, status(401, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key `+secret+`"}}`),
+			401, false, "authentication_error", 0, nil},
+		{"messages: malformed JSON", APIMessages, status(200, `{"type":"message","content":[{"type":"text","text":"`+secret),
+			200, false, "", 0, ErrMalformedResponse},
+		{"messages: empty output", APIMessages, func(w http.ResponseWriter, _ call) { writeMessage(w, "m", "", "end_turn", Usage{}) },
+			200, true, "", 0, ErrEmptySummary},
+		{"messages: empty output at max_tokens", APIMessages, func(w http.ResponseWriter, _ call) { writeMessage(w, "m", "", "max_tokens", Usage{}) },
+			200, false, "", 0, ErrEmptySummary},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -414,14 +492,107 @@ func TestSummarizeErrors(t *testing.T) {
 	}
 }
 
+// countingTransport counts the connections a client tried to make (one per round trip).
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+// transportFailures are summarisers that give no answer: nothing listens (connection refused),
+// the host name does not resolve (the resolver is a stub that fails at once: the test never
+// waits on a real one, nor reaches it), and a server that accepts the connection and drops it.
+func transportFailures(t *testing.T) []struct {
+	name        string
+	baseURL     string
+	transport   *http.Transport
+	unreachable bool
+} {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	refused := closed.URL + "/v1"
+	closed.Close() // nothing listens on the address any more
+	dropping := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(dropping.Close)
+	noDNS := &net.Dialer{Resolver: &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no DNS server in tests")
+	}}}
+	return []struct {
+		name        string
+		baseURL     string
+		transport   *http.Transport
+		unreachable bool
+	}{
+		{"connection refused", refused, &http.Transport{}, true},
+		{"name does not resolve", "http://nonexistent.invalid/v1", &http.Transport{DialContext: noDNS.DialContext}, true},
+		{"connection dropped", dropping.URL + "/v1", &http.Transport{}, false},
+	}
+}
+
 func TestSummarizeTransportFailure(t *testing.T) {
-	f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {})
-	cfg := f.config(APIResponses)
-	f.srv.Close() // nothing listens on the address any more
-	_, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}})
-	var e *Error
-	if !errors.As(err, &e) || e.Status != 0 || !e.Retryable || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("err = %#v, want a retryable *Error without status", err)
+	for _, tc := range transportFailures(t) {
+		for _, api := range apis {
+			t.Run(tc.name+"/"+api, func(t *testing.T) {
+				cfg := Config{BaseURL: tc.baseURL, API: api, HTTPClient: &http.Client{Transport: tc.transport}}
+				_, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}})
+				var e *Error
+				if !errors.As(err, &e) || e.Status != 0 || !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("err = %#v, want an *Error without status", err)
+				}
+				if e.Unreachable != tc.unreachable || e.Retryable == tc.unreachable {
+					t.Errorf("Unreachable = %v, Retryable = %v; want %v, %v (%v)", e.Unreachable, e.Retryable, tc.unreachable, !tc.unreachable, err)
+				}
+			})
+		}
+	}
+}
+
+// TestResilientUnreachableFailsFast: issue 23, defect 4. A summariser that cannot be reached
+// (wrong host, nothing listening) was retried with backoff like a 503, for every attempt of
+// every compaction; now it is tried once, the failure policy applies at once, and the circuit
+// breaker still counts it. A dropped connection is still retried.
+func TestResilientUnreachableFailsFast(t *testing.T) {
+	for _, tc := range transportFailures(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			ct := &countingTransport{next: tc.transport}
+			inner := mustNew(t, Config{BaseURL: tc.baseURL, API: APIMessages, HTTPClient: &http.Client{Transport: ct}})
+			clock := newFakeClock()
+			cfg := testConfig(clock)
+			cfg.BreakerFailures = 2
+			r := NewResilient(inner, cfg)
+			req := Request{Model: "m", Entries: []string{"[user] hi"}}
+			_, err := r.Summarize(context.Background(), req)
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("err = %v, want ErrUnavailable", err)
+			}
+			want := int32(cfg.MaxAttempts)
+			if tc.unreachable {
+				want = 1
+			}
+			if n := ct.n.Load(); n != want {
+				t.Errorf("%d attempts, want %d", n, want)
+			}
+			// Both count as outages: the second failure opens the breaker, the third call is
+			// refused without a try.
+			_, _ = r.Summarize(context.Background(), req)
+			before := ct.n.Load()
+			_, err = r.Summarize(context.Background(), req)
+			var co *CircuitOpenError
+			if !errors.As(err, &co) || ct.n.Load() != before {
+				t.Fatalf("third call: err = %v after %d more attempts, want ErrCircuitOpen and none", err, ct.n.Load()-before)
+			}
+			if co.Unreachable != tc.unreachable {
+				t.Errorf("CircuitOpenError.Unreachable = %v, want %v", co.Unreachable, tc.unreachable)
+			}
+		})
 	}
 }
 
