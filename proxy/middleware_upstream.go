@@ -309,6 +309,7 @@ func (b *upstreamBody) finish(eof bool) {
 type instrumentedSummarizer struct {
 	next summarizer.Summarizer
 	m    *metrics
+	live *liveStats // the console's latency chart (stats.go)
 }
 
 func (s instrumentedSummarizer) Summarize(ctx context.Context, req summarizer.Request) (summarizer.Result, error) {
@@ -328,6 +329,7 @@ func (s instrumentedSummarizer) Summarize(ctx context.Context, req summarizer.Re
 	}
 	s.m.summarised(outcome, d.Seconds(), res.Usage.InputTokens, res.Usage.OutputTokens, res.Calls)
 	if outcome == "ok" || outcome == "failed" {
+		s.live.summarised(d, outcome == "failed")
 		model := res.Model
 		if model == "" {
 			model = req.Model
