@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -56,14 +57,12 @@ func (c *chart) axis(top float64, unit func(float64) string) {
 	c.Lines = append(c.Lines, line{Points: fmt.Sprintf("%d,%.1f %d,%.1f", padL, padT+plotH(), chartW-padR, padT+plotH()), Class: "base"})
 }
 
+// niceTop is the smallest of 1, 2 or 5 times a power of ten at or above v (1 when v <= 0).
 func niceTop(v float64) float64 {
 	if v <= 0 {
 		return 1
 	}
-	m := 1.0
-	for m*10 <= v {
-		m *= 10
-	}
+	m := math.Pow(10, math.Floor(math.Log10(v)))
 	for _, f := range []float64{1, 2, 5, 10} {
 		if f*m >= v {
 			return f * m
