@@ -30,6 +30,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/compactd/compactd/internal/archive"
@@ -111,6 +112,10 @@ type console struct {
 	sessions *sessions
 	tmpl     *template.Template
 	mux      *http.ServeMux
+
+	tenantsMu   sync.Mutex
+	tenantsList []string
+	tenantsAt   time.Time
 }
 
 // New returns the console's handler, to be mounted at Prefix.

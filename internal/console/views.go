@@ -32,12 +32,25 @@ type page struct {
 func (c *console) page(r *http.Request, s *session, title, section, tenant string) page {
 	p := page{Title: title, Section: section, Session: s, Content: c.o.Content, Tenant: tenant}
 	if s != nil {
-		p.Tenants = c.b.Tenants(r.Context())
+		p.Tenants = c.tenants(r)
 		if tenant != "" && !slices.Contains(p.Tenants, tenant) {
 			p.Tenants = append(p.Tenants, tenant)
 		}
 	}
 	return p
+}
+
+// tenantsTTL is how long the tenant picker's list is reused: listing the archive's tenants reads
+// an index of every segment, which is not worth doing on every page.
+const tenantsTTL = 30 * time.Second
+
+func (c *console) tenants(r *http.Request) []string {
+	c.tenantsMu.Lock()
+	defer c.tenantsMu.Unlock()
+	if now := c.o.Now(); c.tenantsList == nil || now.Sub(c.tenantsAt) > tenantsTTL {
+		c.tenantsList, c.tenantsAt = c.b.Tenants(r.Context()), now
+	}
+	return slices.Clone(c.tenantsList)
 }
 
 func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
