@@ -234,3 +234,27 @@ func TestConsoleDeleteIsTheAdminDelete(t *testing.T) {
 		t.Errorf("the deleted conversation's events are still shown:\n%s", tl)
 	}
 }
+
+// A compaction that fails is on the timeline too, with what the failure policy made of it.
+func TestConsoleShowsFailedCompactions(t *testing.T) {
+	h, c, _ := consoleHarness(t, true, func(cfg *proxy.Config) {
+		sum, err := summarizer.New(summarizer.Config{BaseURL: "http://127.0.0.1:9/v1", API: "responses"}) // nothing listens there
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Summarizer = sum
+	})
+	_, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
+		option.WithJSONSet("input", recallHistory()), threshold(2000), option.WithHeader("X-Compactd-Session", "conv-fail"))
+	if err == nil {
+		t.Fatal("the turn succeeded without a summariser")
+	}
+	c.login()
+	tl := c.waitFor("/console/conversation?id=conv-fail", "Compaction failed")
+	if !strings.Contains(tl, "<dt>Failure policy</dt><dd>fail</dd>") || !strings.Contains(tl, `class="errtext"`) {
+		t.Errorf("the failed compaction lacks its outcome or error:\n%s", tl)
+	}
+	if _, _, list := c.do("GET", "/console/conversations", nil); !strings.Contains(list, `<span class="bad">1</span>`) {
+		t.Errorf("the list does not count the failure:\n%s", list)
+	}
+}
