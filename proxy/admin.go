@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -24,7 +25,7 @@ import (
 
 func (s *Server) routeAdmin(r chi.Router) {
 	r.Route("/v1/compactd", func(r chi.Router) {
-		r.Use(s.adminAuth(newFailThrottle()))
+		r.Use(s.adminAuth(s.adminThrottle))
 		r.Get("/conversations/{id}/search", s.handleConversationSearch)
 		r.Delete("/conversations/{id}", s.handleConversationDelete)
 		// Without these the subrouter inherits the API's not-found handler, the pass-through,
@@ -118,24 +119,35 @@ func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request
 
 func (s *Server) handleConversationDelete(w http.ResponseWriter, r *http.Request) {
 	id, tenant := chi.URLParam(r, "id"), adminTenant(r, s.cfg.Tenant)
-	n, err := s.cfg.Archive.DeleteConversation(r.Context(), tenant, id)
+	n, err := s.deleteConversation(r.Context(), tenant, id)
+	if err != nil {
+		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: err.Error()}).Write(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "object": "conversation.deleted", "deleted": true, "segments": n})
+}
+
+// deleteConversation deletes a conversation of tenant, of every owner: its archive segments,
+// its memo records and event log rows (the archive deletes them in the same transaction), and
+// what the engine holds of it (a memo kept elsewhere, this replica's speculation). The admin
+// API's DELETE and the console's delete both come here. The error is one an operator reads.
+func (s *Server) deleteConversation(ctx context.Context, tenant, id string) (int, error) {
+	n, err := s.cfg.Archive.DeleteConversation(ctx, tenant, id)
 	if err != nil {
 		s.log.Warn("admin delete failed", "err", err)
-		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive delete failed"}).Write(w)
-		return
+		return 0, errors.New("archive delete failed")
 	}
 	// The memo's records and speculative summaries of the conversation go with its archive, so no
 	// later turn is handed a compaction made in it (an archive store deletes its own memo rows in
 	// the same transaction; this reaches a memo kept elsewhere and this replica's speculation).
-	forgotten, err := s.engine.Forget(r.Context(), tenant, id)
+	forgotten, err := s.engine.Forget(ctx, tenant, id)
 	if err != nil {
 		s.log.Warn("admin delete: memo not cleared", "err", err)
-		(&api.OpenAIError{Status: http.StatusInternalServerError, Type: "server_error", Message: "archive deleted, but the conversation memo could not be cleared; retry the delete"}).Write(w)
-		return
+		return n, errors.New("archive deleted, but the conversation memo could not be cleared; retry the delete")
 	}
 	s.log.Info("archived conversation deleted", "conversation", id, "tenant", tenant, "segments", n, "memo_records", forgotten)
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "object": "conversation.deleted", "deleted": true, "segments": n})
+	return n, nil
 }
 
 func adminTenant(r *http.Request, def string) string {

@@ -123,7 +123,7 @@ func (s *Server) viewChat(w http.ResponseWriter, r *http.Request, req *api.ChatR
 		msgs = append(msgs, api.ChatMessage{Raw: m, Role: gjsonRole(m), Handoff: text != "" && i == len(kept)})
 	}
 	v.msgs, v.prev = append(msgs, req.Messages[n:]...), o
-	markApplied(w, v.mem)
+	s.markApplied(w, r, dialectChat, v.mem)
 	return v
 }
 

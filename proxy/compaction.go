@@ -129,6 +129,7 @@ type compactIn struct {
 // compaction is the engine's outcome with the dialect's rendering of it.
 type compaction struct {
 	*engine.Compaction
+	took  time.Duration // how long the compaction took (the summariser's wait included)
 	item  []byte        // the Responses compaction item, or the Messages compaction block
 	items []api.Item    // Responses: the compacted input the upstream sees
 	msgs  []api.Message // Messages: the compacted messages the upstream sees
@@ -147,11 +148,17 @@ func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, er
 		out.Compaction = c
 		return in.finish(out)
 	}
+	if st := stateFrom(ctx); st != nil {
+		st.conversation = req.Conversation // the event log's (eventlog.go)
+	}
+	start := time.Now()
+	s.live.compacting.Add(1)
 	c, err := s.engine.Compact(ctx, req)
+	s.live.compacting.Add(-1)
 	if err != nil {
 		return nil, err
 	}
-	out.Compaction = c
+	out.Compaction, out.took = c, time.Since(start)
 	out.item = in.dialect.compactionItem(c)
 	return out, nil
 }
@@ -372,8 +379,11 @@ func markCompactedTurn(w http.ResponseWriter, t *turn, c *compaction) {
 	markCompacted(w, c)
 }
 
-func markApplied(w http.ResponseWriter, m *engine.Memory) {
+// markApplied says so to the client, and records it in the event log, when the memo applied a
+// remembered compaction to the turn.
+func (s *Server) markApplied(w http.ResponseWriter, r *http.Request, d dialect, m *engine.Memory) {
 	w.Header().Set(compactionHeader, fmt.Sprintf("applied; id=%s; items=%d", m.Opened.ID, m.Items))
+	s.recordMemoApplied(r, d, m)
 }
 
 // rawOf is the raw JSON of items, for the memo's hashes.

@@ -8,7 +8,8 @@ import (
 )
 
 // compacted records one compaction event, in either dialect: one log line with the figures an
-// operator needs, never the summary or any prompt content.
+// operator needs, never the summary or any prompt content, and the event log's row
+// (eventlog.go), whose content is sealed.
 func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compaction) {
 	attrs := []any{
 		slog.String("api", d.String()),
@@ -26,6 +27,7 @@ func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compac
 	s.metrics.clientCompaction(d.String(), ct)
 	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "ok", Model: c.Payload.Model,
 		TokensBefore: c.Payload.TokensBefore, TokensAfter: c.Payload.TokensAfter})
+	s.recordCompaction(r, d, trigger, c)
 }
 
 // compactionFailed records a compaction that could not be completed (the turn was answered with
@@ -34,6 +36,7 @@ func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model str
 	attrs := append([]any{slog.String("api", d.String()), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
 	s.log.WarnContext(r.Context(), "compaction failed", attrs...)
 	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "failed", Model: model})
+	s.recordCompactionFailed(r, d, trigger, model, err)
 }
 
 // compactionSkipped records a compaction the engine did not make because it could not make the

@@ -32,10 +32,10 @@ func (s *Server) setupObservability() {
 	s.log = slog.New(ctxHandler{s.logHandler})
 	s.cfg.Transport = &instrumentedTransport{next: s.cfg.Transport, m: s.metrics}
 	if s.cfg.Summarizer != nil {
-		s.cfg.Summarizer = newInstrumentedSummarizer(s.cfg.Summarizer, s.metrics)
+		s.cfg.Summarizer = newInstrumentedSummarizer(s.cfg.Summarizer, s.metrics, s.live)
 	}
 	if s.cfg.MessagesSummarizer != nil {
-		s.cfg.MessagesSummarizer = newInstrumentedSummarizer(s.cfg.MessagesSummarizer, s.metrics)
+		s.cfg.MessagesSummarizer = newInstrumentedSummarizer(s.cfg.MessagesSummarizer, s.metrics, s.live)
 	}
 	s.ops = &ops{}
 	if s.cfg.Registry != nil {
@@ -59,14 +59,19 @@ func (s *Server) routeObservability(r chi.Router) {
 }
 
 // OpsHandler serves /metrics, /healthz and /readyz, for a separate admin listener
-// (--ops-listen) that keeps scrapes and probes off the API port. Admin requests are not
-// counted in the request metrics.
+// (--ops-listen) that keeps scrapes and probes off the API port, and, with Config.Console, the
+// operator console under /console/: only here, never on the API handler. Admin requests are
+// not counted in the request metrics.
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", s.handleHealthz)
 	mux.HandleFunc("/readyz", s.handleReadyz)
 	if s.ops.metrics != nil {
 		mux.Handle("/metrics", s.ops.metrics)
+	}
+	if h := s.consoleHandler(); h != nil {
+		mux.Handle("/console/", h)
+		mux.Handle("/console", http.RedirectHandler("/console/", http.StatusSeeOther))
 	}
 	return mux
 }

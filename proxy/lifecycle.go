@@ -53,6 +53,9 @@ func (s *Server) close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("memo retention: still pruning: %w", context.Cause(ctx)))
 		}
 	}
+	if err := s.events.close(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	s.cfg.Counter.Close()
 	if s.ownTransport != nil {
 		s.ownTransport.CloseIdleConnections()
@@ -185,6 +188,12 @@ func (c *Config) validate() error {
 	}
 	if (c.MetricsUser == "") != (c.MetricsPassword == "") {
 		bad("MetricsUser", "and MetricsPassword go together: basic auth needs both")
+	}
+	if c.Console != nil && c.AdminToken == "" {
+		bad("Console", "is set without an AdminToken: the console's login is the admin token")
+	}
+	if c.Console != nil && c.Console.SessionTTL < 0 {
+		bad("Console.SessionTTL", "is negative (%s); use 0 for the default", c.Console.SessionTTL)
 	}
 	return errors.Join(errs...)
 }

@@ -133,7 +133,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			if mem = s.engine.Remembered(r.Context(), dialectAnthropic.engine(), s.scope(r.Context()), rawOf(api.CountItems(msgs))); mem != nil && mem.Opened != nil {
 				view.prev, applied, changed = mem.Opened, true, true
 				msgs = memoHandoffMessages(msgs, mem.Items, mem.Opened)
-				markApplied(w, mem)
+				s.markApplied(w, r, dialectAnthropic, mem)
 			}
 		}
 		covers := len(req.Messages)

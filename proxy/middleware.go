@@ -26,6 +26,10 @@ type reqState struct {
 	upstreamNanos   atomic.Int64
 	summariserNanos atomic.Int64
 
+	// conversation is the archive conversation of the request's compaction, noted by
+	// compactCore for the event log (eventlog.go).
+	conversation string
+
 	body  *bodyTap   // nil for bodiless requests
 	guard *bodyGuard // the body's size and read-deadline guard (limits.go); nil for bodiless requests
 	hold  *hold      // the request's share of the in-flight budget (budget.go); nil outside it

@@ -312,14 +312,15 @@ type instrumentedSummarizer struct {
 	// provider is the GenAI provider label of the summariser's wire API: "anthropic" for the
 	// Messages API, "openai" for the others (and a Summarizer that does not say).
 	provider string
+	live     *liveStats // the console's latency chart (stats.go)
 }
 
-func newInstrumentedSummarizer(next summarizer.Summarizer, m *metrics) instrumentedSummarizer {
+func newInstrumentedSummarizer(next summarizer.Summarizer, m *metrics, live *liveStats) instrumentedSummarizer {
 	provider := "openai"
 	if summarizer.APIOf(next) == summarizer.APIMessages {
 		provider = "anthropic"
 	}
-	return instrumentedSummarizer{next: next, m: m, provider: provider}
+	return instrumentedSummarizer{next: next, m: m, provider: provider, live: live}
 }
 
 func (s instrumentedSummarizer) api() string { return summarizer.APIOf(s.next) }
@@ -341,6 +342,7 @@ func (s instrumentedSummarizer) Summarize(ctx context.Context, req summarizer.Re
 	}
 	s.m.summarised(outcome, d.Seconds(), res.Usage.InputTokens, res.Usage.OutputTokens, res.Calls)
 	if outcome == "ok" || outcome == "failed" {
+		s.live.summarised(d, outcome == "failed")
 		model := res.Model
 		if model == "" {
 			model = req.Model

@@ -96,6 +96,7 @@ type recallTurn struct {
 	cfg          RecallConfig
 	conversation string
 	owners       owner.Set // whose segments in conversation the turn may read (readSet)
+	client       string    // the client's kind, for the event log (runRecall sets it)
 }
 
 // recallConfig returns the recall settings and the archive conversation of a turn, with the
@@ -149,6 +150,7 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 		Limit: rt.cfg.TopK, ExcerptBytes: rt.cfg.ExcerptBytes,
 	})
 	s.metrics.recall(err == nil, len(hits))
+	s.recordRecall(ctx, rt, query, hits, err)
 	if err != nil {
 		s.log.Warn("recall search failed", "err", err)
 		return "The archive could not be searched just now; continue from the summary."
@@ -266,6 +268,7 @@ type doneStopper interface{ doneStops() bool }
 // answer the client sees. r's context cancels every round; committed says compactd already sent
 // the stream's headers (keep-alives while it compacted).
 func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d recallDialect, stream, committed bool) {
+	rt.client = clientKind(r.Header)
 	if stream {
 		s.streamRecall(w, r, rt, d, committed)
 		return

@@ -116,7 +116,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			if mem = s.engine.Remembered(r.Context(), dialectOpenAI.engine(), s.scope(r.Context()), rawOf(items)); mem != nil && mem.Opened != nil {
 				prev, changed = mem.Opened, true
 				items = s.handoffAt(items[:mem.Items], items[mem.Items:], prev)
-				markApplied(w, mem)
+				s.markApplied(w, r, dialectOpenAI, mem)
 			}
 		}
 		covers := len(req.Items)

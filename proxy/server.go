@@ -139,8 +139,16 @@ type Config struct {
 	// item, with per-tenant upstream credentials and rate limits. nil = off (one tenant, Tenant).
 	Tenants *Tenants
 	// AdminToken enables the admin API (/v1/compactd/…) for callers presenting it as a bearer
-	// token; empty turns the API off.
+	// token; empty turns the API off. The operator console (Console) logs in with it too.
 	AdminToken string
+	// Events receives the event log (eventlog.go): one row per compaction, memo application and
+	// recall search, which the operator console shows. nil: kept in Archive's database when
+	// Archive is a SQL store, else none. NoEvents turns it off.
+	Events   EventSink
+	NoEvents bool
+	// Console serves the operator console under /console/ on OpsHandler (never on the API
+	// handler); nil: no console. It needs AdminToken.
+	Console *ConsoleConfig
 	// Counter counts tokens (nil: a Counter without background work, made by New). The Server
 	// takes it over like Archive: Close closes it. Counter.Close is idempotent and a closed
 	// Counter still counts (it only stops warming its cache in the background), so a caller that
@@ -225,12 +233,21 @@ const (
 // ParseFailurePolicies reads "POLICY" (both APIs) or "responses=POLICY,messages=POLICY".
 func ParseFailurePolicies(s string) (FailurePolicies, error) { return engine.ParseFailurePolicies(s) }
 
-// engineObserver counts what the engine did in the server's metrics.
-type engineObserver struct{ m *metrics }
+// engineObserver counts what the engine did in the server's metrics and live figures.
+type engineObserver struct {
+	m    *metrics
+	live *liveStats
+}
 
-func (o engineObserver) Speculative(outcome string)      { o.m.speculative(outcome) }
+func (o engineObserver) Speculative(outcome string) {
+	o.m.speculative(outcome)
+	o.live.speculative(outcome)
+}
 func (o engineObserver) Fallback(dialect, policy string) { o.m.fallback(dialect, policy) }
-func (o engineObserver) Memo(outcome string)             { o.m.memo(outcome) }
+func (o engineObserver) Memo(outcome string) {
+	o.m.memo(outcome)
+	o.live.memo(outcome)
+}
 func (o engineObserver) SummaryTruncated(dialect string) { o.m.summaryTruncated(dialect) }
 
 // Server is the compactd HTTP handler.
@@ -249,6 +266,10 @@ type Server struct {
 	owners                    *owner.Keyer   // owner digests and signed references (internal/owner)
 	budget                    *bodyBudget    // nil: no in-flight body budget
 	ops                       *ops
+	live                      *liveStats      // the console's live figures (stats.go)
+	events                    *eventRecorder  // the event log (eventlog.go); nil: none
+	breaker                   summariserState // the summariser's breaker, when it has one
+	adminThrottle             *failThrottle   // failed admin-token attempts: admin API and console alike
 
 	// Lifecycle (Close).
 	ownTransport  *http.Transport // the transport New built, whose idle connections Close drops
@@ -287,6 +308,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Tenant == "" {
 		cfg.Tenant = "default"
 	}
+	breaker, _ := cfg.Summarizer.(summariserState)
 	if cfg.AgentSummarizer != nil {
 		cfg.Summarizer = agentRouting{main: cfg.Summarizer, agent: cfg.AgentSummarizer}
 	}
@@ -341,7 +363,19 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes), owners: owners}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes), owners: owners,
+		live: &liveStats{}, breaker: breaker, adminThrottle: newFailThrottle()}
+	if !cfg.NoEvents {
+		sink := cfg.Events
+		if sink == nil && cfg.Archive != nil {
+			if l, err := archive.NewEventLog(cfg.Archive, archive.EventOptions{}); err == nil {
+				sink = l
+			}
+		}
+		if sink != nil {
+			s.events = newEventRecorder(sink, cfg.Registry, s.log.Warn)
+		}
+	}
 	s.setupObservability()
 	// After setupObservability, which wraps the summariser in its metrics.
 	ledger := s.cfg.LedgerBytes
@@ -353,7 +387,7 @@ func New(cfg Config) (*Server, error) {
 		LedgerBytes: ledger, GapCheck: s.cfg.GapCheck, CompactionTimeout: s.cfg.CompactionTimeout,
 		ItemMaxAge: s.cfg.ItemMaxAge, FailurePolicy: s.cfg.FailurePolicies.For, Speculative: s.cfg.Speculative,
 		Memo: s.cfg.Memo, MinSaving: s.cfg.CompactionMinSaving, MaxSummaryTokens: s.cfg.MaxSummaryTokens,
-		Observer: engineObserver{s.metrics}, Logger: s.log,
+		Observer: engineObserver{s.metrics, s.live}, Logger: s.log,
 	})
 	s.startRetention()
 	s.startMemoRetention()

@@ -126,7 +126,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.archiveMaxAge, "archive-max-age", 0, "delete archived history older than this (0: off, keep it)")
 	fs.Int64Var(&c.archiveMaxBytes, "archive-max-bytes", 0, "per tenant: delete a tenant's oldest archived history past this many bytes of that tenant, no other tenant's (0: off, unlimited)")
 	fs.Int64Var(&c.archiveMaxTotalBytes, "archive-max-total-bytes", 0, "all tenants together: past this many archived bytes, delete the oldest history of the tenant holding the most (0: off, unlimited)")
-	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener; the API is off without it (prefer the env variable: a flag shows in ps)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener, and the login of the console (--console); the API is off without it (prefer the env variable: a flag shows in ps)")
 	fs.BoolVar(&c.recall, "recall", true, "offer the model the recall tool after a compaction")
 	deprecateInverted(fs, "recall-off", "recall")
 	fs.StringVar(&c.recallConfig.ToolName, "recall-tool-name", defaultRecallToolName, "name of the recall tool")
@@ -281,6 +281,9 @@ func (c *serveConfig) checkURLsAndLogs() error {
 		if u, p, ok := strings.Cut(a, ":"); !ok || u == "" || p == "" {
 			return usageErrorf("serve", "--metrics-basic-auth must be user:password")
 		}
+	}
+	if err := c.obs.checkConsole(c.adminToken); err != nil {
+		return err
 	}
 	return c.obs.checkPprof()
 }

@@ -35,6 +35,8 @@ type obsConfig struct {
 	readyCheckUpstream bool
 	logContent         bool
 	pprof              bool
+	console            bool
+	consoleContent     bool
 }
 
 func (o *obsConfig) flags(fs *flag.FlagSet) {
@@ -46,6 +48,8 @@ func (o *obsConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricModels, "metric-models", "", "comma-separated model names always kept as gen_ai_request_model label values (others: the first 32 seen, then \"other\")")
 	fs.BoolVar(&o.readyCheckUpstream, "ready-check-upstream", false, "/readyz also dials the upstreams (TCP) and reports not ready when one is unreachable")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler (net/http/pprof) under /debug/pprof/ on the ops listener, behind the guard of /metrics; needs --ops-listen (never on the API listener) and --metrics-token or --metrics-basic-auth")
+	fs.BoolVar(&o.console, "console", false, "serve the operator console (conversations, compaction timelines, search, delete, live view) under /console/ on the ops listener, logged in with the admin token; needs --ops-listen (never on the API listener) and --admin-token. Off by default: it shows every tenant's conversation metadata")
+	fs.BoolVar(&o.consoleContent, "console-content", false, "let the console show content (handoff texts, the items they replaced, recall queries and excerpts, search excerpts), every view written to the log; needs --console (without it the console shows only counts, sizes and times)")
 	fs.BoolVar(&o.logContent, "log-content", false, "DEBUG ONLY: log the head of every request body (prompts!) at debug level; needs --log-level debug")
 }
 
@@ -61,6 +65,24 @@ func (o *obsConfig) checkPprof() error {
 		return usageErrorf("serve", "--pprof needs --ops-listen: the profiler is never served on the API listener")
 	case o.metricsToken == "" && o.metricsBasicAuth == "":
 		return usageErrorf("serve", "--pprof needs --metrics-token or --metrics-basic-auth (COMPACTD_METRICS_TOKEN, COMPACTD_METRICS_BASIC_AUTH): the profiler is served behind the guard of /metrics, never without one")
+	}
+	return nil
+}
+
+// checkConsole refuses --console where it would not be guarded or would be on the API listener:
+// it is served on the ops listener only and its login is the admin token, so it needs both.
+// It is opt-in because it shows every tenant's conversation ids, clients, sizes and times to
+// whoever holds the admin token, from a browser; content is a second opt-in (--console-content).
+func (o *obsConfig) checkConsole(adminToken string) error {
+	switch {
+	case o.consoleContent && !o.console:
+		return usageErrorf("serve", "--console-content needs --console")
+	case !o.console:
+		return nil
+	case o.opsListen == "":
+		return usageErrorf("serve", "--console needs --ops-listen: the console is never served on the API listener")
+	case adminToken == "":
+		return usageErrorf("serve", "--console needs --admin-token (COMPACTD_ADMIN_TOKEN): the console's login is the admin token")
 	}
 	return nil
 }
@@ -96,6 +118,12 @@ func (o *obsConfig) newServer(cfg proxy.Config) (*proxy.Server, error) {
 			}
 		}
 	}
+	if err := o.checkConsole(cfg.AdminToken); err != nil {
+		return nil, err
+	}
+	if o.console {
+		cfg.Console = &proxy.ConsoleConfig{Content: o.consoleContent}
+	}
 	cfg.LogContent = o.logContent
 	if o.logContent && cfg.Logger != nil {
 		if !cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
@@ -127,6 +155,12 @@ func (o *obsConfig) serveOps(s *proxy.Server, log *slog.Logger) (stop func(), er
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("ops listener (metrics, health)", "addr", ln.Addr().String())
+	if o.console {
+		log.Info("operator console", "url", "http://"+ln.Addr().String()+"/console/", "content", o.consoleContent)
+		if o.consoleContent {
+			log.Warn("--console-content is on: the console shows conversation content to whoever logs in with the admin token; every view is logged")
+		}
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -187,3 +187,60 @@ func TestServeOpsPprof(t *testing.T) {
 		})
 	}
 }
+
+// --console serves the console on the ops listener under /console/ (and nothing of it on the
+// API listener); it needs the ops listener and the admin token, --console-content needs it.
+func TestServeOpsConsole(t *testing.T) {
+	info := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tt := range []struct {
+		name    string
+		obs     obsConfig
+		token   string
+		wantErr string
+	}{
+		{name: "on", obs: obsConfig{opsListen: "127.0.0.1:0", console: true}, token: "adm"},
+		{name: "content", obs: obsConfig{opsListen: "127.0.0.1:0", console: true, consoleContent: true}, token: "adm"},
+		{name: "no ops listener", obs: obsConfig{console: true}, token: "adm", wantErr: "--console needs --ops-listen"},
+		{name: "no admin token", obs: obsConfig{opsListen: "127.0.0.1:0", console: true}, wantErr: "--console needs --admin-token"},
+		{name: "content without the console", obs: obsConfig{opsListen: "127.0.0.1:0", consoleContent: true}, token: "adm", wantErr: "--console-content needs --console"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.obs.checkConsole(tt.token); tt.wantErr != "" {
+				var ue *usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want a usage error %q", err, tt.wantErr)
+				}
+				return
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			cfg := proxyConfigForTest(info)
+			cfg.AdminToken = tt.token
+			s, err := tt.obs.newServer(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			var logBuf strings.Builder
+			stop, err := tt.obs.serveOps(s, slog.New(slog.NewTextHandler(&logBuf, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			_, rest, _ := strings.Cut(logBuf.String(), "addr=")
+			addr := strings.Fields(rest)[0]
+			resp, err := http.Get("http://" + addr + "/console/login")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(b), "Operator console") || resp.Header.Get("Content-Security-Policy") == "" {
+				t.Errorf("the ops listener's /console/login: %d", resp.StatusCode)
+			}
+			if got := strings.Contains(logBuf.String(), "--console-content is on"); got != tt.obs.consoleContent {
+				t.Errorf("content warning logged = %v, want %v", got, tt.obs.consoleContent)
+			}
+		})
+	}
+}

@@ -117,7 +117,8 @@ type ConversationInfo struct {
 // whole conversation at once: a conversation that loses its oldest segments keeps its newest, and
 // Lineage stops at the first link that is gone.
 type Retention struct {
-	// MaxAge deletes every segment older than this, whatever its tenant.
+	// MaxAge deletes every segment older than this, whatever its tenant, and every event log
+	// row (events.go) as old.
 	MaxAge time.Duration
 	// MaxBytes bounds each tenant on its own: a tenant past it loses its own oldest segments
 	// until it is within it again, and no other tenant loses anything.
@@ -149,9 +150,9 @@ type Store interface {
 	Search(ctx context.Context, q Query) ([]Hit, error)
 	// Conversations lists the tenant's conversations, most recently archived first.
 	Conversations(ctx context.Context, tenant string) ([]ConversationInfo, error)
-	// DeleteConversation removes every segment of the conversation, of every owner, and the
-	// conversation memo's records and speculative summaries of it (memo.go); it returns how
-	// many segments it deleted.
+	// DeleteConversation removes every segment of the conversation, of every owner, the
+	// conversation memo's records and speculative summaries of it (memo.go) and its event log
+	// rows (events.go); it returns how many segments it deleted.
 	DeleteConversation(ctx context.Context, tenant, conversation string) (int, error)
 	// Prune deletes oldest segments first until within r (see Retention); it returns how many
 	// it deleted, also when it fails part way (what it deleted before the error stays deleted).

@@ -42,6 +42,7 @@ var postgresDialect = &dialect{
 		ownerSchema,        // 3: owners of segments, conversations of memo records
 		// 4: each tenant's segments oldest first, for per-tenant retention (Prune).
 		{`CREATE INDEX archive_segments_tenant_created ON archive_segments (tenant, created_at, seq)`},
+		eventsSchema("BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT"), // 5: the console's event log (events.go)
 	},
 	// On the search_path, where Open's CREATE TABLE puts it.
 	hasSchema: `SELECT CASE WHEN to_regclass('archive_schema') IS NULL THEN 0 ELSE 1 END`,

@@ -424,7 +424,8 @@ func (s *sqlStore) Conversations(ctx context.Context, tenant string) ([]Conversa
 
 // DeleteConversation removes the conversation's segments and their index entries (SQLite: by
 // trigger; PostgreSQL: same row), and in the same transaction the memo's records and speculative
-// summaries of it, so no later turn is handed a summary of what was deleted.
+// summaries of it, so no later turn is handed a summary of what was deleted, and its event log
+// rows (events.go), which hold its handoff texts and recall queries.
 func (s *sqlStore) DeleteConversation(ctx context.Context, tenant, conversation string) (int, error) {
 	tenant = tenantOr(tenant)
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -438,6 +439,9 @@ func (s *sqlStore) DeleteConversation(ctx context.Context, tenant, conversation 
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM memo_records WHERE tenant = ? AND conversation = ?`), tenant, conversation); err != nil {
 		return 0, fmt.Errorf("archive: delete conversation: memo: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM archive_events WHERE tenant = ? AND conversation = ?`), tenant, conversation); err != nil {
+		return 0, fmt.Errorf("archive: delete conversation: events: %w", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -475,6 +479,10 @@ func (s *sqlStore) Prune(ctx context.Context, r Retention) (int, error) {
 		}
 		n, _ := res.RowsAffected()
 		deleted += int(n)
+		// The event log ages with the segments it describes (not counted: they are not segments).
+		if _, err := s.db.ExecContext(ctx, s.q(strings.Replace(query, "archive_segments", "archive_events", 1)), args...); err != nil {
+			return deleted, fmt.Errorf("archive: prune events by age: %w", err)
+		}
 	}
 	if r.MaxBytes <= 0 && r.MaxTotalBytes <= 0 {
 		return deleted, nil

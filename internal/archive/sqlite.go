@@ -47,6 +47,7 @@ var sqliteDialect = &dialect{
 		// 4: each tenant's segments oldest first, for per-tenant retention (Prune); the rowid
 		// (seq) is implicitly the last column, so (created_at, seq) keysets use it whole.
 		{`CREATE INDEX archive_segments_tenant_created ON archive_segments (tenant, created_at)`},
+		eventsSchema("INTEGER PRIMARY KEY", "INTEGER"), // 5: the console's event log (events.go)
 	},
 	hasSchema: `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'archive_schema'`,
 	// The inner query ranks and limits carrying only (seq, rank); documents and columns are read

@@ -234,6 +234,8 @@ type Compaction struct {
 	Tail      int
 	Payload   *compact.Payload
 	Usage     summarizer.Usage
+	// Speculated: the summary was one speculative compaction prepared ahead of this turn.
+	Speculated bool
 }
 
 // Skipped compactions. A compaction that cannot make the request meaningfully smaller is not
@@ -331,7 +333,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 	if in.ID == "" {
 		in.ID = NewID("cmp_")
 	}
-	c := &Compaction{ID: in.ID, Summary: res.Summary, Usage: res.Usage, Window: w, Compacted: items, Tail: tail}
+	c := &Compaction{ID: in.ID, Summary: res.Summary, Usage: res.Usage, Window: w, Compacted: items, Tail: tail, Speculated: hit}
 	if !hit && replaced > 0 {
 		ledger = e.ledger(sctx, in.Dialect.Name, in.Auth, in.Model, items, w, res, &c.Usage)
 	}
