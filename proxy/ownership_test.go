@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
@@ -315,5 +316,29 @@ func TestOwnershipDeleteForgetsTheMemo(t *testing.T) {
 				t.Errorf("after the delete the turn was handed the deleted conversation's compaction (%q)", s)
 			}
 		})
+	}
+}
+
+// A transparent Claude Code session (no compaction protocol, the Messages policy) archives under
+// its x-claude-code-session-id, as its /compact does, so MCP recall's "current session" finds
+// both (it archived under a random conv_… id).
+func TestTransparentClaudeCodeArchivesUnderItsSession(t *testing.T) {
+	var store archive.Store
+	h := newMsgHarness(t, withArchive(t, func(c *proxy.Config) {
+		store = c.Archive
+		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteMessages: 30_000}}
+		c.Speculative.Fraction = -1
+	}))
+	var hr *http.Response
+	if _, err := h.ant.Beta.Messages.New(context.Background(), params(append(longHistory(16), userText("go on")), noEdits),
+		antopt.WithHeader("X-Claude-Code-Session-Id", sessionID), antopt.WithResponseInto(&hr)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(hr.Header.Get("X-Compactd-Compaction"), "compacted;") {
+		t.Fatalf("the turn did not compact: %q", hr.Header.Get("X-Compactd-Compaction"))
+	}
+	convs, err := store.Conversations(context.Background(), "")
+	if err != nil || len(convs) != 1 || convs[0].ID != sessionID {
+		t.Errorf("archived conversations %+v (%v), want one: %s", convs, err, sessionID)
 	}
 }

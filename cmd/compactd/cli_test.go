@@ -575,3 +575,42 @@ func TestRecallAndArchiveMessages(t *testing.T) {
 		t.Errorf("sessions index on a fresh machine: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestHelpFlagLines: every command's help lists each flag with one default at most and a
+// one-word value placeholder (the flag package takes a backquoted phrase in the usage text as the
+// placeholder: `help recall` once showed "--conversation compactd archive list"); and a
+// subcommand's -h prints its help once, on stdout (`hooks run -h` printed a second usage line on
+// stderr).
+func TestHelpFlagLines(t *testing.T) {
+	clearCompactdEnv(t)
+	for _, c := range commandTable() {
+		if c.run == nil {
+			continue
+		}
+		args := [][]string{{c.name, "-h"}}
+		if c.name == "hooks" {
+			args = append(args, []string{"hooks", "run", "-h"})
+		}
+		for _, a := range args {
+			code, stdout, stderr := runCLI(t, a...)
+			if code != 0 || stderr != "" {
+				t.Errorf("%v: exit %d, stderr %q; want 0 and nothing", a, code, stderr)
+			}
+			for _, line := range strings.Split(stdout, "\n") {
+				f := strings.Fields(line)
+				if len(f) == 0 || !strings.HasPrefix(f[0], "-") {
+					continue
+				}
+				if n := strings.Count(line, "(default"); n > 1 {
+					t.Errorf("%v: %d defaults on one flag line: %s", a, n, line)
+				}
+				// "--name placeholder  usage": the placeholder, if any, is one word, and the
+				// column the usage starts in is two spaces after it.
+				name, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+				if ph, _, ok := strings.Cut(strings.TrimLeft(rest, " "), "  "); ok && strings.Contains(ph, " ") && !strings.HasPrefix(rest, "  ") {
+					t.Errorf("%v: flag %s has the placeholder %q", a, name, ph)
+				}
+			}
+		}
+	}
+}
