@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/compactd/compactd/internal/fixtures"
+	"github.com/tidwall/gjson"
 	"io"
 	"log/slog"
 	"net/http"
@@ -225,9 +227,9 @@ func TestServeAnthropicOnlyCompacts(t *testing.T) {
 				return string(b)
 			}
 
-			// Claude Code's /compact: its summarisation prompt as the last user message.
-			compactPrompt := "Your task is to create a detailed summary of the conversation so far. " +
-				"Wrap your analysis in <analysis> tags, then give the summary in <summary> tags."
+			// Claude Code's /compact: its summarisation prompt (captured from 2.1.332, byte for
+			// byte) as the last user message.
+			compactPrompt := gjson.GetBytes(fixtures.ClaudeCode("compaction_request.json"), "messages.@reverse.0.content.@reverse.0.text").Str
 			resp := post(append(history[:len(history):len(history)], map[string]any{"role": "user", "content": compactPrompt}))
 			body := read(resp)
 			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Compactd-Agent-Compaction") != "claude-code" || !strings.Contains(body, "<summary>") {
