@@ -9,7 +9,9 @@ import (
 	"testing"
 )
 
-// agentBody is a Responses request shaped like an agent's: many items, about size bytes.
+// agentBody is a Responses request shaped like an agent's: many items, about size bytes. Every
+// function_call_output follows its function_call, so the strict fake accepts it and the
+// benchmark includes the strict checks' cost.
 func agentBody(size int, stream bool) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `{"model":"m","stream":%v,"input":[`, stream)
@@ -19,6 +21,7 @@ func agentBody(size int, stream bool) []byte {
 			b.WriteByte(',')
 		}
 		fmt.Fprintf(&b, `{"type":"message","role":"user","content":[{"type":"input_text","text":"turn %d %s"}]},`, i, chunk)
+		fmt.Fprintf(&b, `{"type":"function_call","call_id":"call_%d","name":"shell","arguments":"{}"},`, i)
 		fmt.Fprintf(&b, `{"type":"function_call_output","call_id":"call_%d","output":"%s"}`, i, chunk)
 	}
 	b.WriteString(`,{"role":"user","content":"last question"}]}`)
