@@ -28,6 +28,7 @@ const claudeCodePrompt = "create a detailed summary of the conversation so far"
 // it from the session's archive in hidden rounds, Claude Code gets the fact back in the model's
 // answer, and its transcript holds no call of the tool.
 func TestClaudeCodeCompactionUpgradedEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	if testing.Short() {
 		t.Skip("runs the real Claude Code")
 	}

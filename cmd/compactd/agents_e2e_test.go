@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ const (
 
 // npmAgent finds or installs an npm-packaged agent CLI under .cache/<dir>. Without Node/npm the
 // test is skipped locally; under CI it fails, because .ci/run installs them.
+var npmMu sync.Mutex
+
 func npmAgent(t *testing.T, dir, pkg, version, bin, env string) string {
 	t.Helper()
 	if p := os.Getenv(env); p != "" {
@@ -57,6 +60,12 @@ func npmAgent(t *testing.T, dir, pkg, version, bin, env string) string {
 			missing(tool + " is not installed")
 		}
 	}
+	// The end-to-end tests run in parallel: one npm install into a prefix at a time.
+	npmMu.Lock()
+	defer npmMu.Unlock()
+	if out, err := exec.Command(path, "--version").Output(); err == nil && strings.Contains(string(out), version) {
+		return path // installed by another test while this one waited
+	}
 	cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--prefix", prefix, pkg+"@"+version)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		missing(fmt.Sprintf("npm install %s@%s failed: %v\n%s", pkg, version, err, out))
@@ -64,17 +73,9 @@ func npmAgent(t *testing.T, dir, pkg, version, bin, env string) string {
 	return path
 }
 
-// buildCompactd builds this command into a temp dir: the hooks and `claude mcp add` run it as a
-// separate process, exactly as a user's agent would.
-func buildCompactd(t *testing.T) string {
-	t.Helper()
-	exe := filepath.Join(t.TempDir(), "compactd")
-	out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return exe
-}
+// buildCompactd is the compactd binary the hooks and `claude mcp add` run as a separate
+// process, exactly as a user's agent would: builtBinary's, built once per test run.
+func buildCompactd(t *testing.T) string { return builtBinary(t) }
 
 // agentEnv is a private HOME for one agent run, with the network traffic that is not the model
 // turned off. ANTHROPIC_BASE_URL points Claude Code straight at the fake upstream (no proxy).
@@ -175,6 +176,7 @@ func claudeE2E(t *testing.T) (claude, exe string, fake *fakeupstream.Server, e a
 // PreCompact hook's ledger with the fact, and the first request after the compaction carries the
 // SessionStart hook's context with the fact.
 func TestClaudeCodeHooksEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	claude, exe, fake, e := claudeE2E(t)
 	e.run(t, exe, "hooks", "install", "claude")
 	if out := e.run(t, exe, "hooks", "install", "claude"); !strings.Contains(out, "already installed") {
@@ -241,6 +243,7 @@ func TestClaudeCodeHooksEndToEnd(t *testing.T) {
 // fake model calls the search tool, and the tool result that reaches the model holds the fact an
 // earlier session read from a file.
 func TestClaudeCodeMCPEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	claude, exe, fake, e := claudeE2E(t)
 	e.claudeTurn(t, claude, e.readPrompt())
 	e.run(t, claude, "mcp", "add", "compactd", "--", exe, "mcp")
@@ -271,6 +274,7 @@ func TestClaudeCodeMCPEndToEnd(t *testing.T) {
 // Codex's own compaction (a non-OpenAI provider compacts locally, with SessionStart source
 // "compact").
 func TestCodexSessionStartHookEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	if testing.Short() {
 		t.Skip("runs the real Codex CLI")
 	}

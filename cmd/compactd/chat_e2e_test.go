@@ -125,6 +125,7 @@ func chatSessionChecks(t *testing.T, fake *fakeupstream.Server, compactions, bou
 // makes one summary per compaction, the fact from the first tool output comes back in the last
 // turn through the recall tool, and the SDK never sees a recall call.
 func TestNodeOpenAIChatSessionEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	if testing.Short() {
 		t.Skip("runs the Node openai SDK")
 	}
@@ -237,6 +238,7 @@ const qwenSettings = `{
 // bounded while Qwen's own history grows, and the fact from the first file read comes back in
 // the last turn through the recall tool, which Qwen never sees. Qwen exits 0 on every turn.
 func TestQwenCodeEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	if testing.Short() {
 		t.Skip("runs the real Qwen Code")
 	}

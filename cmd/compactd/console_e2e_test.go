@@ -47,6 +47,7 @@ func chromiumBinary() string {
 const consoleE2EToken = "console-e2e-admin-token"
 
 func TestConsoleInChromium(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	bin := chromiumBinary()
 	if bin == "" {
 		if os.Getenv("CI") != "" {

@@ -110,6 +110,7 @@ func lastToolResult(fake *fakeupstream.Server) string {
 // written and the model reads compactd's reason as the tool result. Once a compaction completes
 // (SessionStart source compact), the same Write goes through.
 func TestClaudeCodeGuardEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	claude, exe, fake, e := claudeE2E(t)
 	refuse := refusingCompaction(t, &e)
 	e.run(t, exe, "hooks", "install", "claude", "--guard")
@@ -150,6 +151,7 @@ func TestClaudeCodeGuardEndToEnd(t *testing.T) {
 // Code's /compact completes exactly as without compactd, and hooks.log says the hook was skipped.
 // The control case, a hook that exits 2, shows that the test would see a blocked compaction.
 func TestClaudeCodeFailingHookDoesNotBlockCompaction(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	for _, tc := range []struct {
 		name, script string
 		compacts     bool
@@ -232,6 +234,7 @@ supports_websockets = false
 // Untrusted, the resumed session gets no SessionStart context; trusted (`codex exec --trust`), it
 // gets the one with the fact an earlier turn read.
 func TestCodexProjectHooksEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	codex, exe, fake, e := codexE2E(t)
 	out := e.run(t, exe, "hooks", "install", "codex", "--project")
 	if !strings.Contains(out, filepath.Join(e.work, ".codex", "hooks.json")) || !strings.Contains(out, "trusted") {
@@ -272,6 +275,7 @@ func TestCodexProjectHooksEndToEnd(t *testing.T) {
 // nothing and says so, and an install from another binary path replaces the entry rather than
 // failing (`claude mcp add` refuses a name it has) or adding a second one.
 func TestHooksInstallRegistersMCPEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	if testing.Short() {
 		t.Skip("runs the real Claude Code and Codex CLIs")
 	}
@@ -357,6 +361,7 @@ func gapCheckModel(t *testing.T) (url string, calls *atomic.Int32) {
 // findings, quoting the fact that lives only in a file the agent read, are in real Claude Code's
 // compaction instructions, ahead of the ledger.
 func TestClaudeCodeHooksGapCheckEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	claude, exe, fake, e := claudeE2E(t)
 	gapURL, calls := gapCheckModel(t)
 	e.env = append(e.env, "COMPACTD_SUMMARIZER_URL="+gapURL, "COMPACTD_SUMMARIZER_MODEL=gap-model", "COMPACTD_SUMMARIZER_KEY=sk-gap-not-a-real-key")

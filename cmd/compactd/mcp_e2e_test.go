@@ -25,6 +25,7 @@ import (
 // other's: recall defaults to the current session, which Claude Code tells the MCP server
 // (CLAUDE_CODE_SESSION_ID).
 func TestClaudeCodeMCPRecallCurrentSessionEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	if testing.Short() {
 		t.Skip("runs the real Claude Code")
 	}
@@ -92,6 +93,7 @@ func namespacedCalls(t *testing.T, target string) string {
 // tool, and the tool output Codex sends back holds the fact an earlier session of this project
 // read with a shell command, and not the one a session of another project read.
 func TestCodexMCPEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	codex, exe, fake, e := codexE2E(t)
 	cfgPath := filepath.Join(e.home, ".codex", "config.toml")
 	cfg, err := os.ReadFile(cfgPath)

@@ -21,6 +21,7 @@ import (
 // that is no JSON-RPC message) and the tools/list after it its answer. The SDK's own stdio
 // transport ended the session at the first of them.
 func TestMCPBadFramesKeepServing(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	dir := t.TempDir()
 	cmd := exec.Command(builtBinary(t), "mcp", "--data-dir", filepath.Join(dir, "data"), "--project", dir,
 		"--sessions", filepath.Join(dir, "sessions"), "--codex-home", filepath.Join(dir, "codex"))

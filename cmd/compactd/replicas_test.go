@@ -35,7 +35,12 @@ var (
 	builtErr  error
 )
 
-// builtBinary builds compactd with deploy/build.sh once per test run.
+// builtBinary builds this command once per test run, for the tests that run compactd as a
+// separate process (replicas, hooks, `claude mcp add`), exactly as a user's agent would. In CI
+// (CI=true, or COMPACTD_TEST_RELEASE_BUILD=1) it is the release binary of deploy/build.sh, which
+// .ci/run's shared build flags make cheap; otherwise a default-flag `go build`, which reuses the
+// packages `go test` compiled instead of compiling the module again under the release flags
+// (deploy's tests make the same choice).
 func builtBinary(t *testing.T) string {
 	t.Helper()
 	builtOnce.Do(func() {
@@ -45,10 +50,15 @@ func builtBinary(t *testing.T) string {
 			return
 		}
 		builtPath = filepath.Join(dir, "compactd")
-		cmd := exec.Command("sh", "../../deploy/build.sh", builtPath)
-		cmd.Env = append(os.Environ(), "VERSION=replicas-test")
+		var cmd *exec.Cmd
+		if os.Getenv("CI") != "" || os.Getenv("COMPACTD_TEST_RELEASE_BUILD") == "1" {
+			cmd = exec.Command("sh", "../../deploy/build.sh", builtPath)
+			cmd.Env = append(os.Environ(), "VERSION=replicas-test")
+		} else {
+			cmd = exec.Command("go", "build", "-ldflags", "-X main.version=replicas-test", "-o", builtPath, ".")
+		}
 		if out, err := cmd.CombinedOutput(); err != nil {
-			builtErr = fmt.Errorf("deploy/build.sh: %v\n%s", err, out)
+			builtErr = fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
 		}
 	})
 	if builtErr != nil {

@@ -297,6 +297,7 @@ func (s ccSession) usages(t *testing.T) []int64 {
 //     summarisation request, because the usage it is told stays under it (the control in
 //     TestClaudeCodeAutoCompactControl shows it does without the policy).
 func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	claude := claudeBin(t)
 	// Speculation off: a background summary of a prefix no later turn uses would be a summariser
 	// call without a compaction, and this test counts them.
@@ -415,6 +416,7 @@ func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
 // trigger "agent"), never reaching the upstream. With the policy on
 // (TestClaudeCodeTransparentPolicyEndToEnd) no such request is sent.
 func TestClaudeCodeAutoCompactControl(t *testing.T) {
+	t.Parallel() // a separate agent, compactd and fake upstream: independent of every other test
 	claude := claudeBin(t)
 	s := runClaudeCodeSession(t, claude, "--speculative-fraction", "0")
 	agent := 0
