@@ -73,20 +73,8 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			return err == nil
 		}
 		var end int
-		switch string(name) {
-		case "tools":
-			err = scanTools(it, openAINotation)
-			end = it.Pos()
-		case "tool_choice":
-			err = scanToolChoice(it)
-			end = it.Pos()
-		default:
-			var ok bool
-			if _, end, ok = it.Value(); !ok {
-				return false
-			}
-		}
-		if err != nil || it.Err() != nil {
+		var ok bool
+		if end, ok, err = scanMember(it, name, openAINotation); !ok || err != nil || it.Err() != nil {
 			return false
 		}
 		raw := body[vs:end]

@@ -109,19 +109,13 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 		case string(name) == "system" && it.Peek() == '[':
 			err = checkSystem(it, body)
 			end = it.Pos()
-		case string(name) == "tools":
-			err = scanTools(it, anthropicNotation)
-			end = it.Pos()
-		case string(name) == "tool_choice":
-			err = scanToolChoice(it)
-			end = it.Pos()
 		case string(name) == "context_management" || string(name) == "compaction":
 			member := string(name)
 			err = scanStrict(it, func() string { return member })
 			end = it.Pos()
 		default:
 			var ok bool
-			if _, end, ok = it.Value(); !ok {
+			if end, ok, err = scanMember(it, name, anthropicNotation); !ok {
 				return false
 			}
 		}

@@ -100,15 +100,9 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			r.inputStart, r.inputEnd = vs, it.Pos()
 			prevEnd = it.Pos()
 			return err == nil
-		case string(name) == "tools":
-			err = scanTools(it, openAINotation)
-			end = it.Pos()
-		case string(name) == "tool_choice":
-			err = scanToolChoice(it)
-			end = it.Pos()
 		default:
 			var ok bool
-			if _, end, ok = it.Value(); !ok {
+			if end, ok, err = scanMember(it, name, openAINotation); !ok {
 				return false
 			}
 		}

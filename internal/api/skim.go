@@ -208,6 +208,23 @@ var (
 
 const toolFunction = 1 // toolNames[toolFunction]
 
+// scanMember walks the value of a top-level member whose rule every dialect's skim shares —
+// tools and tool_choice, walked for repeated members compactd reads; any other member's value is
+// skipped — and returns where the value ends. ok is false when the iterator failed (its Err
+// says why); err is a refusal.
+func scanMember(it *jsonx.Iter, name []byte, n notation) (end int, ok bool, err error) {
+	switch string(name) {
+	case "tools":
+		err = scanTools(it, n)
+	case "tool_choice":
+		err = scanToolChoice(it)
+	default:
+		_, end, ok = it.Value()
+		return end, ok, nil
+	}
+	return it.Pos(), true, err
+}
+
 // scanToolChoice walks the tool_choice value at it (one value): when it is an object, its type
 // and name at most once each. A string or anything else is the upstream's to validate.
 func scanToolChoice(it *jsonx.Iter) error {
