@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
@@ -19,59 +18,34 @@ import (
 
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/console/consoletest"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
 
 const consoleToken = "console-admin-token"
 
-// consoleClient is a browser-like client of the console on an ops listener: a cookie jar, no
-// redirects followed.
-type consoleClient struct {
-	t    *testing.T
-	base string
-	hc   *http.Client
-}
+// consoleClient is a console client on an ops listener, logged in with consoleToken.
+type consoleClient struct{ *consoletest.Client }
 
 func newConsoleClient(t *testing.T, base string) *consoleClient {
-	jar, _ := cookiejar.New(nil)
-	return &consoleClient{t: t, base: base, hc: &http.Client{Jar: jar,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-}
-
-func (c *consoleClient) do(method, path string, form url.Values) (int, http.Header, string) {
-	c.t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, _ := http.NewRequest(method, c.base+path, body)
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	return &consoleClient{consoletest.New(t, base)}
 }
 
 func (c *consoleClient) login() {
-	c.t.Helper()
-	if code, _, body := c.do("POST", "/console/login", url.Values{"token": {consoleToken}}); code != http.StatusSeeOther {
-		c.t.Fatalf("console login: %d %s", code, body)
+	c.T.Helper()
+	if code := c.Login(consoleToken); code != http.StatusSeeOther {
+		c.T.Fatalf("console login: %d", code)
 	}
 }
 
 // waitFor polls the page until it contains every one of want (the event log is written in the
 // background), and returns it.
 func (c *consoleClient) waitFor(path string, want ...string) string {
-	c.t.Helper()
+	c.T.Helper()
 	var body string
 	for range 200 {
-		_, _, body = c.do("GET", path, nil)
+		_, _, body = c.Do("GET", path, nil)
 		ok := true
 		for _, w := range want {
 			ok = ok && strings.Contains(body, w)
@@ -81,7 +55,7 @@ func (c *consoleClient) waitFor(path string, want ...string) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.t.Fatalf("%s never showed all of %q:\n%s", path, want, body)
+	c.T.Fatalf("%s never showed all of %q:\n%s", path, want, body)
 	return ""
 }
 
@@ -154,14 +128,14 @@ func TestConsoleNotOnTheAPIListener(t *testing.T) {
 			t.Errorf("the API listener served the console at %s: %d %s", p, resp.StatusCode, b)
 		}
 	}
-	if code, _, body := c.do("GET", "/console/login", nil); code != 200 || !strings.Contains(body, "Operator console") {
+	if code, _, body := c.Do("GET", "/console/login", nil); code != 200 || !strings.Contains(body, "Operator console") {
 		t.Errorf("the ops handler does not serve the console: %d", code)
 	}
 	// Without Config.Console the ops handler has no console either.
 	plain := newHarness(t, fakeupstream.Options{}, withArchive(t, func(c *proxy.Config) { c.AdminToken = consoleToken }))
 	ops := httptest.NewServer(plain.srv.OpsHandler())
 	defer ops.Close()
-	if code, _, _ := newConsoleClient(t, ops.URL).do("GET", "/console/login", nil); code != http.StatusNotFound {
+	if code, _, _ := newConsoleClient(t, ops.URL).Do("GET", "/console/login", nil); code != http.StatusNotFound {
 		t.Errorf("console off: /console/login answered %d, want 404", code)
 	}
 	// And it needs the admin token.
@@ -176,11 +150,11 @@ func TestConsoleNotOnTheAPIListener(t *testing.T) {
 func TestConsoleLoginSharesTheAdminThrottle(t *testing.T) {
 	h, c, _ := consoleHarness(t, false, nil)
 	for range proxy.AdminFailureBurst {
-		if code, _, _ := c.do("POST", "/console/login", url.Values{"token": {"guess"}}); code != http.StatusUnauthorized {
+		if code, _, _ := c.Do("POST", "/console/login", url.Values{"token": {"guess"}}); code != http.StatusUnauthorized {
 			t.Fatalf("a wrong token: %d, want 401", code)
 		}
 	}
-	if code, h, _ := c.do("POST", "/console/login", url.Values{"token": {consoleToken}}); code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+	if code, h, _ := c.Do("POST", "/console/login", url.Values{"token": {consoleToken}}); code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
 		t.Errorf("the console after its failed attempts: %d, want 429 with Retry-After", code)
 	}
 	if code, _, _ := adminDo(t, h.proxyURL, "GET", "/v1/compactd/conversations/c/search?q=x", consoleToken); code != http.StatusTooManyRequests {
@@ -219,18 +193,18 @@ func TestConsoleDeleteIsTheAdminDelete(t *testing.T) {
 	}
 	c.login()
 	c.waitFor("/console/conversation?id=conv-del", "Memo applied", "policy (transparent")
-	_, _, form := c.do("GET", "/console/delete?id=conv-del", nil)
-	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(form)
+	_, _, form := c.Do("GET", "/console/delete?id=conv-del", nil)
+	m := consoletest.CSRFRe.FindStringSubmatch(form)
 	if m == nil {
 		t.Fatalf("no confirmation form:\n%s", form)
 	}
-	if code, _, _ := c.do("POST", "/console/delete", url.Values{"csrf": {m[1]}, "tenant": {"default"}, "id": {"conv-del"}, "confirm": {"delete"}}); code != http.StatusSeeOther {
+	if code, _, _ := c.Do("POST", "/console/delete", url.Values{"csrf": {m[1]}, "tenant": {"default"}, "id": {"conv-del"}, "confirm": {"delete"}}); code != http.StatusSeeOther {
 		t.Fatalf("delete: %d", code)
 	}
 	if st := turn(compacted + 2); strings.HasPrefix(st, "applied;") {
 		t.Errorf("after the delete the memo still applied the deleted compaction: %q", st)
 	}
-	if _, _, tl := c.do("GET", "/console/conversation?id=conv-del", nil); strings.Contains(tl, "Memo applied") {
+	if _, _, tl := c.Do("GET", "/console/conversation?id=conv-del", nil); strings.Contains(tl, "Memo applied") {
 		t.Errorf("the deleted conversation's events are still shown:\n%s", tl)
 	}
 }
@@ -254,7 +228,7 @@ func TestConsoleShowsFailedCompactions(t *testing.T) {
 	if !strings.Contains(tl, "<dt>Failure policy</dt><dd>fail</dd>") || !strings.Contains(tl, `class="errtext"`) {
 		t.Errorf("the failed compaction lacks its outcome or error:\n%s", tl)
 	}
-	if _, _, list := c.do("GET", "/console/conversations", nil); !strings.Contains(list, `<span class="bad">1</span>`) {
+	if _, _, list := c.Do("GET", "/console/conversations", nil); !strings.Contains(list, `<span class="bad">1</span>`) {
 		t.Errorf("the list does not count the failure:\n%s", list)
 	}
 }

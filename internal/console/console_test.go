@@ -7,17 +7,16 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/console/consoletest"
 )
 
 const testToken = "console-admin-token"
@@ -112,15 +111,13 @@ func newFake(t *testing.T) *fakeBackend {
 	return &fakeBackend{st: st, ev: ev}
 }
 
+// client is a console client with the log the console under test writes to.
 type client struct {
-	t    *testing.T
-	base string
-	hc   *http.Client
-	log  *bytes.Buffer
+	*consoletest.Client
+	log *bytes.Buffer
 }
 
-// newConsole serves the console over b at a test server and returns a client with a cookie jar
-// that does not follow redirects.
+// newConsole serves the console over b at a test server and returns a client of it.
 func newConsole(t *testing.T, b Backend, o Options) *client {
 	t.Helper()
 	var logBuf bytes.Buffer
@@ -130,9 +127,7 @@ func newConsole(t *testing.T, b Backend, o Options) *client {
 	mux.Handle(Prefix, New(b, o))
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
-	jar, _ := cookiejar.New(nil)
-	return &client{t: t, base: ts.URL, log: &logBuf, hc: &http.Client{Jar: jar,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	return &client{Client: consoletest.New(t, ts.URL), log: &logBuf}
 }
 
 type lockedWriter struct {
@@ -146,42 +141,6 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func (c *client) do(method, path string, form url.Values) (int, http.Header, string) {
-	c.t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, _ := http.NewRequest(method, c.base+path, body)
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
-}
-
-func (c *client) login(token string) int {
-	code, _, _ := c.do("POST", "/console/login", url.Values{"token": {token}})
-	return code
-}
-
-var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
-
-func (c *client) csrf(page string) string {
-	c.t.Helper()
-	_, _, body := c.do("GET", page, nil)
-	m := csrfRe.FindStringSubmatch(body)
-	if m == nil {
-		c.t.Fatalf("no CSRF token on %s:\n%.500s", page, body)
-	}
-	return m[1]
-}
-
 func TestConsoleAuth(t *testing.T) {
 	b := newFake(t)
 	now := time.Now()
@@ -191,19 +150,19 @@ func TestConsoleAuth(t *testing.T) {
 
 	// No session: every page sends to the login form, the JSON endpoint and posts are 401.
 	for _, p := range []string{"/console/", "/console/conversations", "/console/conversation?id=conv-a", "/console/live", "/console/search?q=port"} {
-		code, h, _ := c.do("GET", p, nil)
+		code, h, _ := c.Do("GET", p, nil)
 		if code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/console/login") {
 			t.Errorf("GET %s without a session: %d Location %q, want 303 to the login form", p, code, h.Get("Location"))
 		}
 	}
-	if code, _, _ := c.do("GET", "/console/live.json", nil); code != http.StatusUnauthorized {
+	if code, _, _ := c.Do("GET", "/console/live.json", nil); code != http.StatusUnauthorized {
 		t.Errorf("live.json without a session: %d, want 401", code)
 	}
-	if code, _, _ := c.do("POST", "/console/delete", url.Values{"id": {"conv-a"}, "confirm": {"delete"}}); code != http.StatusUnauthorized {
+	if code, _, _ := c.Do("POST", "/console/delete", url.Values{"id": {"conv-a"}, "confirm": {"delete"}}); code != http.StatusUnauthorized {
 		t.Errorf("delete without a session: %d, want 401", code)
 	}
 	// Every answer carries the strict headers.
-	code, h, body := c.do("GET", "/console/login", nil)
+	code, h, body := c.Do("GET", "/console/login", nil)
 	if code != 200 || h.Get("Content-Security-Policy") != csp || h.Get("X-Content-Type-Options") != "nosniff" || !strings.Contains(body, `name="token"`) {
 		t.Fatalf("login form: %d %v", code, h)
 	}
@@ -214,16 +173,16 @@ func TestConsoleAuth(t *testing.T) {
 	}
 
 	// A wrong token: 401, no cookie.
-	if code := c.login("wrong"); code != http.StatusUnauthorized {
+	if code := c.Login("wrong"); code != http.StatusUnauthorized {
 		t.Errorf("wrong token: %d, want 401", code)
 	}
-	if code, _, _ := c.do("GET", "/console/conversations", nil); code != http.StatusSeeOther {
+	if code, _, _ := c.Do("GET", "/console/conversations", nil); code != http.StatusSeeOther {
 		t.Errorf("after a wrong token the console is open: %d", code)
 	}
 	// The right token: a session cookie with the attributes.
-	req, _ := http.NewRequest("POST", c.base+"/console/login", strings.NewReader(url.Values{"token": {testToken}}.Encode()))
+	req, _ := http.NewRequest("POST", c.Base+"/console/login", strings.NewReader(url.Values{"token": {testToken}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.hc.Do(req)
+	resp, err := c.HC.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,13 +192,13 @@ func TestConsoleAuth(t *testing.T) {
 		!strings.Contains(ck, "SameSite=Strict") || !strings.Contains(ck, "Max-Age=3600") || strings.Contains(ck, "Secure") {
 		t.Fatalf("login: %d Set-Cookie %q; want HttpOnly, SameSite=Strict, Max-Age, no Secure over plain HTTP", resp.StatusCode, ck)
 	}
-	if code, _, body := c.do("GET", "/console/conversations", nil); code != 200 || !strings.Contains(body, "conv-a") {
+	if code, _, body := c.Do("GET", "/console/conversations", nil); code != 200 || !strings.Contains(body, "conv-a") {
 		t.Fatalf("after login: %d\n%.300s", code, body)
 	}
 
 	// CSRF: a delete without the token, or with another, is refused and deletes nothing.
 	for _, tok := range []string{"", "not-the-token"} {
-		code, _, _ := c.do("POST", "/console/delete", url.Values{"csrf": {tok}, "id": {"conv-a"}, "confirm": {"delete"}})
+		code, _, _ := c.Do("POST", "/console/delete", url.Values{"csrf": {tok}, "id": {"conv-a"}, "confirm": {"delete"}})
 		if code != http.StatusForbidden {
 			t.Errorf("delete with csrf %q: %d, want 403", tok, code)
 		}
@@ -248,7 +207,7 @@ func TestConsoleAuth(t *testing.T) {
 		t.Fatalf("a request without the CSRF token deleted %v", b.deleted)
 	}
 	// A logout without it is refused too.
-	if code, _, _ := c.do("POST", "/console/logout", url.Values{}); code != http.StatusForbidden {
+	if code, _, _ := c.Do("POST", "/console/logout", url.Values{}); code != http.StatusForbidden {
 		t.Errorf("logout without csrf: %d, want 403", code)
 	}
 
@@ -256,29 +215,29 @@ func TestConsoleAuth(t *testing.T) {
 	mu.Lock()
 	now = now.Add(time.Hour + time.Second)
 	mu.Unlock()
-	if code, h, _ := c.do("GET", "/console/conversations", nil); code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/console/login") {
+	if code, h, _ := c.Do("GET", "/console/conversations", nil); code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/console/login") {
 		t.Errorf("expired session: %d %q, want 303 to the login form", code, h.Get("Location"))
 	}
 
 	// Logout ends the session server-side.
-	if c.login(testToken) != http.StatusSeeOther {
+	if c.Login(testToken) != http.StatusSeeOther {
 		t.Fatal("login failed")
 	}
-	tok := c.csrf("/console/conversations")
-	if code, _, _ := c.do("POST", "/console/logout", url.Values{"csrf": {tok}}); code != http.StatusSeeOther {
+	tok := c.CSRF("/console/conversations")
+	if code, _, _ := c.Do("POST", "/console/logout", url.Values{"csrf": {tok}}); code != http.StatusSeeOther {
 		t.Fatalf("logout: %d", code)
 	}
-	if code, _, _ := c.do("GET", "/console/conversations", nil); code != http.StatusSeeOther {
+	if code, _, _ := c.Do("GET", "/console/conversations", nil); code != http.StatusSeeOther {
 		t.Errorf("after logout the session still works: %d", code)
 	}
 
 	// Throttled: the backend says retry; the console answers 429 with Retry-After.
 	for range 3 {
-		c.login("wrong")
+		c.Login("wrong")
 	}
-	req, _ = http.NewRequest("POST", c.base+"/console/login", strings.NewReader(url.Values{"token": {testToken}}.Encode()))
+	req, _ = http.NewRequest("POST", c.Base+"/console/login", strings.NewReader(url.Values{"token": {testToken}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err = c.hc.Do(req)
+	resp, err = c.HC.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,12 +267,12 @@ func TestConsoleContentAndTenants(t *testing.T) {
 		t.Run(map[bool]string{false: "content off", true: "content on"}[content], func(t *testing.T) {
 			b := newFake(t)
 			c := newConsole(t, b, Options{Content: content})
-			if c.login(testToken) != http.StatusSeeOther {
+			if c.Login(testToken) != http.StatusSeeOther {
 				t.Fatal("login failed")
 			}
 			// The default tenant lists its conversations and not acme's, and acme's the other way.
-			_, _, def := c.do("GET", "/console/conversations", nil)
-			_, _, acme := c.do("GET", "/console/conversations?tenant=acme", nil)
+			_, _, def := c.Do("GET", "/console/conversations", nil)
+			_, _, acme := c.Do("GET", "/console/conversations?tenant=acme", nil)
 			if !strings.Contains(def, ">conv-a<") || strings.Contains(def, "conv-acme") {
 				t.Errorf("default tenant's list:\n%s", def)
 			}
@@ -321,12 +280,12 @@ func TestConsoleContentAndTenants(t *testing.T) {
 				t.Errorf("acme's list:\n%s", acme)
 			}
 			// acme's conversation read as the default tenant's shows nothing of it.
-			_, _, cross := c.do("GET", "/console/conversation?id=conv-acme", nil)
+			_, _, cross := c.Do("GET", "/console/conversation?id=conv-acme", nil)
 			if strings.Contains(cross, "SUMMARY-OF-conv-acme") || strings.Contains(cross, "QUERY-conv-acme") || strings.Contains(cross, "Compaction</strong>") {
 				t.Errorf("acme's events shown under the default tenant:\n%s", cross)
 			}
 			c.log.Reset()
-			code, _, tl := c.do("GET", "/console/conversation?tenant=acme&id=conv-acme", nil)
+			code, _, tl := c.Do("GET", "/console/conversation?tenant=acme&id=conv-acme", nil)
 			if code != 200 || !strings.Contains(tl, "Compaction</strong>") || !strings.Contains(tl, "9,000 → 900") {
 				t.Fatalf("acme's timeline: %d\n%s", code, tl)
 			}
@@ -355,7 +314,7 @@ func TestConsoleContentAndTenants(t *testing.T) {
 			}
 			// Search: hits either way, excerpts only with content.
 			c.log.Reset()
-			_, _, sr := c.do("GET", "/console/search?tenant=acme&q=SECRET_FACT_PORT", nil)
+			_, _, sr := c.Do("GET", "/console/search?tenant=acme&q=SECRET_FACT_PORT", nil)
 			if !strings.Contains(sr, "conv-acme") {
 				t.Errorf("search found nothing:\n%s", sr)
 			}
@@ -373,10 +332,10 @@ func TestConsoleContentAndTenants(t *testing.T) {
 func TestConsoleEscapes(t *testing.T) {
 	b := newFake(t)
 	c := newConsole(t, b, Options{Content: true})
-	c.login(testToken)
+	c.Login(testToken)
 	for _, p := range []string{"/console/conversations", "/console/conversation?id=" + url.QueryEscape(hostile),
 		"/console/search?q=SECRET_FACT_PORT", "/console/delete?id=" + url.QueryEscape(hostile)} {
-		code, _, body := c.do("GET", p, nil)
+		code, _, body := c.Do("GET", p, nil)
 		if code != 200 {
 			t.Errorf("%s: %d", p, code)
 		}
@@ -389,17 +348,17 @@ func TestConsoleEscapes(t *testing.T) {
 func TestConsoleDelete(t *testing.T) {
 	b := newFake(t)
 	c := newConsole(t, b, Options{})
-	c.login(testToken)
+	c.Login(testToken)
 	// The confirmation page names what goes, and deleting needs its confirm button too.
-	_, _, confirm := c.do("GET", "/console/delete?id=conv-a", nil)
+	_, _, confirm := c.Do("GET", "/console/delete?id=conv-a", nil)
 	if !strings.Contains(confirm, "1 archived segment") || !strings.Contains(confirm, "2 event log rows") {
 		t.Errorf("confirmation page:\n%s", confirm)
 	}
-	tok := csrfRe.FindStringSubmatch(confirm)[1]
-	if code, _, _ := c.do("POST", "/console/delete", url.Values{"csrf": {tok}, "id": {"conv-a"}}); code != http.StatusBadRequest || len(b.deleted) != 0 {
+	tok := consoletest.CSRFRe.FindStringSubmatch(confirm)[1]
+	if code, _, _ := c.Do("POST", "/console/delete", url.Values{"csrf": {tok}, "id": {"conv-a"}}); code != http.StatusBadRequest || len(b.deleted) != 0 {
 		t.Errorf("delete without the confirmation: %d, deleted %v", code, b.deleted)
 	}
-	code, h, _ := c.do("POST", "/console/delete", url.Values{"csrf": {tok}, "id": {"conv-a"}, "tenant": {"default"}, "confirm": {"delete"}})
+	code, h, _ := c.Do("POST", "/console/delete", url.Values{"csrf": {tok}, "id": {"conv-a"}, "tenant": {"default"}, "confirm": {"delete"}})
 	if code != http.StatusSeeOther || !strings.Contains(h.Get("Location"), "deleted=conv-a") {
 		t.Fatalf("delete: %d %q", code, h.Get("Location"))
 	}
@@ -409,7 +368,7 @@ func TestConsoleDelete(t *testing.T) {
 	if evs, _ := b.ev.List(context.Background(), "default", "conv-a", false); len(evs) != 0 {
 		t.Errorf("%d events left after the delete", len(evs))
 	}
-	_, _, list := c.do("GET", h.Get("Location"), nil)
+	_, _, list := c.Do("GET", h.Get("Location"), nil)
 	if strings.Contains(list, ">conv-a<") || !strings.Contains(list, "Deleted conversation") {
 		t.Errorf("list after delete:\n%s", list)
 	}
@@ -421,8 +380,8 @@ func TestConsoleDelete(t *testing.T) {
 
 func TestConsoleLiveJSON(t *testing.T) {
 	c := newConsole(t, newFake(t), Options{})
-	c.login(testToken)
-	code, h, body := c.do("GET", "/console/live.json", nil)
+	c.Login(testToken)
+	code, h, body := c.Do("GET", "/console/live.json", nil)
 	var v struct{ HTML string }
 	if code != 200 || !strings.HasPrefix(h.Get("Content-Type"), "application/json") || json.Unmarshal([]byte(body), &v) != nil ||
 		!strings.Contains(v.HTML, "summariser breaker") || !strings.Contains(v.HTML, "<svg") {
@@ -430,7 +389,7 @@ func TestConsoleLiveJSON(t *testing.T) {
 	}
 	// The static assets are served from the binary with their types.
 	for p, typ := range map[string]string{"/console/static/console.css": "text/css", "/console/static/console.js": "text/javascript"} {
-		code, h, _ := c.do("GET", p, nil)
+		code, h, _ := c.Do("GET", p, nil)
 		if code != 200 || !strings.HasPrefix(h.Get("Content-Type"), typ) {
 			t.Errorf("%s: %d %q", p, code, h.Get("Content-Type"))
 		}
