@@ -254,11 +254,21 @@ var triggerLabels = map[string]string{
 	"agent":              "agent (its own compaction, answered by compactd)",
 }
 
-func (c *console) conversation(w http.ResponseWriter, r *http.Request, s *session) {
-	tenant, ok := c.tenant(r)
+// named reads the tenant and the conversation id a page is about from its query; when either is
+// missing or not a label, it answers a 400 page saying what to name, and ok is false.
+func (c *console) named(w http.ResponseWriter, r *http.Request, s *session, what string) (tenant, id string, ok bool) {
+	tenant, ok = c.tenant(r)
 	id, ok2 := cleanLabel(r.URL.Query().Get("id"))
 	if !ok || !ok2 || id == "" {
-		c.errorPage(w, r, s, http.StatusBadRequest, "Name a conversation (id) and, optionally, its tenant.")
+		c.errorPage(w, r, s, http.StatusBadRequest, what)
+		return "", "", false
+	}
+	return tenant, id, true
+}
+
+func (c *console) conversation(w http.ResponseWriter, r *http.Request, s *session) {
+	tenant, id, ok := c.named(w, r, s, "Name a conversation (id) and, optionally, its tenant.")
+	if !ok {
 		return
 	}
 	tl := timeline{ID: id}
@@ -423,10 +433,8 @@ type deleteView struct {
 }
 
 func (c *console) deleteForm(w http.ResponseWriter, r *http.Request, s *session) {
-	tenant, ok := c.tenant(r)
-	id, ok2 := cleanLabel(r.URL.Query().Get("id"))
-	if !ok || !ok2 || id == "" {
-		c.errorPage(w, r, s, http.StatusBadRequest, "Name the conversation to delete.")
+	tenant, id, ok := c.named(w, r, s, "Name the conversation to delete.")
+	if !ok {
 		return
 	}
 	v := deleteView{ID: id}
