@@ -542,27 +542,14 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05")
 	},
 	"num": func(n any) string {
-		var v int64
-		switch x := n.(type) {
-		case int:
-			v = int64(x)
-		case int64:
-			v = x
-		}
-		s := strconv.FormatInt(v, 10)
+		s := strconv.FormatInt(asInt64(n), 10)
 		for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
 			s = s[:i] + "," + s[i:]
 		}
 		return s
 	},
 	"bytes": func(n any) string {
-		var v int64
-		switch x := n.(type) {
-		case int:
-			v = int64(x)
-		case int64:
-			v = x
-		}
+		v := asInt64(n)
 		switch {
 		case v >= 1<<20:
 			return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20))
@@ -585,3 +572,15 @@ var funcs = template.FuncMap{
 }
 
 func urlQuery(s string) string { return template.URLQueryEscaper(s) }
+
+// asInt64 is a template argument of either integer type the views hold (int, int64) as an
+// int64; anything else is 0.
+func asInt64(n any) int64 {
+	switch x := n.(type) {
+	case int:
+		return int64(x)
+	case int64:
+		return x
+	}
+	return 0
+}
