@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/owner"
 	"github.com/compactd/compactd/internal/sse"
 )
@@ -159,7 +160,9 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 		return fmt.Sprintf("No archived history of this conversation matches %q.", query)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Verbatim excerpts from this conversation's archived history matching %q, best first:\n", query)
+	// The header is handoff.RecallHeader: a model that quotes this result puts it in the
+	// conversation, and the archive recognises the quote by it and never returns it as history.
+	fmt.Fprintf(&b, "%s matching %q, best first (excerpts archived together in conversation order):\n", handoff.RecallHeader, query)
 	for i, h := range hits {
 		fmt.Fprintf(&b, "\n[%d] archived %s, item %d:\n%s\n", i+1, h.CreatedAt.UTC().Format("2006-01-02 15:04"), h.ItemIndex, h.Excerpt)
 	}

@@ -112,7 +112,16 @@ func (m *matcher) match(text string) itemMatch {
 			}
 			shared := false
 			if lt != w.full && containsStr(tp, w.full) {
-				m.part[i]++
+				if isPiece(lt, w.full) {
+					// a piece of a call or a path (h.loadIndex, cmd/loadIndex.go): the word
+					// itself, as good as a token of its own
+					if m.whole[i] == 0 {
+						m.first[i] = [2]int{start, end}
+					}
+					m.whole[i]++
+				} else {
+					m.part[i]++
+				}
 				shared = true
 			}
 			for j, p := range w.parts {
@@ -149,6 +158,22 @@ func (m *matcher) match(text string) itemMatch {
 	return r
 }
 
+// isPiece reports whether word is one of the connector-separated pieces of the lowercased token lt.
+func isPiece(lt, word string) bool {
+	for off := 0; ; {
+		i := strings.Index(lt[off:], word)
+		if i < 0 {
+			return false
+		}
+		i += off
+		end := i + len(word)
+		if (i == 0 || isConnector(rune(lt[i-1]))) && (end == len(lt) || isConnector(rune(lt[end]))) {
+			return true
+		}
+		off = i + 1
+	}
+}
+
 // mayShare is a cheap filter: a token can only have w or one of w's parts among its own parts if
 // it contains them as substrings.
 func mayShare(lt string, w queryWord) bool {
@@ -176,11 +201,76 @@ func bestExcerpt(q []queryWord, items []json.RawMessage, maxBytes int) (int, str
 	for i, it := range items {
 		text := itemText(it)
 		r := m.match(text)
-		if r.score > bestM.score || r.score == bestM.score && r.reps > bestM.reps {
+		if better(r, bestM) {
 			best, bestM, bestText = i, r, text
 		}
 	}
 	return best, cut(bestText, bestM.ms, bestM.me, maxBytes)
+}
+
+// better is the order of bestExcerpt: score, then repetitions; an equal item keeps the earlier.
+func better(r, than itemMatch) bool {
+	return r.score > than.score || r.score == than.score && r.reps > than.reps
+}
+
+// itemExcerpt is one item of a segment that a search returns.
+type itemExcerpt struct {
+	index int
+	text  string
+}
+
+// segmentExcerpts returns up to n excerpts of one segment for q, each at most maxBytes, best
+// first: the best item (bestExcerpt's rules), then the items that match as many query words as it
+// does, more repetitions first. A conversation often states a thing twice: the command and the
+// output that answers it, a value and the user's correction of it; shown side by side in their
+// order (inConversationOrder), the later one reads as what it is. An item that matches no query
+// word is never returned, so neither is a segment that only compactd's own writing matched
+// (itemText).
+func segmentExcerpts(q []queryWord, items []json.RawMessage, maxBytes, n int) []itemExcerpt {
+	if len(items) == 0 || n <= 0 {
+		return nil
+	}
+	m := newMatcher(contentWords(q))
+	type scored struct {
+		index int
+		m     itemMatch
+	}
+	all := make([]scored, 0, len(items))
+	for i, it := range items {
+		if r := m.match(itemText(it)); r.score > 0 {
+			all = append(all, scored{i, r})
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(all, func(a, b scored) int {
+		switch {
+		case better(a.m, b.m):
+			return -1
+		case better(b.m, a.m):
+			return 1
+		}
+		return 0
+	})
+	chosen := all[:1]
+	for _, c := range all[1:] {
+		if len(chosen) == n || c.m.score < all[0].m.score {
+			break
+		}
+		chosen = append(chosen, c)
+	}
+	out := make([]itemExcerpt, len(chosen))
+	for k, c := range chosen {
+		out[k] = itemExcerpt{c.index, cut(itemText(items[c.index]), c.m.ms, c.m.me, maxBytes)}
+	}
+	return out
+}
+
+// inConversationOrder sorts excerpts of one segment by item index.
+func inConversationOrder(ex []itemExcerpt) []itemExcerpt {
+	slices.SortFunc(ex, func(a, b itemExcerpt) int { return a.index - b.index })
+	return ex
 }
 
 func containsStr(xs []string, s string) bool {

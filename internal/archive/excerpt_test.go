@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 func TestCut(t *testing.T) {
@@ -181,5 +183,68 @@ func BenchmarkBestExcerpt(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		bestExcerpt(q, items, 800)
+	}
+}
+
+// TestSegmentExcerpts covers what one segment gives a search: the best item, the items that
+// match as well as it does (in conversation order, so a later correction reads after what it
+// corrects), and never compactd's own writing that came back in the history.
+func TestSegmentExcerpts(t *testing.T) {
+	call := json.RawMessage(`{"type":"function_call","call_id":"c1","name":"exec_command","arguments":"{\"cmd\":\"rg -n retryAccountWebhook internal\"}"}`)
+	out := json.RawMessage(`{"type":"function_call_output","call_id":"c1","output":"internal/a/b.go:41:\tif err := h.retryAccountWebhook(ctx, id); err != nil {\ninternal/x/order_client.go:1832:func retryAccountWebhook(ctx context.Context) error {\ninternal/c/d.go:77:\tif err := h.retryAccountWebhook(ctx, id); err != nil {"}`)
+	echo := msg("assistant", "MOCK-REPLY 3: Verbatim excerpts from this conversation's archived history matching \"retryAccountWebhook\", best first:\n[1] retryAccountWebhook retryAccountWebhook retryAccountWebhook")
+	summary := msg("user", handoff.Text("retryAccountWebhook retryAccountWebhook", ""))
+	messagesSummary := msg("user", handoff.MessagesText("retryAccountWebhook", "## Facts ledger\n- retryAccountWebhook"))
+	ledger := msg("user", "This session is being continued.\n<summary>\nwork so far\n## Facts ledger\n### Values\n- `retryAccountWebhook retryAccountWebhook`\n</summary>")
+	cases := []struct {
+		name  string
+		query string
+		items []json.RawMessage
+		want  []int    // item indexes, in order
+		holds []string // each excerpt, in order, holds this
+	}{
+		{
+			name: "the output that defines the name, with its call before it", query: "retryAccountWebhook",
+			items: []json.RawMessage{msg("user", "unrelated"), call, out},
+			want:  []int{1, 2}, holds: []string{"rg -n retryAccountWebhook", "order_client.go:1832:func retryAccountWebhook"},
+		},
+		{
+			name: "a correction reads after what it corrects", query: "publishWebhookInvoice",
+			items: []json.RawMessage{
+				msg("assistant", "I'll set the batch limit for publishWebhookInvoice to 32, as in the other workers."),
+				msg("user", "Wait, that is wrong. Correction: the batch limit for publishWebhookInvoice must be 229, not 32."),
+			},
+			want: []int{0, 1}, holds: []string{"to 32", "must be 229"},
+		},
+		{
+			name: "compactd's own recall quote, summary and ledger are not history", query: "retryAccountWebhook",
+			items: []json.RawMessage{echo, summary, messagesSummary, ledger, out},
+			want:  []int{4}, holds: []string{"order_client.go:1832"},
+		},
+		{
+			name: "the model's words before a quoted recall result stay searchable", query: "deployWindow",
+			items: []json.RawMessage{msg("assistant", "deployWindow is Tuesday. Verbatim excerpts from this conversation's archived history matching \"x\":\nnothing")},
+			want:  []int{0}, holds: []string{"deployWindow is Tuesday"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := inConversationOrder(segmentExcerpts(parseQuery(tc.query), tc.items, 800, 3))
+			var idx []int
+			for _, e := range got {
+				idx = append(idx, e.index)
+			}
+			if fmt.Sprint(idx) != fmt.Sprint(tc.want) {
+				t.Fatalf("items %v, want %v (%+v)", idx, tc.want, got)
+			}
+			for i, e := range got {
+				if !strings.Contains(e.text, tc.holds[i]) {
+					t.Errorf("excerpt %d %q lacks %q", i, e.text, tc.holds[i])
+				}
+				if strings.Contains(e.text, "Verbatim excerpts") {
+					t.Errorf("excerpt %d quotes a recall result: %q", i, e.text)
+				}
+			}
+		})
 	}
 }

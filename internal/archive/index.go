@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/jsonx"
 )
 
@@ -69,7 +70,10 @@ func scanTokens(s string, fn func(tok string, start, end int)) {
 
 // subParts returns the lowercased parts of a compound token, split on connectors and camelCase
 // ("parseConfig" → parse config, "HTTPServer" → http server, "src/main.go" → src main go), or nil
-// when the token has only one part. Indexing the parts lets "config" find "parseConfig".
+// when the token has only one part. Indexing the parts lets "config" find "parseConfig". A token
+// of several pieces has each piece among its parts too ("h.retryAccountWebhook" → h
+// retryaccountwebhook retry account webhook): the name a model searches for is often a piece of
+// a call, a path or a qualified name.
 func subParts(tok string) []string {
 	var parts []string
 	add := func(p string) {
@@ -81,7 +85,11 @@ func subParts(tok string) []string {
 			parts = append(parts, p)
 		}
 	}
-	for _, piece := range strings.FieldsFunc(tok, isConnector) {
+	pieces := strings.FieldsFunc(tok, isConnector)
+	for _, piece := range pieces {
+		if len(pieces) > 1 {
+			add(piece) // h.retryAccountWebhook: the method name is a term, not only its words
+		}
 		camelSplit(piece, add)
 	}
 	if len(parts) == 1 && parts[0] == strings.ToLower(tok) {
@@ -127,9 +135,15 @@ func terms(text string, set map[string]struct{}) {
 // value, in document order, one per line. Keys are skipped (they are the same in every item), and
 // so are structural values (type, id, call_id, status: the same few words in every item, noise in
 // excerpts) and opaque payloads (reasoning encrypted_content, thinking signatures, base64 media).
+// So is compactd's own writing that came back in a conversation (handoff.Original): a handoff's
+// summary, a summary carrying compactd's facts ledger, a quoted recall result. They are compactd's
+// reading of the history, and a search that returned them would quote compactd to itself.
 func itemText(item []byte) string {
 	var b strings.Builder
 	walkText(bytesToString(item), func(s string) {
+		if s = handoff.Original(s); s == "" {
+			return
+		}
 		if b.Len() > 0 {
 			b.WriteByte('\n')
 		}

@@ -48,6 +48,10 @@ func TestSubParts(t *testing.T) {
 		{"ERR_TIMEOUT", []string{"err", "timeout"}},
 		{"utf8Decode", []string{"utf8", "decode"}},
 		{"a.b.a", []string{"a", "b"}},
+		// a camelCase piece of a dotted or slashed token is a term of its own, so the method
+		// name finds h.retryAccountWebhook(…) as well as its parts do
+		{"h.retryAccountWebhook", []string{"h", "retryaccountwebhook", "retry", "account", "webhook"}},
+		{"internal/parseConfig.go", []string{"internal", "parseconfig", "parse", "config", "go"}},
 		{"8080", nil},
 		{"simple", nil},
 		{"Simple", nil},

@@ -385,7 +385,10 @@ func (s *sqlStore) Search(ctx context.Context, q Query) ([]Hit, error) {
 	if len(cands) > q.Limit {
 		cands = cands[:q.Limit]
 	}
-	hits := make([]Hit, 0, len(cands))
+	// Each segment gives its best item; what Limit leaves over goes to the items that match as
+	// well as a segment's best (segmentExcerpts), segment by segment in rank order.
+	per := make([][]itemExcerpt, 0, len(cands))
+	kept := cands[:0]
 	for _, c := range cands {
 		seg, err := s.load(ctx, q.Tenant, c.id)
 		if errors.Is(err, ErrNotFound) {
@@ -394,12 +397,33 @@ func (s *sqlStore) Search(ctx context.Context, q Query) ([]Hit, error) {
 		if err != nil {
 			return nil, err
 		}
-		idx, excerpt := bestExcerpt(plainQ, seg.Items, q.ExcerptBytes)
-		hits = append(hits, Hit{SegmentID: c.id, Conversation: c.conversation, Kind: c.kind, Owner: c.owner,
-			CreatedAt: time.UnixMicro(c.createdUS).UTC(), ItemIndex: idx, Excerpt: excerpt, Score: c.score})
+		if ex := segmentExcerpts(plainQ, seg.Items, q.ExcerptBytes, maxItemsPerHit); len(ex) > 0 {
+			per, kept = append(per, ex), append(kept, c)
+		}
+	}
+	take := make([]int, len(per))
+	left := q.Limit
+	for i := range per {
+		if left > 0 {
+			take[i], left = 1, left-1
+		}
+	}
+	for i := range per {
+		extra := min(left, len(per[i])-take[i])
+		take[i], left = take[i]+extra, left-extra
+	}
+	hits := make([]Hit, 0, q.Limit)
+	for i, c := range kept {
+		for _, e := range inConversationOrder(per[i][:take[i]]) {
+			hits = append(hits, Hit{SegmentID: c.id, Conversation: c.conversation, Kind: c.kind, Owner: c.owner,
+				CreatedAt: time.UnixMicro(c.createdUS).UTC(), ItemIndex: e.index, Excerpt: e.text, Score: c.score})
+		}
 	}
 	return hits, nil
 }
+
+// maxItemsPerHit bounds the items one segment gives a search.
+const maxItemsPerHit = 3
 
 func (s *sqlStore) Conversations(ctx context.Context, tenant string) ([]ConversationInfo, error) {
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT conversation, COUNT(*), CAST(SUM(bytes) AS BIGINT),

@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 func msg(role, text string) json.RawMessage {
@@ -191,7 +194,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(hits) != 1 || hits[0].SegmentID != other.ID {
+			if !slices.Equal(segmentsOf(hits), []string{other.ID}) {
 				t.Fatalf("globex hits = %+v, want only %s", hits, other.ID)
 			}
 			hits, err = st.Search(ctx, Query{Text: "parseConfigFromEnv", Tenant: "initech"})
@@ -204,7 +207,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(hits) != 1 || hits[0].Conversation != "conv-other-2" {
+			if len(segmentsOf(hits)) != 1 || hits[0].Conversation != "conv-other-2" {
 				t.Fatalf("conversation filter: %+v", hits)
 			}
 			hits, err = st.Search(ctx, Query{Text: "loader", Tenant: "acme", Kind: KindSession})
@@ -236,6 +239,51 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	t.Run("what a model searches for", func(t *testing.T) {
+		// The words a model searches with after a compaction: a function's name for where it is
+		// defined, a subject for what the user said of it. The answers sit in a tool output beside
+		// its call and in a user's correction beside what it corrects; compactd's own writing that
+		// came back in the history (a quoted recall result, a handoff) repeats the words more
+		// often than either, and must not be what the search returns.
+		st := open(t)
+		items := []json.RawMessage{
+			json.RawMessage(`{"type":"function_call","call_id":"c1","name":"exec_command","arguments":"{\"cmd\":\"rg -n retryAccountWebhook internal\"}"}`),
+			json.RawMessage(`{"type":"function_call_output","call_id":"c1","output":"internal/a/b.go:41:\tif err := h.retryAccountWebhook(ctx, id); err != nil {\ninternal/x/order_client.go:1832:func retryAccountWebhook(ctx context.Context) error {"}`),
+			msg("assistant", "I'll set the batch limit for publishWebhookInvoice to 32, as in the other workers."),
+			msg("user", "Wait, that is wrong. Correction: the batch limit for publishWebhookInvoice must be 229, not 32."),
+			msg("assistant", "MOCK-REPLY 4: "+handoff.RecallHeader+" matching \"publishWebhookInvoice retryAccountWebhook\":\n"+
+				strings.Repeat("publishWebhookInvoice retryAccountWebhook to 32\n", 5)),
+			msg("user", handoff.Text(strings.Repeat("publishWebhookInvoice retryAccountWebhook ", 5), "")),
+		}
+		if _, err := st.Put(ctx, Segment{Tenant: "acme", Conversation: "conv-agent", Items: items}); err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			query string
+			want  []string // excerpts, in this order, among the hits
+		}{
+			{"retryAccountWebhook", []string{"rg -n retryAccountWebhook", "order_client.go:1832:func retryAccountWebhook"}},
+			{"publishWebhookInvoice", []string{"to 32, as in", "must be 229"}},
+		}
+		for _, tc := range cases {
+			hits, err := st.Search(ctx, Query{Text: tc.query, Tenant: "acme", Conversation: "conv-agent"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := 0
+			for _, h := range hits {
+				if strings.Contains(h.Excerpt, handoff.RecallHeader) || strings.Contains(h.Excerpt, "Another language model") {
+					t.Errorf("%q: a hit quotes compactd's own writing: %q", tc.query, h.Excerpt)
+				}
+				if next < len(tc.want) && strings.Contains(h.Excerpt, tc.want[next]) {
+					next++
+				}
+			}
+			if next < len(tc.want) {
+				t.Errorf("%q: hits %+v lack %q (in order %q)", tc.query, hits, tc.want[next], tc.want)
+			}
+		}
+	})
 	t.Run("Lineage", func(t *testing.T) {
 		st := open(t)
 		var refs []Ref
@@ -328,7 +376,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 			}
 		}
 		hits, err := st.Search(ctx, Query{Text: "parseConfigFromEnv", Tenant: "acme"})
-		if err != nil || len(hits) != 1 || hits[0].SegmentID != keep.ID {
+		if err != nil || !slices.Equal(segmentsOf(hits), []string{keep.ID}) {
 			t.Fatalf("after delete hits = %+v, %v; want only the kept segment", hits, err)
 		}
 		if _, err := st.Get(ctx, "globex", other.ID); err != nil {
@@ -594,4 +642,15 @@ func TestOpenExistingPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
+}
+
+// segmentsOf lists the segments of hits, each once, in order: a segment may give several items.
+func segmentsOf(hits []Hit) []string {
+	var ids []string
+	for _, h := range hits {
+		if !slices.Contains(ids, h.SegmentID) {
+			ids = append(ids, h.SegmentID)
+		}
+	}
+	return ids
 }

@@ -6,7 +6,11 @@
 // upstream sees the same bytes up to the summary and its prompt cache keeps hitting.
 package handoff
 
-import "github.com/compactd/compactd/internal/api"
+import (
+	"strings"
+
+	"github.com/compactd/compactd/internal/api"
+)
 
 // Prefix is put in front of every summary compactd hands to an upstream model. Changing it
 // invalidates every upstream prompt cache that holds a compacted conversation: do so deliberately.
@@ -65,4 +69,60 @@ func render(prefix, summary, ledger string) string {
 // OpenAI's own compaction hands to the model.
 func ResponsesMessage(summary, ledger string) []byte {
 	return api.UserMessage(Text(summary, ledger))
+}
+
+// RecallHeader opens every result of compactd's recall tool (proxy/recall.go). A model that
+// quotes a result puts it in the conversation, where the next compaction archives it; the
+// archive recognises it by this header and never hands it back as history.
+const RecallHeader = "Verbatim excerpts from this conversation's archived history"
+
+// FactsHeading opens every facts ledger compactd renders (compact.Ledger), wherever it travels:
+// inside a handoff, or inside the summary an agent's own compaction got from compactd.
+const FactsHeading = "## Facts ledger"
+
+// Original returns what of a conversation text is not compactd's own writing come back: "" for
+// a handoff (a summary behind Prefix or MessagesPrefix) and for a summary that carries compactd's
+// facts ledger (an agent's compaction that compactd answered, pasted back by the agent), and the
+// text before the first quoted recall result otherwise. Recall searches and the facts ledger
+// read only this: a summary or an excerpt is compactd's reading of the history, not the history,
+// and taking it for the history would quote compactd to itself.
+func Original(text string) string {
+	t := strings.TrimLeft(text, " \t\r\n")
+	if len(t) >= len(commonPrefix) && t[:len(commonPrefix)] == commonPrefix {
+		return ""
+	}
+	if hasLine(text, FactsHeading) {
+		return ""
+	}
+	if i := strings.Index(text, RecallHeader); i >= 0 {
+		return text[:i]
+	}
+	return text
+}
+
+// commonPrefix is where Prefix and MessagesPrefix agree: enough to know a handoff.
+var commonPrefix = Prefix[:commonLen(Prefix, MessagesPrefix)]
+
+func commonLen(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// hasLine reports whether s holds line as a whole line.
+func hasLine(s, line string) bool {
+	for off := 0; ; {
+		i := strings.Index(s[off:], line)
+		if i < 0 {
+			return false
+		}
+		i += off
+		end := i + len(line)
+		if (i == 0 || s[i-1] == '\n') && (end == len(s) || s[end] == '\n' || s[end] == '\r') {
+			return true
+		}
+		off = i + 1
+	}
 }
