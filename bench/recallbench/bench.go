@@ -164,7 +164,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		for i := range idx {
 			idx[i] = i
 		}
-		ledger = compact.Ledger(replaced, idx, summary, cfg.LedgerBudget)
+		ledger = compact.Ledger(replaced, idx, cfg.LedgerBudget)
 
 		// The archive holds the items as the client sent them: the client sends the opaque
 		// compaction item, never the handoff text compactd expands it into.

@@ -97,7 +97,7 @@ func Gather(ctx context.Context, transcript string, a Agent, checker session.Gap
 	for i := range idx {
 		idx[i] = i
 	}
-	e.Ledger = compact.Ledger(items, idx, "", ledgerBudget)
+	e.Ledger = compact.Ledger(items, idx, ledgerBudget)
 	if checker != nil {
 		// The gap check (a model call) gets at most 60% of the time left, so that a slow
 		// summariser costs the findings, never the ledger and reduction already in hand.

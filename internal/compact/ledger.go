@@ -11,17 +11,19 @@ import (
 
 	"github.com/compactd/compactd/internal/agentlog"
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/jsonx"
 )
 
 // LedgerHeading opens every rendered ledger. Ledger recognises it in the handoff message of an
 // earlier compaction and carries that ledger's facts forward (as the oldest facts), so ledgers
 // accumulate along a chain of compactions instead of being summarised away.
-const LedgerHeading = "## Facts ledger"
+const LedgerHeading = handoff.FactsHeading
 
-// Ledger categories, in priority order: when the budget is short, earlier categories win. User
-// decisions and errors are what chained summaries erode first and what is costliest to
-// rediscover; config values are the cheapest to look up again.
+// Ledger categories, in priority order: when the budget is short, earlier categories win. What
+// the user said (decisions, corrections, the numbers and names they gave) and errors are what
+// chained summaries erode first and what is costliest to rediscover (a user's word is nowhere
+// else: no tool output repeats it); config values are the cheapest to look up again.
 type ledgerCat uint8
 
 const (
@@ -39,7 +41,7 @@ const (
 	numLedgerCats
 )
 
-var ledgerTitles = [numLedgerCats]string{"Decisions", "Errors", "Commands", "Files", "Signatures", "Values", GapCheckTitle}
+var ledgerTitles = [numLedgerCats]string{"User said", "Errors", "Commands", "Files", "Signatures", "Values", GapCheckTitle}
 
 // GapCheckTitle heads the ledger section that holds a gap-check pass's findings.
 const GapCheckTitle = "Gap check"
@@ -54,33 +56,39 @@ const (
 	maxSigsPerOut     = 16
 	maxPathsPerSource = 12
 	maxValuesPerOut   = 16
-	maxDecisionsPerMs = 8
+	maxUserSaidPerMsg = 12
 	maxLineScan       = 1 << 10 // longer lines are minified blobs, not facts
 )
 
-// Ledger extracts the hard facts from the replaced items that the summary does not already
-// contain, deterministically, bounded to budgetBytes, rendered as compact Markdown grouped by
-// category. Returns "" when there is nothing to add.
+// Ledger extracts the hard facts from the replaced items, deterministically, bounded to
+// budgetBytes, rendered as compact Markdown grouped by category. Returns "" when there is nothing
+// to add.
 //
-// Categories, in priority order: user decisions (sentences of user messages with "let's", "use",
-// "don't", "instead", "decided", "prefer", "must", "never", "always"), error lines from tool
-// output (verbatim), commands run with their exit status, file paths touched, declarations and
-// signatures (func/def/class/interface/struct/fn), and values (KEY=VALUE, `key: value` config
-// lines, host:port, versions, durations, file.go:123 line references). Within a category the
-// newest fact comes first. A fact found verbatim (case-insensitive, whitespace-collapsed) in the
-// summary is left out: the summary already carries it. A ledger rendered by an earlier compaction
-// and found in a replaced user message is carried forward behind this one's facts.
+// Categories, in priority order: what the user said (sentences of user messages that state a
+// decision — "let's", "use", "don't", "instead", "decided", "prefer", "must", "never", "always" —
+// or hold a number, a name or a path), error lines from tool output (verbatim), commands run with
+// their exit status, file paths touched, declarations and signatures (func/def/class/interface/
+// struct/fn; a grep line that declares one keeps its path:line), and values (KEY=VALUE,
+// `key: value` config lines, host:port, versions, durations, ports, file.go:123 line references).
+// Within a category the newest fact comes first. A ledger rendered by an earlier compaction and
+// found in a replaced message is carried forward behind this one's facts.
+//
+// Only the conversation is read for facts, never compactd's own writing that came back in it (a
+// handoff's summary, a summary holding a ledger, a quoted recall result: handoff.Original): a
+// summary's lines are a model's paraphrase, not facts. And a fact is kept even when this
+// compaction's summary states it: the ledger is carried from compaction to compaction while each
+// summary is summarised again, so a fact left to the summary would hang on every later summary
+// keeping it.
 //
 // Summaries are lossy exactly where agents need precision (the exit code, the line number, the
 // reason approach A lost); this pass is the cheap, model-free safety net under the summary.
-func Ledger(items []api.Item, idx []int, summary string, budgetBytes int) string {
+func Ledger(items []api.Item, idx []int, budgetBytes int) string {
 	if budgetBytes <= len(LedgerHeading)+1 || len(idx) == 0 {
 		return ""
 	}
 	c := ledgerCollector{
-		seen:    make(map[string]struct{}, 256),
-		exits:   map[string]string{},
-		summary: strings.ToLower(collapseSpace(summary)),
+		seen:  make(map[string]struct{}, 256),
+		exits: map[string]string{},
 	}
 	// Newest item first: first-seen wins the de-duplication, so a fact keeps its newest position,
 	// and an output is met before its call, so the call can be labelled with its exit status.
@@ -99,14 +107,13 @@ type ledgerFact struct {
 }
 
 type ledgerCollector struct {
-	facts   [numLedgerCats][]ledgerFact
-	seen    map[string]struct{}
-	exits   map[string]string // call_id → "exit N"
-	summary string            // lowercased, whitespace-collapsed
+	facts [numLedgerCats][]ledgerFact
+	seen  map[string]struct{}
+	exits map[string]string // call_id → "exit N"
 }
 
-// add records a fact. raw is the fact as found (used for de-duplication and the summary check),
-// rendered what the bullet shows. It reports whether the fact was new.
+// add records a fact. raw is the fact as found (used for de-duplication), rendered what the bullet
+// shows. It reports whether the fact was new.
 func (c *ledgerCollector) add(cat ledgerCat, raw, rendered string) bool {
 	raw = collapseSpace(raw)
 	if raw == "" {
@@ -118,9 +125,6 @@ func (c *ledgerCollector) add(cat ledgerCat, raw, rendered string) bool {
 		return false
 	}
 	c.seen[key] = struct{}{}
-	if c.summary != "" && strings.Contains(c.summary, low) {
-		return false
-	}
 	c.facts[cat] = append(c.facts[cat], ledgerFact{text: rendered})
 	return true
 }
@@ -147,18 +151,15 @@ func (c *ledgerCollector) item(it api.Item) {
 			return
 		}
 		text := renderContent(v.Get("content"))
+		// compactd's own summary (a handoff, or the summary an agent's compaction got from
+		// compactd): its ledger is carried, its lines are no facts.
+		own := it.Handoff || handoff.Original(text) == ""
 		var carried string
 		if p := ledgerStart(text); p >= 0 {
 			text, carried = text[:p], text[p:]
 		}
-		switch {
-		case it.Handoff:
-			// The previous summary: a fact it held that this compaction's summary dropped would
-			// be lost for good (chained summaries are lossy), so it gets into the ledger. It is
-			// the oldest material, met last, so it ranks behind everything newer.
-			c.output(text)
-		case !isInjectedContext(text):
-			c.decisions(text)
+		if !own && !isInjectedContext(text) {
+			c.userSaid(handoff.Original(text))
 		}
 		if carried != "" {
 			c.carry(carried)
@@ -339,12 +340,21 @@ func (c *ledgerCollector) output(out string) {
 		line = strings.TrimLeft(line, " \t")
 		body := line
 		if m := matchGrepPrefix(line); m != nil && hasKnownExt(line[m[2]:m[3]]) {
-			// "path/x.go:123:content" (grep -n, compiler output): a line reference, then the content
-			if vals < maxValuesPerOut && c.addCode(catValue, line[m[2]:m[5]], maxFactBytes) {
-				vals++
-			}
+			// "path/x.go:123:content" (grep -n, compiler output): a line reference, then the
+			// content. A declaration keeps its reference: "where is X defined" is asked by X.
+			ref := line[m[2]:m[5]]
 			if paths < maxPathsPerSource && c.addCode(catPath, line[m[2]:m[3]], maxFactBytes) {
 				paths++
+			}
+			if decl, ok := declaration(line[m[1]:]); ok {
+				if sigs < maxSigsPerOut {
+					c.addCode(catSignature, ref+": "+decl, maxFactBytes)
+					sigs++
+				}
+				return
+			}
+			if vals < maxValuesPerOut && c.addCode(catValue, ref, maxFactBytes) {
+				vals++
 			}
 			body = line[m[1]:]
 		} else if line != "" && line[0] >= '0' && line[0] <= '9' {
@@ -383,13 +393,23 @@ func (c *ledgerCollector) output(out string) {
 
 // signature records a declaration line and reports whether the line was one.
 func (c *ledgerCollector) signature(line string) bool {
+	decl, ok := declaration(line)
+	if ok {
+		c.addCode(catSignature, decl, maxFactBytes)
+	}
+	return ok
+}
+
+// declaration returns the declaration a line of code states, without its body, and whether it
+// states one.
+func declaration(line string) (string, bool) {
 	line = strings.TrimSpace(line)
 	sp := strings.IndexByte(line, ' ')
 	if sp <= 0 || !sigKeywords[line[:sp]] {
-		return false
+		return "", false
 	}
 	if !sigRe.MatchString(line) {
-		return false
+		return "", false
 	}
 	// the declaration, not its body
 	line = strings.TrimRight(line, " \t")
@@ -397,8 +417,7 @@ func (c *ledgerCollector) signature(line string) bool {
 	if strings.HasPrefix(line, "def ") || strings.HasPrefix(line, "async def ") || strings.HasPrefix(line, "class ") {
 		line = strings.TrimSuffix(strings.TrimRight(line, " "), ":")
 	}
-	c.addCode(catSignature, strings.TrimSpace(line), maxFactBytes)
-	return true
+	return strings.TrimSpace(line), true
 }
 
 // values records config values, env assignments, addresses, versions, durations and file:line
@@ -591,20 +610,51 @@ func containsAnyFold(s string, needles []string) bool {
 	return false
 }
 
-// decisions records the sentences of a user message that state a decision or a rule.
-func (c *ledgerCollector) decisions(text string) {
+// userSaid records the sentences of a user message that state a decision or a rule, or give a
+// number, a name or a path: what the user said is in no tool output, and a model asked about it
+// later has only this and the archive.
+func (c *ledgerCollector) userSaid(text string) {
 	n := 0
 	for _, s := range sentences(text) {
-		if n >= maxDecisionsPerMs {
+		if n >= maxUserSaidPerMsg {
 			return
 		}
-		if hasDecisionWord(s) {
+		if hasDecisionWord(s) || hasFactToken(s) {
 			s = clipFact(collapseSpace(s), maxDecisionBytes)
 			if c.add(catDecision, s, s) {
 				n++
 			}
 		}
 	}
+}
+
+// ledgerNote stands in a summariser's input for a facts ledger compactd carries itself.
+const ledgerNote = "[facts ledger: carried forward by compactd verbatim]"
+
+// withoutLedger returns text with the facts ledger it holds (ledgerStart, up to the first line
+// that is neither a section heading nor a bullet, as carry reads it) replaced by ledgerNote.
+func withoutLedger(text string) string {
+	p := ledgerStart(text)
+	if p < 0 {
+		return text
+	}
+	end, first := len(text), true
+	for off := p; off < len(text); {
+		nl := strings.IndexByte(text[off:], '\n')
+		next := len(text)
+		if nl >= 0 {
+			next = off + nl + 1
+		}
+		line := strings.TrimSuffix(strings.TrimSuffix(text[off:next], "\n"), "\r")
+		if !first && !strings.HasPrefix(line, "### ") && !strings.HasPrefix(line, "- ") {
+			end = off
+			break
+		}
+		first, off = false, next
+	}
+	// A ledger ends in a newline or not (a gap check's findings come last without one): the blank
+	// lines after it go too, so the same summary renders the same whatever its ledger held.
+	return text[:p] + ledgerNote + "\n" + strings.TrimLeft(text[end:], "\r\n")
 }
 
 // carry re-reads a ledger rendered by an earlier compaction; its facts are older than anything
@@ -623,6 +673,9 @@ func (c *ledgerCollector) carry(text string) {
 				if line[4:] == t {
 					cat = ledgerCat(k)
 				}
+			}
+			if line[4:] == "Decisions" { // the title of what the user said before 2026-12
+				cat = catDecision
 			}
 			done = cat == numLedgerCats
 		case strings.HasPrefix(line, "- ") && cat != numLedgerCats:
@@ -694,23 +747,52 @@ func listItemText(line string) string {
 	return line
 }
 
-// render chooses facts by category priority and, within a category, newest first, skipping any
-// that would overflow the budget, then writes the chosen ones grouped by category.
+// ledgerShare is each category's share of the budget in render's first pass, in percent. Without
+// shares the first categories took everything on a long round: an agent's hundred `rg` commands
+// crowded out every signature and value, the facts a model asks for most. What a category leaves
+// of its share goes, in the second pass, to the others by priority; the gap check's findings only
+// ever get what is left, so they never displace an extracted fact.
+var ledgerShare = [numLedgerCats]int{catDecision: 25, catError: 15, catCommand: 10, catPath: 10, catSignature: 20, catValue: 20, catGap: 0}
+
+// render chooses facts newest first within a category: first each category up to its share of
+// the budget (ledgerShare), then, by category priority, whatever still fits. Facts that would
+// overflow are skipped, so a shorter one behind them may still fit. The chosen ones are written
+// grouped by category, newest first.
 func (c *ledgerCollector) render(budget int) string {
 	used := len(LedgerHeading) + 1
-	var chosen [numLedgerCats][]string
-	for cat := range numLedgerCats {
+	var taken [numLedgerCats][]bool
+	var catUsed [numLedgerCats]int
+	take := func(cat ledgerCat, limit int) {
 		head := len(ledgerTitles[cat]) + 5 // "### " + title + "\n"
-		for _, f := range c.facts[cat] {
+		for i, f := range c.facts[cat] {
+			if taken[cat][i] {
+				continue
+			}
 			cost := len(f.text) + 3 // "- " + text + "\n"
-			if len(chosen[cat]) == 0 {
+			if catUsed[cat] == 0 {
 				cost += head
 			}
-			if used+cost > budget {
+			if used+cost > budget || catUsed[cat]+cost > limit {
 				continue
 			}
 			used += cost
-			chosen[cat] = append(chosen[cat], f.text)
+			catUsed[cat] += cost
+			taken[cat][i] = true
+		}
+	}
+	for cat := range numLedgerCats {
+		taken[cat] = make([]bool, len(c.facts[cat]))
+		take(cat, budget*ledgerShare[cat]/100)
+	}
+	for cat := range numLedgerCats {
+		take(cat, budget)
+	}
+	var chosen [numLedgerCats][]string
+	for cat := range numLedgerCats {
+		for i, f := range c.facts[cat] {
+			if taken[cat][i] {
+				chosen[cat] = append(chosen[cat], f.text)
+			}
 		}
 	}
 	if used == len(LedgerHeading)+1 {
@@ -754,17 +836,18 @@ Output only terse Markdown bullets, one fact per bullet, each with the exact val
 
 var (
 	// "path/x.go:123:" or "path/x.go-123-" (grep -n context) at the start of a line
-	grepPrefixRe = regexp.MustCompile(`^((?:\.{0,2}/)?[\w@+.-]+(?:/[\w@+.-]+)*):(\d+)(?::\d+)?[:-]`)
+	grepPrefixRe = regexp.MustCompile(`^((?:~/|\.{0,2}/)?[\w@+.-]+(?:/[\w@+.-]+)*):(\d+)(?::\d+)?[:-]`)
 	// cat -n / nl line numbers, and Claude Code's Read tool ("    42→code")
 	lineNumPrefixRe = regexp.MustCompile(`^\s*\d+(?:\t|[:|] |→)`)
-	// a path with a known source/config extension in free text
-	outputPathRe = regexp.MustCompile(`(?:\.{0,2}/)?(?:[\w@+-][\w@+.-]*/)*[\w@+-][\w@+.-]*\.(?:` + knownExts + `)\b`)
-	fileLineRe   = regexp.MustCompile(`((?:\.{0,2}/)?[\w@+-][\w@+./-]*\.[A-Za-z]\w{0,9}):(\d+)\b`)
+	// a path with a known source/config extension in free text; a directory may be a dot
+	// directory (~/.claude/projects/…, .github/workflows/…)
+	outputPathRe = regexp.MustCompile(`(?:~/|\.{0,2}/)?(?:\.?[\w@+-][\w@+.-]*/)*[\w@+-][\w@+.-]*\.(?:` + knownExts + `)\b`)
+	fileLineRe   = regexp.MustCompile(`((?:~/|\.{0,2}/)?\.?[\w@+-][\w@+./-]*\.[A-Za-z]\w{0,9}):(\d+)\b`)
 	envAssignRe  = regexp.MustCompile(`\b[A-Z][A-Z0-9]*_[A-Z0-9_]*=(?:"[^"]*"|'[^']*'|[^\s,;'"]+)|\b[A-Z]{2,}[A-Z0-9]*=(?:"[^"]*"|'[^']*'|[^\s,;'"]+)`)
 	hostPortRe   = regexp.MustCompile(`\b(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]*\]):\d{2,5}\b`)
-	portRe       = regexp.MustCompile(`(?i)\bport\s*[:=]?\s*\d{2,5}\b`)
+	portRe       = regexp.MustCompile(`(?i)\bport\s*(?:[:=]|is\b|of\b)?\s*\d{2,5}\b`)
 	versionRe    = regexp.MustCompile(`(?:^|[^\w.])(v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?|go\d+\.\d+(?:\.\d+)?)\b`)
-	durationRe   = regexp.MustCompile(`(?i)\b(?:timeout|interval|ttl|deadline|delay|backoff|period)\w*\s*[:=]?\s*\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h)\b`)
+	durationRe   = regexp.MustCompile(`(?i)\b(?:timeout|interval|ttl|deadline|delay|backoff|period)\w*\s*(?:[:=]|is\b|of\b)?\s*\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h)\b`)
 	sigRe        = regexp.MustCompile(`^(?:` +
 		`func\s+(?:\([^)]*\)\s*)?[A-Za-z_]\w*\s*(?:\[[^\]]*\])?\s*\(` + // Go func / method
 		`|type\s+[A-Za-z_]\w*(?:\[[^\]]*\])?\s+(?:struct|interface|func|map|\[|\*|[A-Za-z_])` + // Go type
@@ -920,6 +1003,28 @@ func hasDecisionWord(s string) bool {
 				return true
 			}
 			off = p + len(w)
+		}
+	}
+	return false
+}
+
+// hasFactToken reports whether a sentence gives something exact: a digit, inline code, or a word
+// that is a name rather than prose (camelCase, snake_case, a path, a dotted file name).
+func hasFactToken(s string) bool {
+	if strings.ContainsAny(s, "0123456789`") {
+		return true
+	}
+	for _, w := range strings.Fields(s) {
+		w = strings.Trim(w, ".,;:!?()[]{}\"'")
+		for i := 1; i < len(w); i++ {
+			c, prev := w[i], w[i-1]
+			if c == '_' && i+1 < len(w) || c == '/' && i+1 < len(w) ||
+				'A' <= c && c <= 'Z' && 'a' <= prev && prev <= 'z' {
+				return true
+			}
+		}
+		if hasKnownExt(w) {
+			return true
 		}
 	}
 	return false

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 // Helpers that build items the way Codex sends them.
@@ -53,7 +54,7 @@ func ledgerOf(raws ...string) string {
 		items[i] = item(r)
 		idx[i] = i
 	}
-	return Ledger(items, idx, "", 1<<20)
+	return Ledger(items, idx, 1<<20)
 }
 
 // section returns the bullets of one category of a rendered ledger.
@@ -82,14 +83,14 @@ func TestLedgerCategories(t *testing.T) {
 		{
 			name:    "decisions from user sentences",
 			items:   []string{lUser("Fix the flaky test. Let's use a fake clock instead of sleeping. The CI box is slow.\nNever touch vendor/.")},
-			section: "Decisions",
+			section: "User said",
 			want:    []string{"Let's use a fake clock instead of sleeping.", "Never touch vendor/."},
 			notWant: []string{"Fix the flaky test.", "The CI box is slow."},
 		},
 		{
 			name:    "no decisions from assistant or injected context",
 			items:   []string{lAssistant("We must always refactor."), lUser("<environment_context>\n  <cwd>/home/dev/project</cwd> you must use bash\n</environment_context>"), lUser("The user is confused because of it.")},
-			section: "Decisions",
+			section: "User said",
 			notWant: []string{"We must always refactor", "you must use bash", "The user is confused"},
 		},
 		{
@@ -153,7 +154,8 @@ func TestLedgerCategories(t *testing.T) {
 			section: "Signatures",
 			want: []string{
 				"`type Config struct`", "`func parseConfig(path string) (*Config, error)`", "`func (s *Server) Start(ctx context.Context) error`",
-				"`def render(tmpl: str, *, strict: bool = False) -> str`", "`class Renderer(Base)`",
+				// a grep line keeps where the declaration is
+				"`tools/gen.py:12: def render(tmpl: str, *, strict: bool = False) -> str`", "`tools/gen.py:40: class Renderer(Base)`",
 				"`export async function fetchUser(id: string): Promise<User>`", "`export interface User`",
 			},
 		},
@@ -174,7 +176,7 @@ func TestLedgerCategories(t *testing.T) {
 		{
 			name:    "carried-forward ledger from an earlier handoff",
 			items:   []string{lUser("Summary of earlier work.\n\n" + LedgerHeading + "\n### Decisions\n- Don't use cgo.\n### Values\n- `read_timeout: 37s`\n\nafter the ledger"), lUser("Always run gofmt.")},
-			section: "Decisions",
+			section: "User said",
 			want:    []string{"Always run gofmt.", "Don't use cgo."},
 			notWant: []string{"after the ledger"},
 		},
@@ -208,7 +210,7 @@ func TestLedgerNewestFirstAndOrder(t *testing.T) {
 		lUser("Don't add new dependencies."),
 		execCall("c2", "go vet ./..."), callOutput("c2", codexExecOutput(1, "vet: error: bad printf")),
 	)
-	if d := section(got, "Decisions"); len(d) != 2 || d[0] != "Don't add new dependencies." || d[1] != "Use sqlite for the archive." {
+	if d := section(got, "User said"); len(d) != 2 || d[0] != "Don't add new dependencies." || d[1] != "Use sqlite for the archive." {
 		t.Errorf("decisions not newest first: %q", d)
 	}
 	// the repeated command keeps only its newest run
@@ -230,36 +232,18 @@ func TestLedgerNewestFirstAndOrder(t *testing.T) {
 	}
 }
 
-func TestLedgerSummaryDedupe(t *testing.T) {
-	items := []string{
+// A fact the summary states stays in the ledger: the ledger is carried from compaction to
+// compaction while each summary is summarised again, and a fact left to this summary would hang
+// on every later one keeping it.
+func TestLedgerKeepsWhatTheSummaryStates(t *testing.T) {
+	got := ledgerOf(
 		lUser("Let's keep the old API. Prefer table-driven tests."),
 		execCall("c1", "cat config.yaml"), callOutput("c1", codexExecOutput(0, "read_timeout: 37s\nwrite_timeout: 12s")),
-	}
-	full := ledgerOf(items...)
+	)
 	for _, want := range []string{"Let's keep the old API.", "Prefer table-driven tests.", "read_timeout: 37s", "write_timeout: 12s"} {
-		if !strings.Contains(full, want) {
-			t.Fatalf("baseline ledger lacks %q:\n%s", want, full)
+		if !strings.Contains(got, want) {
+			t.Errorf("ledger lacks %q:\n%s", want, got)
 		}
-	}
-	parsed := make([]api.Item, len(items))
-	idx := make([]int, len(items))
-	for i, r := range items {
-		parsed[i], idx[i] = item(r), i
-	}
-	summary := "You agreed: let's   keep the OLD api. The config has READ_TIMEOUT: 37S."
-	got := Ledger(parsed, idx, summary, 1<<20)
-	for _, gone := range []string{"keep the old API", "read_timeout: 37s"} {
-		if strings.Contains(got, gone) {
-			t.Errorf("fact already in the summary repeated: %q\n%s", gone, got)
-		}
-	}
-	for _, kept := range []string{"Prefer table-driven tests.", "write_timeout: 12s"} {
-		if !strings.Contains(got, kept) {
-			t.Errorf("fact missing from the summary dropped: %q\n%s", kept, got)
-		}
-	}
-	if Ledger(parsed, idx, full, 1<<20) != "" {
-		t.Errorf("a summary holding every fact should leave an empty ledger")
 	}
 }
 
@@ -275,9 +259,9 @@ func TestLedgerBudget(t *testing.T) {
 	for i, r := range items {
 		parsed[i], idx[i] = item(r), i
 	}
-	full := Ledger(parsed, idx, "", 1<<20)
+	full := Ledger(parsed, idx, 1<<20)
 	for _, budget := range []int{0, 10, 40, 120, 300, 1000, 4000, len(full), len(full) + 100} {
-		got := Ledger(parsed, idx, "", budget)
+		got := Ledger(parsed, idx, budget)
 		if len(got) > budget {
 			t.Errorf("budget %d: ledger is %d bytes", budget, len(got))
 		}
@@ -291,7 +275,7 @@ func TestLedgerBudget(t *testing.T) {
 			t.Errorf("budget %d: ledger differs from the unbounded one", budget)
 		}
 	}
-	if got := Ledger(parsed, idx, "", 1000); strings.Contains(got, "### Values") && !strings.Contains(got, "### Errors") {
+	if got := Ledger(parsed, idx, 1000); strings.Contains(got, "### Values") && !strings.Contains(got, "### Errors") {
 		t.Errorf("values chosen over errors:\n%s", got)
 	}
 }
@@ -302,12 +286,12 @@ func TestLedgerDeterministic(t *testing.T) {
 	for i := range idx {
 		idx[i] = i
 	}
-	first := Ledger(items, idx, "", 6<<10)
+	first := Ledger(items, idx, 6<<10)
 	if first == "" {
 		t.Fatal("empty ledger for a realistic history")
 	}
 	for range 3 {
-		if got := Ledger(items, idx, "", 6<<10); got != first {
+		if got := Ledger(items, idx, 6<<10); got != first {
 			t.Fatalf("ledger not deterministic:\n%s\n----\n%s", first, got)
 		}
 	}
@@ -317,11 +301,11 @@ func TestLedgerEmpty(t *testing.T) {
 	if got := ledgerOf(lAssistant("Done."), lUser("thanks")); got != "" {
 		t.Errorf("ledger of nothing = %q", got)
 	}
-	if got := Ledger(nil, nil, "", 4096); got != "" {
+	if got := Ledger(nil, nil, 4096); got != "" {
 		t.Errorf("ledger of no items = %q", got)
 	}
 	// out-of-range indexes are ignored, not a panic
-	if got := Ledger([]api.Item{item(lUser("Use Go."))}, []int{-1, 0, 7}, "", 4096); !strings.Contains(got, "Use Go.") {
+	if got := Ledger([]api.Item{item(lUser("Use Go."))}, []int{-1, 0, 7}, 4096); !strings.Contains(got, "Use Go.") {
 		t.Errorf("ledger = %q", got)
 	}
 }
@@ -344,14 +328,14 @@ func BenchmarkLedger1MB(b *testing.B) {
 	b.SetBytes(historyBytes(items))
 	b.ReportAllocs()
 	for b.Loop() {
-		Ledger(items, idx, "", 6<<10)
+		Ledger(items, idx, 6<<10)
 	}
 }
 
 // Facts of a chained compaction: what a gap check found, and what only the previous summary held,
 // must survive the next compaction even when the new summary drops them (measured by
 // `compactd eval`: without this the gap check scored below the ledger alone at 10 compactions).
-func TestLedgerChainKeepsGapFindingsAndPreviousSummaryFacts(t *testing.T) {
+func TestLedgerChainKeepsGapFindings(t *testing.T) {
 	first := WithGapFindings(ledgerOf(lUser("Let's keep the old API.")),
 		"## Missing\n- parseConfig returns (*Config, error)\n- nothing missing\n* Let's keep the old API.\n\n2) the flag is --dry-run")
 	if got := section(first, GapCheckTitle); len(got) != 2 || got[0] != "parseConfig returns (*Config, error)" || got[1] != "the flag is --dry-run" {
@@ -360,11 +344,14 @@ func TestLedgerChainKeepsGapFindingsAndPreviousSummaryFacts(t *testing.T) {
 	// The next compaction replaces the handoff: previous summary + that ledger, then new work.
 	handoff := api.Item{Raw: []byte(lUser("Summary: the server listens on 127.0.0.1:8443.\n\n" + first)), Type: "message", Role: "user", Handoff: true}
 	items := []api.Item{handoff, item(lUser("Prefer table-driven tests."))}
-	got := Ledger(items, []int{0, 1}, "A short new summary that forgot the details.", 1<<20)
-	for _, want := range []string{"parseConfig returns (*Config, error)", "127.0.0.1:8443", "keep the old API", "Prefer table-driven tests."} {
+	got := Ledger(items, []int{0, 1}, 1<<20)
+	for _, want := range []string{"parseConfig returns (*Config, error)", "keep the old API", "Prefer table-driven tests."} {
 		if !strings.Contains(got, want) {
 			t.Errorf("chained ledger lost %q:\n%s", want, got)
 		}
+	}
+	if strings.Contains(got, "127.0.0.1:8443") {
+		t.Errorf("the previous summary's own line became a fact:\n%s", got)
 	}
 	if gap := section(got, GapCheckTitle); len(gap) != 2 {
 		t.Errorf("carried gap section = %q", gap)
@@ -389,5 +376,91 @@ func TestLedgerClaudeCodeReadPrefix(t *testing.T) {
 	sigs := strings.Join(section(got, "Signatures"), "\n")
 	if !strings.Contains(sigs, "func parseConfig(path string) (*Config, error)") || strings.Contains(sigs, "→") {
 		t.Errorf("signature from a numbered Read output: %q\n%s", sigs, got)
+	}
+}
+
+// TestLedgerWhatSurvives covers the facts a model asks for after many compactions, each by the
+// words it would ask with: where a function is defined, what the user said, a path under a dot
+// directory, a port stated in prose; and what is never a fact: a summary's own lines.
+func TestLedgerWhatSurvives(t *testing.T) {
+	prevSummary := handoff.Text("SUMMARY-7: the work so far touched the billing package.\nretry_backoff: 300ms was discussed.",
+		LedgerHeading+"\n### Values\n- `batch_window: 2116ms`")
+	cases := []struct {
+		name    string
+		items   []api.Item
+		section string
+		want    []string // each must be a bullet of section (substring)
+		notWant []string // none may appear anywhere in the ledger
+	}{
+		{
+			name: "a grep line that declares a function keeps its path:line with the declaration",
+			items: []api.Item{item(execCall("c1", "rg -n retryAccountWebhook internal")), item(callOutput("c1", codexExecOutput(0,
+				"internal/a/b.go:41:\tif err := h.retryAccountWebhook(ctx, id); err != nil {\ninternal/reports/order_client.go:1832:func retryAccountWebhook(ctx context.Context) error {\n")))},
+			section: "Signatures",
+			want:    []string{"`internal/reports/order_client.go:1832: func retryAccountWebhook(ctx context.Context) error`"},
+		},
+		{
+			name:    "a dot directory stays in a path",
+			items:   []api.Item{item(execCall("c1", "cat notes.txt")), item(callOutput("c1", codexExecOutput(0, "the transcript is in /home/u/.claude/projects/x.txt and ~/.config/app/settings.yaml\n")))},
+			section: "Files",
+			want:    []string{"`/home/u/.claude/projects/x.txt`", "`~/.config/app/settings.yaml`"},
+		},
+		{
+			name:    "a number the user gave is kept, with no decision word",
+			items:   []api.Item{item(lUser("The staging database listens on 5433 and the deploy window is Tuesday 14:00 UTC. Thanks!"))},
+			section: "User said",
+			want:    []string{"The staging database listens on 5433 and the deploy window is Tuesday 14:00 UTC."},
+			notWant: []string{"Thanks!"},
+		},
+		{
+			name:    "a name the user gave is kept",
+			items:   []api.Item{item(lUser("The flag is called `--dry-run-billing` and the job is reconcileLedgerNightly."))},
+			section: "User said",
+			want:    []string{"The flag is called `--dry-run-billing` and the job is reconcileLedgerNightly."},
+		},
+		{
+			name:    "a port stated in prose in a file",
+			items:   []api.Item{item(execCall("c1", "cat README.md")), item(callOutput("c1", codexExecOutput(0, "# Deploy\nThe service port is 8443 behind the gateway.\n")))},
+			section: "Values",
+			want:    []string{"port is 8443"},
+		},
+		{
+			name: "a summary's own lines are not facts; its ledger is carried",
+			items: []api.Item{
+				{Raw: []byte(lUser(prevSummary)), Type: "message", Role: "user", Handoff: true},
+				item(lUser("Prefer table-driven tests.")),
+			},
+			section: "Values",
+			want:    []string{"`batch_window: 2116ms`"},
+			notWant: []string{"SUMMARY-7", "retry_backoff: 300ms", "billing package"},
+		},
+		{
+			name: "an agent's summary that compactd wrote is not the user's word",
+			items: []api.Item{item(lUser("This session is being continued from a previous conversation. Summary:\n<summary>\nWe must use port 9000 for the 3 workers.\n" +
+				LedgerHeading + "\n### Decisions\n- Don't use cgo.\n</summary>"))},
+			section: "User said",
+			want:    []string{"Don't use cgo."},
+			notWant: []string{"port 9000", "3 workers", "being continued"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			idx := make([]int, len(tc.items))
+			for i := range idx {
+				idx[i] = i
+			}
+			got := Ledger(tc.items, idx, 1<<20)
+			bullets := strings.Join(section(got, tc.section), "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(bullets, w) {
+					t.Errorf("%s lacks %q; ledger:\n%s", tc.section, w, got)
+				}
+			}
+			for _, nw := range tc.notWant {
+				if strings.Contains(got, nw) {
+					t.Errorf("ledger holds %q:\n%s", nw, got)
+				}
+			}
+		})
 	}
 }

@@ -43,7 +43,7 @@ func BenchmarkNestingBookkeeping(b *testing.B) {
 			b.SetBytes(int64(len(tc.raw)))
 			b.ReportAllocs()
 			for b.Loop() {
-				Ledger(items, []int{0}, "", 8<<10)
+				Ledger(items, []int{0}, 8<<10)
 				c.exact(kindItem, tc.raw)
 				estimate(kindItem, tc.raw)
 				RenderEntry(it)

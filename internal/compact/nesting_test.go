@@ -74,7 +74,7 @@ func TestWalksLinearInNesting(t *testing.T) {
 			walkStrings(raw, true, func(s string) { out = append(out, s) }, func(int) {})
 			return out
 		}, true},
-		{"ledger", func(raw string) any { return Ledger([]api.Item{item(raw)}, []int{0}, "", 1<<20) }, false},
+		{"ledger", func(raw string) any { return Ledger([]api.Item{item(raw)}, []int{0}, 1<<20) }, false},
 		{"transcript", func(raw string) any { return RenderEntry(item(raw)) }, false},
 	}
 	for wname, w := range wrap {
@@ -115,7 +115,7 @@ func TestStringEmbeddedDeepJSON(t *testing.T) {
 			it := item(tc.raw)
 			var ledger, entry string
 			stackcheck.Run(func() {
-				ledger = Ledger([]api.Item{it}, []int{0}, "", 1<<20)
+				ledger = Ledger([]api.Item{it}, []int{0}, 1<<20)
 				entry = RenderEntry(it)
 			})
 			if strings.Contains(ledger, "[[[[") {

@@ -7,17 +7,19 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/compactd/compactd/internal/api"
-
 	"github.com/compactd/compactd/internal/agentlog"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 // RenderEntry renders one item as plain text for the summariser: "[user] …", "[assistant] …",
 // "[tool call] name(args)", "[tool output call_id] …", "[reasoning] …" (summary text only, never
 // encrypted_content), "[web search] …", and unknown item types as "[type] <compact JSON>" with
 // ids, ciphertext and client metadata removed. The summariser reads the conversation, not its
-// wire format, so plain lines cost fewer tokens and leave nothing opaque to misread. The output
-// depends only on the item's bytes.
+// wire format, so plain lines cost fewer tokens and leave nothing opaque to misread. compactd's
+// own facts ledger inside an earlier summary is left out: compactd carries it into the next
+// ledger verbatim (Ledger), and a summary restating it would spend the summary's budget on facts
+// already kept. The output depends only on the item.
 func RenderEntry(it api.Item) string {
 	raw := bytesToString(it.Raw)
 	v := gjson.Parse(raw)
@@ -31,7 +33,11 @@ func RenderEntry(it api.Item) string {
 		if role == "" {
 			role = v.Get("role").Str
 		}
-		return "[" + role + "] " + renderContent(v.Get("content"))
+		text := renderContent(v.Get("content"))
+		if role == "user" && (it.Handoff || handoff.Original(text) == "") {
+			text = withoutLedger(text)
+		}
+		return "[" + role + "] " + text
 	case "function_call":
 		return "[tool call] " + v.Get("name").Str + "(" + v.Get("arguments").Str + ")"
 	case "custom_tool_call":

@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/handoff"
 )
 
 // item builds an api.Item the way api's skimmer does: Type "message" for easy messages.
@@ -86,5 +87,30 @@ func TestRenderEntries(t *testing.T) {
 	got := RenderEntries(items, []int{1, 2})
 	if want := []string{"[user] a", "[assistant] b"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("RenderEntries = %q, want %q", got, want)
+	}
+}
+
+// The summariser never re-reads compactd's facts ledger inside an earlier summary: compactd
+// carries it itself, and a summary that restated it would spend its budget on kept facts. The
+// rendering is the same whether the ledger ends in a newline or not (a gap check's findings end
+// without one), so equal summaries give the summariser equal input.
+func TestRenderEntryLeavesOutTheCarriedLedger(t *testing.T) {
+	plain := ledgerOf(lUser("Let's keep the old API 3."))
+	withGap := WithGapFindings(plain, "- the flag is --dry-run")
+	agent := "This session is being continued.\n<summary>\nwork so far\n" + plain + "\n</summary>"
+	cases := []struct {
+		name string
+		it   api.Item
+		want string // the rendering must end with this
+	}{
+		{"handoff", api.Item{Raw: api.UserMessage(handoff.Text("S: 1", plain)), Type: "message", Role: "user", Handoff: true}, "S: 1\n</summary>\n\n<facts>\nExact facts from the compacted part, kept verbatim:\n" + ledgerNote + "\n</facts>"},
+		{"handoff with gap findings", api.Item{Raw: api.UserMessage(handoff.Text("S: 1", withGap)), Type: "message", Role: "user", Handoff: true}, "S: 1\n</summary>\n\n<facts>\nExact facts from the compacted part, kept verbatim:\n" + ledgerNote + "\n</facts>"},
+		{"an agent's summary compactd wrote", item(lUser(agent)), "work so far\n" + ledgerNote + "\n</summary>"},
+	}
+	for _, tc := range cases {
+		got := RenderEntry(tc.it)
+		if !strings.HasSuffix(got, tc.want) || strings.Contains(got, "keep the old API") || strings.Contains(got, "dry-run") {
+			t.Errorf("%s: %q, want it to end %q without the ledger's facts", tc.name, got, tc.want)
+		}
 	}
 }

@@ -39,7 +39,7 @@ func factsCheck(raw []json.RawMessage, summary, ledger string) []fact {
 		items = append(items, api.Item{Raw: r})
 	}
 	// Every fact, the summary's included: none is left out as already summarised.
-	all := compact.Ledger(items, idx, "", 1<<20)
+	all := compact.Ledger(items, idx, 1<<20)
 	sum, led := normFact(summary), strings.ToLower(ledger)
 	var out []fact
 	cat := ""

@@ -394,7 +394,7 @@ func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Aut
 	if e.cfg.LedgerBytes <= 0 || len(w.Summarise) == 0 {
 		return ""
 	}
-	ledger := compact.Ledger(items, w.Summarise, res.Summary, e.cfg.LedgerBytes)
+	ledger := compact.Ledger(items, w.Summarise, e.cfg.LedgerBytes)
 	if !e.cfg.GapCheck {
 		return ledger
 	}

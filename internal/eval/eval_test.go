@@ -104,7 +104,7 @@ func TestEvalAnswer(t *testing.T) {
 	for i := range idx {
 		idx[i] = i
 	}
-	ledger := compact.Ledger(apiItems, idx, "", 6144)
+	ledger := compact.Ledger(apiItems, idx, 6144)
 	for _, f := range facts {
 		if got, _, _ := Answer(f.Question, ledger); got != f.Answer {
 			t.Errorf("from the ledger, %s: Answer = %q, want %q\nledger:\n%s", f.Kind, got, f.Answer, ledger)

@@ -231,7 +231,7 @@ func resumePrompt(path string) (string, error) {
 	for i := range idx {
 		idx[i] = i
 	}
-	if l := compact.Ledger(items, idx, md, 6000); l != "" {
+	if l := compact.Ledger(items, idx, 6000); l != "" {
 		md += "\n" + l + "\n"
 	}
 	return md, nil
