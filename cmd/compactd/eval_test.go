@@ -209,6 +209,7 @@ func TestEvalNumericFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"--sweep-retain", "1,2,3,4,5,6,7,8,9,10,11"}, "--sweep-retain"},
 		{[]string{"--sweep-retain", "32", "--compactd", "http://127.0.0.1:1", "--model", "m"}, "--sweep-retain"},
 		{[]string{"--api", "chat", "--shapes", "claude-code"}, "--shapes"},
+		{[]string{"--api", "messages", "--sweep-retain", "32,512"}, "--sweep-retain"},
 	} {
 		var out, errb bytes.Buffer
 		err := evalMain(append(slices.Clone(small), tc.args...), &out, &errb, false)

@@ -225,6 +225,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("--sweep-retain: %d is not a positive token count", n)
 		}
 	}
+	if len(c.SweepRetain) > 0 && c.API == APIMessages {
+		return errors.New("--sweep-retain: a Messages compaction summarises the whole conversation (nothing is retained verbatim), so the retain budget changes nothing on --api messages")
+	}
 	if len(c.SweepRetain) > 0 && c.Compactd != "" {
 		return errors.New("--sweep-retain: an external compactd (--compactd) keeps its own retain budget; the sweep needs in-process ones")
 	}

@@ -102,7 +102,16 @@ func TestEvalTap(t *testing.T) {
 	if again := tp.disarm(); again != nil {
 		t.Errorf("a second disarm returned %q", again)
 	}
-	for i, w := range []string{"one", "two", "three", "four"} {
+	// Past its limit the tap keeps no more bodies but still forwards every byte.
+	tp.limit = 8
+	tp.arm()
+	post("five")
+	post("a body longer than the room left")
+	post("sixteen")
+	if rec := tp.disarm(); len(rec) != 1 || string(rec[0]) != "five" {
+		t.Errorf("over the limit, recorded %q, want only \"five\"", rec)
+	}
+	for i, w := range []string{"one", "two", "three", "four", "five", "a body longer than the room left", "sixteen"} {
 		if want := "POST /v1/messages?beta=true k " + w; i >= len(got) || got[i] != want {
 			t.Errorf("upstream request %d = %q, want %q", i, got, want)
 			break
@@ -243,6 +252,7 @@ func TestEvalConfigRefusals(t *testing.T) {
 		{func(c *Config) { c.Seeds = []uint64{1, 2, 1} }, "--seeds"},
 		{func(c *Config) { c.SweepRetain = []int{32, 0} }, "--sweep-retain"},
 		{func(c *Config) { c.SweepRetain, c.Compactd = []int{32}, "http://127.0.0.1:1" }, "--sweep-retain"},
+		{func(c *Config) { c.SweepRetain, c.API, c.Shapes = []int{32, 512}, APIMessages, nil }, "--sweep-retain"},
 		{func(c *Config) { c.API, c.Shapes = APIChat, []string{ShapeCodex} }, "Responses"},
 		{func(c *Config) { c.API, c.Shapes = APIResponses, []string{ShapeChatAgent} }, "Chat Completions"},
 		{func(c *Config) { c.API, c.Shapes = APIMessages, []string{ShapeChatAgent} }, "--shapes"},

@@ -25,6 +25,8 @@ type tap struct {
 	served    chan struct{}
 	base      string
 
+	limit int // maxTapBytes; tests lower it
+
 	mu     sync.Mutex
 	armed  bool
 	bodies [][]byte
@@ -42,7 +44,7 @@ func startTap(upstream string) (*tap, error) {
 		return nil, errors.New("upstream " + upstream + " is not an absolute URL")
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t := &tap{transport: tr, served: make(chan struct{})}
+	t := &tap{transport: tr, served: make(chan struct{}), limit: maxTapBytes}
 	t.rp = &httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target) }, // the target's Host; no X-Forwarded-* added
 		Transport:     tr,
@@ -63,22 +65,29 @@ func startTap(upstream string) (*tap, error) {
 
 func (t *tap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.mu.Lock()
-	armed := t.armed && t.size < maxTapBytes
+	room := t.limit - t.size
+	armed := t.armed && room > 0
 	t.mu.Unlock()
 	if armed && r.Method == http.MethodPost {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxTapBytes+1))
-		r.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(r.Body, int64(room)+1))
 		if err != nil {
 			http.Error(w, "compactd eval: reading the request: "+err.Error(), http.StatusBadGateway)
 			return
 		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		t.mu.Lock()
-		if t.armed && t.size+len(body) <= maxTapBytes {
-			t.bodies = append(t.bodies, body)
-			t.size += len(body)
+		if len(body) > room { // too large to keep: forwarded whole, unrecorded
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		} else {
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+			t.mu.Lock()
+			if t.armed && t.size+len(body) <= t.limit {
+				t.bodies = append(t.bodies, body)
+				t.size += len(body)
+			}
+			t.mu.Unlock()
 		}
-		t.mu.Unlock()
 	}
 	t.rp.ServeHTTP(w, r)
 }
