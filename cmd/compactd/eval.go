@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,6 +18,13 @@ import (
 // maxEvalCompactions bounds --compactions: the run is that many rounds per session and
 // configuration (ten by default), each a summariser call and its questions.
 const maxEvalCompactions = 100
+
+// maxEvalSeeds and maxEvalSweep bound --seeds and --sweep-retain: each seed and each budget is
+// a whole run of every configuration.
+const (
+	maxEvalSeeds = 100
+	maxEvalSweep = 10
+)
 
 // runEval runs `compactd eval`. Output: the table on stdout (or JSON with --json), an HTML report
 // with --html, a progress bar on stderr when stderr is a terminal.
@@ -29,7 +37,7 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	upstream := fs.String("upstream", "", "model upstream base URL without /v1 (OpenAI, Anthropic, vLLM, Ollama, a gateway); empty: the built-in fake upstream")
-	apiName := fs.String("api", eval.APIResponses, "wire API of the sessions: responses (every shape on /v1/responses) or messages (Claude Code sessions on /v1/messages, compacted with compact_20260112)")
+	apiName := fs.String("api", eval.APIResponses, "wire API of the sessions: responses (every shape on /v1/responses), messages (Claude Code sessions on /v1/messages, compacted with compact_20260112) or chat (chat-agent sessions on /v1/chat/completions, compacted by compactd's threshold policy chat=--threshold; defaults there: --turns 1 --threshold 4000 --steps 48)")
 	compactdURL := fs.String("compactd", "", "measure an already running compactd at this base URL instead of in-process ones (one configuration: whatever it runs)")
 	model := fs.String("model", d.Model, "model the sessions and questions are sent to")
 	keyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "environment variable holding the upstream API key, sent as a bearer token on responses and as x-api-key on messages (where ANTHROPIC_API_KEY is used unless this is set); an unset variable sends none")
@@ -38,8 +46,10 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	sumAPI := fs.String("summarizer-api", "responses", "summariser wire API: responses or chat; with --api messages and --upstream, chat (Anthropic's OpenAI-compatible /v1/chat/completions) unless this is set")
 	sumKeyEnv := fs.String("summarizer-key-env", "", "environment variable holding the summariser API key (default: forward the upstream key)")
 	seed := fs.Uint64("seed", d.Seed, "seed: the same seed gives the same sessions, facts and (with the fake upstream) scores")
+	seedList := fs.String("seeds", "", "run several seeds and report recall pooled over them with its spread (lowest–highest seed) and the lowest per-kind scores: a list (1,2,3) or a count N (seeds 1..N); session s of seed k is generated from seed k+s-1, so seeds closer than --sessions share sessions")
+	sweep := fs.String("sweep-retain", "", "also run at each of these retain budgets (comma-separated token counts, e.g. 32,512,2048) and report per budget the compaction ratio compactd measured and the recall")
 	sessions := fs.Int("sessions", d.Sessions, "sessions per configuration")
-	shapes := fs.String("shapes", "", "session shapes, taken in turn: "+strings.Join(eval.Shapes, ", ")+" (default all on responses, claude-code on messages)")
+	shapes := fs.String("shapes", "", "session shapes, taken in turn: "+strings.Join(eval.Shapes, ", ")+" (default codex and claude-code on responses, claude-code on messages, chat-agent on chat)")
 	checkpoints := fs.String("compactions", "1,3,10", "comma-separated compaction counts after which the facts are asked")
 	steps := fs.Int("steps", d.Steps, "agent steps per compaction round")
 	facts := fs.Int("facts", d.Facts, "facts planted per round")
@@ -87,6 +97,38 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	modelSet := set["model"]
+	if *apiName == eval.APIChat { // the Chat route's own sizes (eval.DefaultConfigFor), unless given
+		cd := eval.DefaultConfigFor(eval.APIChat)
+		if !set["turns"] {
+			*turns = cd.Turns
+		}
+		if !set["threshold"] {
+			*threshold = cd.Threshold
+		}
+		if !set["steps"] {
+			*steps = cd.Steps
+		}
+	}
+	seeds, err := parseSeeds(*seedList)
+	if err != nil {
+		return usageErrorf("eval", "%v", err)
+	}
+	if len(seeds) > 0 && set["seed"] {
+		return usageErrorf("eval", "--seed and --seeds: give one seed or several, not both")
+	}
+	var retains []int
+	if *sweep != "" {
+		for _, s := range strings.Split(*sweep, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 {
+				return usageErrorf("eval", "--sweep-retain: %q is not a positive token count (a comma-separated list, e.g. 32,512,2048)", s)
+			}
+			retains = append(retains, n)
+		}
+		if len(retains) > maxEvalSweep {
+			return usageErrorf("eval", "--sweep-retain: %d budgets is more than %d, the most eval sweeps: each is a whole run of every configuration", len(retains), maxEvalSweep)
+		}
+	}
 	if *apiName == eval.APIMessages {
 		if !set["api-key-env"] {
 			*keyEnv = "ANTHROPIC_API_KEY"
@@ -102,7 +144,7 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, SummaryTokens: *summaryTokens, Model: *model, API: *apiName,
 		Upstream: strings.TrimRight(*upstream, "/"), Compactd: *compactdURL,
 		SummarizerURL: *sumURL, SummarizerModel: *sumModel, SummarizerAPI: *sumAPI,
-		Lossy: d.Lossy}
+		Lossy: d.Lossy, Seeds: seeds, SweepRetain: retains}
 	cfg.Lossy.Keep, cfg.Lossy.MaxLines = *keep, *maxLines
 	cfg.APIKey = os.Getenv(*keyEnv)
 	if *sumKeyEnv != "" {
@@ -153,6 +195,44 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 		return rep.WriteJSON(stdout)
 	}
 	return rep.WriteText(stdout)
+}
+
+// parseSeeds reads --seeds: "" (none: --seed), a count N (seeds 1..N), or a comma-separated
+// list of seeds.
+func parseSeeds(s string) ([]uint64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	if !strings.Contains(s, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--seeds: %q is neither a positive count nor a comma-separated list of seeds (e.g. 5, or 1,2,3)", s)
+		}
+		if n > maxEvalSeeds {
+			return nil, fmt.Errorf("--seeds: %d seeds is more than %d, the most eval runs: each seed is a whole run of every configuration", n, maxEvalSeeds)
+		}
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = uint64(i + 1)
+		}
+		return out, nil
+	}
+	var out []uint64
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--seeds: %q is not a seed (a comma-separated list of non-negative integers, e.g. 1,2,3)", f)
+		}
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("--seeds: seed %d is named twice", n)
+		}
+		out = append(out, n)
+	}
+	if len(out) > maxEvalSeeds {
+		return nil, fmt.Errorf("--seeds: %d seeds is more than %d, the most eval runs: each seed is a whole run of every configuration", len(out), maxEvalSeeds)
+	}
+	return out, nil
 }
 
 // drawProgress redraws a one-line bar in place.

@@ -74,6 +74,8 @@ func TestEvalCommandFlags(t *testing.T) {
 		{"--summarizer-key-env", "COMPACTD_EVAL_TEST_UNSET_VARIABLE"},
 		{"--api", "grpc"},
 		{"--api", "messages", "--shapes", "codex"},
+		{"--api", "chat", "--shapes", "codex"},
+		{"--api", "responses", "--shapes", "chat-agent"},
 	} {
 		var out, errb bytes.Buffer
 		if err := evalMain(args, &out, &errb, false); err == nil {
@@ -195,6 +197,19 @@ func TestEvalNumericFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"--configs", "e"}, "--configs"},
 		{[]string{"--api", "grpc"}, "--api"},
 		{[]string{"--upstream", "http://127.0.0.1:1"}, "--model"},
+		{[]string{"--seeds", "0"}, "--seeds"},
+		{[]string{"--seeds", "x"}, "--seeds"},
+		{[]string{"--seeds", "1,x"}, "--seeds"},
+		{[]string{"--seeds", "1,2,1"}, "--seeds"},
+		{[]string{"--seeds", "1,-2"}, "--seeds"},
+		{[]string{"--seeds", "101"}, "--seeds"},
+		{[]string{"--seeds", "3", "--seed", "2"}, "--seed"},
+		{[]string{"--sweep-retain", "32,0"}, "--sweep-retain"},
+		{[]string{"--sweep-retain", "32,,512"}, "--sweep-retain"},
+		{[]string{"--sweep-retain", "1,2,3,4,5,6,7,8,9,10,11"}, "--sweep-retain"},
+		{[]string{"--sweep-retain", "32", "--compactd", "http://127.0.0.1:1", "--model", "m"}, "--sweep-retain"},
+		{[]string{"--api", "chat", "--shapes", "claude-code"}, "--shapes"},
+		{[]string{"--api", "messages", "--sweep-retain", "32,512"}, "--sweep-retain"},
 	} {
 		var out, errb bytes.Buffer
 		err := evalMain(append(slices.Clone(small), tc.args...), &out, &errb, false)
@@ -206,5 +221,74 @@ func TestEvalNumericFlagsAreUsageErrors(t *testing.T) {
 	// The exit status of a usage error.
 	if code := run([]string{"eval", "--compactions", "a"}); code != 2 {
 		t.Errorf("compactd eval --compactions a: exit status %d, want 2", code)
+	}
+}
+
+func TestEvalParseSeeds(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []uint64
+	}{
+		{"", nil},
+		{"5", []uint64{1, 2, 3, 4, 5}},
+		{" 2 ", []uint64{1, 2}},
+		{"1,2,3", []uint64{1, 2, 3}},
+		{"7,", nil}, // an empty member is an error
+		{"0,18446744073709551615", []uint64{0, 18446744073709551615}},
+	} {
+		got, err := parseSeeds(tc.in)
+		if tc.in == "7," {
+			if err == nil {
+				t.Errorf("parseSeeds(%q) = %v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("parseSeeds(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// TestEvalCommandMeasures runs `compactd eval` with the new measures end to end against the
+// built-in fake: --seeds (pooled recall with its spread, the per-kind minimum), --sweep-retain
+// (the measured compaction ratio per budget), the grep row, and --api chat (chat-agent sessions
+// on /v1/chat/completions under the Chat policy, with the route's own defaults), in the table,
+// the JSON and the HTML report.
+func TestEvalCommandMeasures(t *testing.T) {
+	small := []string{"--sessions", "1", "--compactions", "1,2", "--configs", "a,d"}
+	html := filepath.Join(t.TempDir(), "report.html")
+	var stdout, stderr bytes.Buffer
+	if err := evalMain(append(slices.Clone(small), "--seeds", "2", "--sweep-retain", "32,2048", "--html", html), &stdout, &stderr, false); err != nil {
+		t.Fatalf("eval: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"seeds 1, 2", "pooled over 2 seeds", "%% [", "grep (raw log)", "replaced", "the lowest of 2 seeds", "retain sweep", "2048  (d) +recall"} {
+		if !strings.Contains(stdout.String(), strings.ReplaceAll(want, "%%", "%")) {
+			t.Errorf("table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	page, err := os.ReadFile(html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(page, []byte(`id="sweep-chart"`)) || bytes.Count(page, []byte(`class="kinds"`)) != 2 || !bytes.Contains(page, []byte(`id="sweep"`)) {
+		t.Error("the HTML report lacks its sweep chart and table or its per-kind tables")
+	}
+
+	stdout.Reset()
+	if err := evalMain(append(slices.Clone(small), "--api", "chat", "--json"), &stdout, &stderr, false); err != nil {
+		t.Fatalf("eval --api chat: %v\n%s", err, stderr.String())
+	}
+	j := gjson.ParseBytes(stdout.Bytes())
+	if j.Get("route").Str != "/v1/chat/completions" || j.Get("config.shapes.0").Str != "chat-agent" || j.Get("config.turns").Int() != 1 ||
+		j.Get("config.threshold").Int() != 4000 || j.Get("config.steps").Int() != 48 {
+		t.Fatalf("JSON: %s", stdout.String()[:min(stdout.Len(), 600)])
+	}
+	for _, r := range j.Get("rows").Array() {
+		if r.Get("compaction_ratio.compactions").Int() != 2 || r.Get("points.1.grep").Int() != r.Get("points.1.facts").Int() || r.Get("points.1.facts").Int() != 6 {
+			t.Errorf("(%s) ratio %s, grep %d of %d", r.Get("config.name").Str, r.Get("compaction_ratio").Raw, r.Get("points.1.grep").Int(), r.Get("points.1.facts").Int())
+		}
+	}
+	if a, d := j.Get("rows.0.points.1.recall").Float(), j.Get("rows.1.points.1.recall").Float(); d <= a {
+		t.Errorf("on chat (d) recall %.2f, (a) %.2f: want recall better", d, a)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/internal/english"
@@ -78,8 +79,19 @@ type Config struct {
 	Model         string `json:"model"`
 	// API is the wire API of the sessions: APIResponses (default) sends every shape to
 	// /v1/responses; APIMessages sends Claude Code sessions to /v1/messages (the only shape
-	// that speaks it), compacting with compact_20260112 at Config.messagesTrigger tokens.
+	// that speaks it), compacting with compact_20260112 at Config.messagesTrigger tokens;
+	// APIChat sends chat-agent sessions to /v1/chat/completions, where the in-process compactd
+	// compacts with the Chat route's threshold policy at Threshold (chat.go).
 	API string `json:"api"`
+
+	// Seeds, when it has more than one seed, runs every seed (Seed is ignored) and reports per
+	// configuration the recall pooled over them, its spread (Point.Spread) and the lowest
+	// per-kind score (Point.MinByKind); Report.Runs holds each seed's own report.
+	Seeds []uint64 `json:"seeds,omitempty"`
+	// SweepRetain runs the configurations again at each of these retain budgets (RetainTokens)
+	// and reports, per budget, the compaction ratio compactd measured and the recall
+	// (Report.Sweep). The main table stays the run at Retain.
+	SweepRetain []int `json:"sweep_retain_tokens,omitempty"`
 
 	// Upstream is the model's base URL (without /v1); "" runs the built-in fake upstream with
 	// the Lossy summariser.
@@ -108,24 +120,37 @@ type Config struct {
 
 // DefaultConfig is the full-size run: three sessions per shape mix, ten compactions.
 func DefaultConfig() Config {
-	return Config{Seed: 1, Sessions: 3, Shapes: Shapes, Checkpoints: []int{1, 3, 10}, Steps: 24, Facts: 3,
+	return Config{Seed: 1, Sessions: 3, Shapes: ShapesFor(APIResponses), Checkpoints: []int{1, 3, 10}, Steps: 24, Facts: 3,
 		Turns: 3, Threshold: 2000, Retain: 32, LedgerBytes: 6144, Model: "fake-model",
 		Lossy: fakeupstream.Lossy{Keep: 0.5, MaxLines: 40}}
 }
 
-func (c Config) withDefaults() Config {
+// DefaultConfigFor is DefaultConfig for a run on api. On APIChat every request is under the
+// route's threshold policy, not only a round's last turn as on the other routes, so a round is
+// one request (Turns 1: a round compacts once, where the other routes' rounds carry the
+// threshold), and the threshold is 4000, above what a compacted conversation holds (the summary
+// and a full 6 KiB ledger with its gap-check findings measured about 3,200 tokens), so that the
+// turn after a compaction, a question among them, is not compacted again; Steps doubles with
+// the threshold, keeping a round's tokens per threshold token as on Responses.
+func DefaultConfigFor(api string) Config {
 	d := DefaultConfig()
-	if c.Sessions <= 0 {
-		c.Sessions = d.Sessions
+	d.API, d.Shapes = api, ShapesFor(api)
+	if api == APIChat {
+		d.Turns, d.Threshold, d.Steps = 1, 4000, 48
 	}
+	return d
+}
+
+func (c Config) withDefaults() Config {
 	if c.API == "" {
 		c.API = APIResponses
 	}
+	d := DefaultConfigFor(c.API)
+	if c.Sessions <= 0 {
+		c.Sessions = d.Sessions
+	}
 	if len(c.Shapes) == 0 {
-		c.Shapes = d.Shapes
-		if c.API == APIMessages {
-			c.Shapes = []string{ShapeClaudeCode}
-		}
+		c.Shapes = ShapesFor(c.API)
 	}
 	if len(c.Checkpoints) == 0 {
 		c.Checkpoints = d.Checkpoints
@@ -174,17 +199,37 @@ func (c Config) validate() error {
 	if !slices.Contains(APIs, c.API) {
 		return fmt.Errorf("--api: unknown API %q (have %s)", c.API, strings.Join(APIs, ", "))
 	}
-	if c.API == APIMessages {
-		for _, s := range c.Shapes {
-			if s != ShapeClaudeCode {
-				return fmt.Errorf("--shapes: shape %q speaks only the Responses API; the Messages route runs %s sessions", s, ShapeClaudeCode)
-			}
-		}
-	}
 	for _, s := range c.Shapes {
 		if !slices.Contains(Shapes, s) {
 			return fmt.Errorf("--shapes: unknown shape %q (have %s)", s, strings.Join(Shapes, ", "))
 		}
+		if spoken := ShapesFor(c.API); !slices.Contains(spoken, s) {
+			var speaks []string
+			for _, api := range APIs {
+				if slices.Contains(ShapesFor(api), s) {
+					speaks = append(speaks, apiTitle(api))
+				}
+			}
+			return fmt.Errorf("--shapes: shape %q speaks only the %s API; the --api %s route runs %s sessions", s, strings.Join(speaks, " and "), c.API, strings.Join(spoken, ", "))
+		}
+	}
+	seen := map[uint64]bool{}
+	for _, sd := range c.Seeds {
+		if seen[sd] {
+			return fmt.Errorf("--seeds: seed %d is named twice", sd)
+		}
+		seen[sd] = true
+	}
+	for _, n := range c.SweepRetain {
+		if n < 1 {
+			return fmt.Errorf("--sweep-retain: %d is not a positive token count", n)
+		}
+	}
+	if len(c.SweepRetain) > 0 && c.API == APIMessages {
+		return errors.New("--sweep-retain: a Messages compaction summarises the whole conversation (nothing is retained verbatim), so the retain budget changes nothing on --api messages")
+	}
+	if len(c.SweepRetain) > 0 && c.Compactd != "" {
+		return errors.New("--sweep-retain: an external compactd (--compactd) keeps its own retain budget; the sweep needs in-process ones")
 	}
 	if c.Checkpoints[0] < 1 {
 		return errors.New("--compactions: compaction checkpoints must be positive")
@@ -205,6 +250,28 @@ type Point struct {
 	Recall      float64        `json:"recall"` // Correct / Facts
 	ByKind      map[string]int `json:"correct_by_kind"`
 	KindFacts   map[string]int `json:"facts_by_kind"`
+	// Grep counts the facts whose exact answer text was in the raw log or the question turn's
+	// context (grep.go): the upper bound of Correct. GrepRecall is Grep / Facts.
+	Grep       int            `json:"grep"`
+	GrepRecall float64        `json:"grep_recall"`
+	GrepByKind map[string]int `json:"grep_by_kind"`
+	// Spread, on a report pooled over several seeds, is the lowest and highest recall of one
+	// seed; MinByKind is, per kind, the score of the seed that answered the smallest share.
+	Spread    *Spread          `json:"spread,omitempty"`
+	MinByKind map[string]Score `json:"min_by_kind,omitempty"`
+}
+
+// Spread is the range of one seed's recall over the seeds of a pooled report.
+type Spread struct {
+	Seeds int     `json:"seeds"`
+	Min   float64 `json:"min"`
+	Max   float64 `json:"max"`
+}
+
+// Score is a count of correct answers out of facts asked.
+type Score struct {
+	Correct int `json:"correct"`
+	Facts   int `json:"facts"`
 }
 
 // Cost is the summariser's spend per compaction, averaged (gap-check passes included).
@@ -225,8 +292,33 @@ type Row struct {
 	NA     string  `json:"unavailable,omitempty"`
 	Points []Point `json:"points"`
 	Cost   Cost    `json:"summariser"`
-	// Answers are every question's answer, per checkpoint, in asking order.
+	// Ratio is the compaction ratio compactd measured (its event log's tokens before and after
+	// each compaction); unknown for an external compactd.
+	Ratio Ratio `json:"compaction_ratio"`
+	// ExtraCompactions counts compactions past the first of a round (the Chat route's policy
+	// compacts whenever a turn crosses the threshold, which can be twice in a round); the
+	// checkpoints count rounds.
+	ExtraCompactions int `json:"extra_compactions,omitempty"`
+	// QuestionCompactions counts question turns compactd compacted (on the Chat route, a
+	// threshold below what a compacted conversation holds): their answers read a context
+	// compacted once more than the checkpoint says.
+	QuestionCompactions int `json:"question_compactions,omitempty"`
+	// Answers are every question's answer, per checkpoint, in asking order (in each of Runs on
+	// a report pooled over several seeds).
 	Answers []Asked `json:"answers"`
+}
+
+// Ratio is how much of the conversation compactions replaced: 1 - tokens after / tokens before
+// per compaction, as compactd counted them (archive.Event Before and After), over Compactions.
+type Ratio struct {
+	Known       bool    `json:"known"`
+	Compactions int     `json:"compactions"`
+	Mean        float64 `json:"mean"`
+	Min         float64 `json:"min"`
+	Max         float64 `json:"max"`
+	// TokensBefore and TokensAfter are the means of compactd's counts.
+	TokensBefore float64 `json:"tokens_before"`
+	TokensAfter  float64 `json:"tokens_after"`
 }
 
 // Asked is one question and what came back.
@@ -237,27 +329,119 @@ type Asked struct {
 	Fact        Fact   `json:"fact"`
 	Got         string `json:"got"`
 	Correct     bool   `json:"correct"`
+	// Grep: the answer text was in the raw log or the question turn's context (grep.go).
+	Grep bool `json:"grep"`
+	// InContext: the answer text was in what compactd sent the model on the question turn
+	// (unknown, false, for an external compactd).
+	InContext bool `json:"in_context"`
 }
 
 // Report is a whole run.
 type Report struct {
 	Config   Config `json:"config"`
 	Upstream string `json:"upstream_kind"` // "fake" or "url"
-	// Route is the compactd route the sessions ran on: "/v1/responses" or "/v1/messages".
+	// Route is the compactd route the sessions ran on: "/v1/responses", "/v1/messages" or
+	// "/v1/chat/completions".
 	Route string `json:"route"`
-	Rows  []Row  `json:"rows"`
+	// GrepScope says what the grep column searched: "raw log or the question turn's context", or
+	// "raw log" for an external compactd (whose upstream traffic the eval cannot see).
+	GrepScope string `json:"grep_scope"`
+	// Rows are the configurations at Config.Retain: one seed's, or pooled over Config.Seeds.
+	Rows []Row `json:"rows"`
+	// Runs are the single-seed reports Rows pools, when Config.Seeds has several.
+	Runs []*Report `json:"runs,omitempty"`
+	// Sweep is the run at each of Config.SweepRetain, pooled over the seeds like Rows.
+	Sweep []Setting `json:"sweep,omitempty"`
 }
 
-// Run drives the sessions through every configuration and scores them.
+// Setting is one retain budget of a sweep.
+type Setting struct {
+	Retain int   `json:"retain_tokens"`
+	Rows   []Row `json:"rows"`
+}
+
+// Run drives the sessions through every configuration and scores them: once, or once per seed
+// of Config.Seeds and per budget of Config.SweepRetain.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	full := cfg.withDefaults()
+	if err := full.validate(); err != nil {
 		return nil, err
 	}
-	rep := &Report{Config: cfg, Upstream: "url", Route: "/v1/responses"}
-	if cfg.API == APIMessages {
-		rep.Route = "/v1/messages"
+	seeds := full.Seeds
+	if len(seeds) == 0 {
+		seeds = []uint64{full.Seed}
 	}
+	retains := []int{full.Retain}
+	for _, n := range full.SweepRetain {
+		if !slices.Contains(retains, n) {
+			retains = append(retains, n)
+		}
+	}
+	if len(seeds) == 1 && len(full.SweepRetain) == 0 {
+		one := cfg
+		one.Seed, one.Seeds = seeds[0], nil
+		return runOne(ctx, one.withDefaults())
+	}
+	runs, done := map[int][]*Report{}, 0
+	progress := cfg.Progress
+	for _, retain := range retains {
+		for _, sd := range seeds {
+			one := cfg // not defaulted: a lossy seed left 0 follows each run's seed
+			one.Seed, one.Seeds, one.SweepRetain, one.Retain = sd, nil, nil, retain
+			offset := done
+			if progress != nil {
+				one.Progress = func(d, t int) { progress(offset+d, t*len(seeds)*len(retains)) }
+			}
+			rep, err := runOne(ctx, one.withDefaults())
+			if err != nil {
+				if len(seeds) > 1 {
+					err = fmt.Errorf("seed %d: %w", sd, err)
+				}
+				if len(retains) > 1 {
+					err = fmt.Errorf("retain %d tokens: %w", retain, err)
+				}
+				return nil, err
+			}
+			done += full.rounds() * rep.runnable() * full.Sessions
+			runs[retain] = append(runs[retain], rep)
+		}
+	}
+	main := runs[full.Retain]
+	out := &Report{Config: full, Upstream: main[0].Upstream, Route: main[0].Route, GrepScope: main[0].GrepScope, Rows: main[0].Rows}
+	if len(seeds) > 1 {
+		out.Rows, out.Runs = pool(main), main
+	} else {
+		out.Config.Seed = seeds[0]
+	}
+	for _, n := range full.SweepRetain {
+		rows := runs[n][0].Rows
+		if len(seeds) > 1 {
+			rows = pool(runs[n])
+		}
+		out.Sweep = append(out.Sweep, Setting{Retain: n, Rows: rows})
+		if n != full.Retain && len(seeds) > 1 {
+			out.Runs = append(out.Runs, runs[n]...)
+		}
+	}
+	return out, nil
+}
+
+func (c Config) rounds() int { return c.Checkpoints[len(c.Checkpoints)-1] }
+
+// runnable counts the rows that ran.
+func (r *Report) runnable() int {
+	n := 0
+	for _, row := range r.Rows {
+		if row.NA == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// runOne is one seed at one retain budget; cfg has its defaults.
+func runOne(ctx context.Context, cfg Config) (*Report, error) {
+	rep := &Report{Config: cfg, Upstream: "url", Route: cfg.route(), GrepScope: "raw log or the question turn's context"}
 	upstream := cfg.Upstream
 	var fake *fakeupstream.Server
 	if upstream == "" && cfg.Compactd == "" {
@@ -275,13 +459,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			cfg.SummarizerModel = "fake-summariser"
 		}
 	}
+	var tp *tap
+	if cfg.Compactd == "" {
+		var err error
+		if tp, err = startTap(upstream); err != nil {
+			return nil, err
+		}
+		defer tp.close() // before the fake stops: deferred calls run last first
+	} else {
+		rep.GrepScope = "raw log"
+	}
 	variants := Variants
 	if cfg.Compactd != "" {
 		variants = []Variant{{Name: "external", Label: "external compactd"}}
 	} else if len(cfg.Variants) > 0 {
 		variants = slices.DeleteFunc(slices.Clone(Variants), func(v Variant) bool { return !slices.Contains(cfg.Variants, v.Name) })
 	}
-	rounds := cfg.Checkpoints[len(cfg.Checkpoints)-1]
+	rounds := cfg.rounds()
 	runnable := 0
 	for _, v := range variants {
 		if cfg.API != APIMessages || messagesUnavailable(v) == "" {
@@ -301,17 +495,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		base, m, stop := cfg.Compactd, (*meter)(nil), func() {}
 		if cfg.Compactd == "" {
 			var err error
-			if base, m, stop, err = startCompactd(ctx, cfg, upstream, v); err != nil {
+			if base, m, stop, err = startCompactd(ctx, cfg, upstream, tp.base, v); err != nil {
 				return nil, err
 			}
 		}
 		points := make([]Point, len(cfg.Checkpoints))
 		for i, k := range cfg.Checkpoints {
-			points[i] = Point{Compactions: k, ByKind: map[string]int{}, KindFacts: map[string]int{}}
+			points[i] = Point{Compactions: k, ByKind: map[string]int{}, KindFacts: map[string]int{}, GrepByKind: map[string]int{}}
 		}
 		for s := range cfg.Sessions {
 			sess := &session{cfg: cfg, client: client, base: strings.TrimRight(base, "/"), shape: cfg.Shapes[s%len(cfg.Shapes)],
-				index: s, seed: cfg.Seed + uint64(s), variant: v, meter: m}
+				index: s, seed: cfg.Seed + uint64(s), variant: v, meter: m, tap: tp}
 			asked, err := sess.run(ctx, func() {
 				done++
 				if cfg.Progress != nil {
@@ -330,18 +524,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					p.Correct++
 					p.ByKind[a.Fact.Kind]++
 				}
+				if a.Grep {
+					p.Grep++
+					p.GrepByKind[a.Fact.Kind]++
+				}
 			}
 			row.Answers = append(row.Answers, asked...)
+			row.ExtraCompactions += sess.extra
+			row.QuestionCompactions += sess.asking
 		}
 		stop()
 		for i := range points {
-			if points[i].Facts > 0 {
-				points[i].Recall = float64(points[i].Correct) / float64(points[i].Facts)
-			}
+			points[i].score()
 		}
 		row.Points = points
 		if m != nil {
 			row.Cost = m.cost()
+			row.Ratio = m.ratio()
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
@@ -355,7 +554,38 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// meter wraps the summariser to account every call to the compaction that made it.
+// score sets the shares from the counts.
+func (p *Point) score() {
+	if p.Facts > 0 {
+		p.Recall = float64(p.Correct) / float64(p.Facts)
+		p.GrepRecall = float64(p.Grep) / float64(p.Facts)
+	}
+}
+
+// route is the compactd route the sessions of cfg.API go to.
+func (c Config) route() string {
+	switch c.API {
+	case APIMessages:
+		return "/v1/messages"
+	case APIChat:
+		return "/v1/chat/completions"
+	}
+	return "/v1/responses"
+}
+
+func apiTitle(api string) string {
+	switch api {
+	case APIMessages:
+		return "Anthropic Messages"
+	case APIChat:
+		return "Chat Completions"
+	}
+	return "Responses"
+}
+
+// meter wraps the summariser to account every call to the compaction that made it, and is the
+// compactd's event log (proxy.EventSink), where compactd reports each compaction's tokens
+// before and after.
 type meter struct {
 	inner summarizer.Summarizer
 	mu    sync.Mutex
@@ -364,6 +594,46 @@ type meter struct {
 	out   int64
 	took  time.Duration
 	comps int
+	sizes [][2]int // tokens before and after, per compaction compactd reported
+}
+
+// Append takes compactd's events; a compaction's sizes are kept.
+func (m *meter) Append(_ context.Context, evs []archive.Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range evs {
+		if e.Kind == archive.EventCompaction && e.Before > 0 {
+			m.sizes = append(m.sizes, [2]int{e.Before, e.After})
+		}
+	}
+	return nil
+}
+
+// ratio is the compaction ratio of the sizes compactd reported. Call it after the compactd
+// closed: its event log is written in the background and flushed on Close.
+func (m *meter) ratio() Ratio {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return ratioOf(m.sizes)
+}
+
+func ratioOf(sizes [][2]int) Ratio {
+	r := Ratio{Known: true, Compactions: len(sizes)}
+	if len(sizes) == 0 {
+		return r
+	}
+	r.Min = 1
+	var before, after, sum float64
+	for _, sz := range sizes {
+		x := 1 - float64(sz[1])/float64(sz[0])
+		sum += x
+		r.Min, r.Max = min(r.Min, x), max(r.Max, x)
+		before += float64(sz[0])
+		after += float64(sz[1])
+	}
+	n := float64(len(sizes))
+	r.Mean, r.TokensBefore, r.TokensAfter = sum/n, before/n, after/n
+	return r
 }
 
 func (m *meter) Summarize(ctx context.Context, req summarizer.Request) (summarizer.Result, error) {
@@ -398,11 +668,13 @@ func (m *meter) cost() Cost {
 	return c
 }
 
-// startCompactd serves an in-process compactd for one configuration on a loopback port.
-func startCompactd(ctx context.Context, cfg Config, upstream string, v Variant) (string, *meter, func(), error) {
-	up, err := url.Parse(upstream)
+// startCompactd serves an in-process compactd for one configuration on a loopback port. Its
+// model traffic goes to model (the tap in front of upstream, or upstream itself), its
+// summariser straight to upstream unless Config.SummarizerURL says otherwise.
+func startCompactd(ctx context.Context, cfg Config, upstream, model string, v Variant) (string, *meter, func(), error) {
+	up, err := url.Parse(model)
 	if err != nil || up.Scheme == "" || up.Host == "" {
-		return "", nil, nil, fmt.Errorf("upstream %q is not an absolute URL", upstream)
+		return "", nil, nil, fmt.Errorf("upstream %q is not an absolute URL", model)
 	}
 	key, err := crypto.GenerateKey() // a throwaway key: nothing outlives the run
 	if err != nil {
@@ -430,6 +702,12 @@ func startCompactd(ctx context.Context, cfg Config, upstream string, v Variant) 
 		Speculative:      proxy.SpeculativeConfig{Fraction: -1}, // compactions happen where the round ends, nowhere else
 		MaxSummaryTokens: cfg.SummaryTokens * 5 / 4,             // as serve bounds it: the output budget and a quarter
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Events:           m, // the compaction ratio: compactd's own counts before and after
+	}
+	if cfg.API == APIChat {
+		// Chat Completions has no compaction protocol: the route compacts with the operator's
+		// policy, as serve's --compact-threshold chat=N sets it.
+		pc.Policy = compact.Policy{Routes: map[string]int{compact.RouteChat: cfg.Threshold}}
 	}
 	if v.Ledger {
 		pc.LedgerBytes = cfg.LedgerBytes
@@ -487,11 +765,32 @@ type session struct {
 	seed    uint64
 	variant Variant
 	meter   *meter
+	tap     *tap // nil for an external compactd
+	extra   int  // compactions past the first of a round
+	asking  int  // compactions of question turns
+}
+
+// armTap starts recording what compactd sends the model for a question turn.
+func (s *session) armTap() {
+	if s.tap != nil {
+		s.tap.arm()
+	}
+}
+
+// disarmTap returns what compactd sent the model since armTap.
+func (s *session) disarmTap() [][]byte {
+	if s.tap == nil {
+		return nil
+	}
+	return s.tap.disarm()
 }
 
 func (s *session) run(ctx context.Context, roundDone func()) ([]Asked, error) {
-	if s.cfg.API == APIMessages {
+	switch s.cfg.API {
+	case APIMessages:
 		return s.runMessages(ctx, roundDone)
+	case APIChat:
+		return s.runChat(ctx, roundDone)
 	}
 	rounds := Session(s.seed, s.cfg.Checkpoints[len(s.cfg.Checkpoints)-1], s.cfg.Steps, s.cfg.Facts, s.cfg.Turns)
 	history := []json.RawMessage{js(map[string]any{"type": "message", "role": "developer",
@@ -526,12 +825,16 @@ func (s *session) run(ctx context.Context, roundDone func()) ([]Asked, error) {
 		if !slices.Contains(s.cfg.Checkpoints, k+1) {
 			continue
 		}
+		raw := rawLogText(history)
 		for _, f := range facts {
+			s.armTap()
 			got, err := s.ask(ctx, history, f.Question)
+			turn := s.disarmTap()
 			if err != nil {
 				return nil, fmt.Errorf("after %s, asking %q: %w", english.Count(k+1, "compaction"), f.Question, err)
 			}
-			asked = append(asked, Asked{Session: s.index + 1, Shape: s.shape, Compactions: k + 1, Fact: f, Got: got, Correct: Correct(got, f.Answer)})
+			asked = append(asked, Asked{Session: s.index + 1, Shape: s.shape, Compactions: k + 1, Fact: f, Got: got,
+				Correct: Correct(got, f.Answer)}.grepped(raw, turn))
 		}
 	}
 	return asked, nil
@@ -578,26 +881,32 @@ func (s *session) post(ctx context.Context, input []json.RawMessage, threshold b
 // error message of either dialect's envelope, and a body that is not JSON (checked with the depth
 // bound: the endpoint is the user's, not ours) is an error too.
 func (s *session) do(req *http.Request) ([]byte, error) {
+	data, _, err := s.doHeader(req)
+	return data, err
+}
+
+// doHeader is do, with the response's headers.
+func (s *session) doHeader(req *http.Request) ([]byte, http.Header, error) {
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg := gjson.GetBytes(data, "error.message").Str
 		if msg == "" {
 			msg = strings.TrimSpace(string(data[:min(len(data), 300)]))
 		}
-		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
+		return nil, nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
 	}
 	if jsonx.Valid(data) != nil {
-		return nil, errors.New("the response is not JSON")
+		return nil, nil, errors.New("the response is not JSON")
 	}
-	return data, nil
+	return data, resp.Header, nil
 }
 
 // ask asks one question as an ordinary turn after the history and returns the reply's text.

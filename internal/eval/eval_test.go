@@ -60,7 +60,7 @@ func itemsText(items []json.RawMessage) string {
 	return b.String()
 }
 
-// TestEvalAnswer checks the fake model's reading on known contexts: every kind, in both shapes,
+// TestEvalAnswer checks the fake model's reading on known contexts: every kind, in every shape,
 // is answered from the raw items; nothing is answered from a context without them; a correction
 // beats what it corrected; and the ledger's rendering of a signature and an error still answers.
 func TestEvalAnswer(t *testing.T) {
@@ -69,7 +69,11 @@ func TestEvalAnswer(t *testing.T) {
 		for _, kind := range Kinds {
 			steps, f := g.plant(kind, 1)
 			seq := 0
-			items := Render(shape, append([]Step{g.noise(), g.noise()}, steps...), &seq)
+			render := func(st []Step) []json.RawMessage { return Render(shape, st, &seq) }
+			if shape == ShapeChatAgent {
+				render = func(st []Step) []json.RawMessage { return RenderChat(nil, st, &seq) }
+			}
+			items := render(append([]Step{g.noise(), g.noise()}, steps...))
 			ctx := itemsText(items) + f.Question
 			got, query, ok := Answer(f.Question, ctx)
 			if !ok || got != f.Answer {
@@ -78,7 +82,7 @@ func TestEvalAnswer(t *testing.T) {
 			if query == "" || strings.Contains(query, f.Answer) {
 				t.Errorf("%s %s: query %q must name the subject, not the answer", shape, kind, query)
 			}
-			got, query2, ok := Answer(f.Question, itemsText(Render(shape, []Step{g.noise()}, &seq))+f.Question)
+			got, query2, ok := Answer(f.Question, itemsText(render([]Step{g.noise()}))+f.Question)
 			if !ok || got != "" || query2 != query {
 				t.Errorf("%s %s without the fact: Answer = %q, %q, %v; want \"\", %q, true", shape, kind, got, query2, ok, query)
 			}
@@ -187,6 +191,7 @@ func TestEvalRun(t *testing.T) {
 			}
 		}
 	}
+	checkMeasured(t, rep, 2*3)
 	again, err := Run(ctx, ciConfig(1))
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +244,8 @@ func sampleReport() *Report {
 	cfg := DefaultConfig()
 	rep := &Report{Config: cfg.withDefaults(), Upstream: "fake"}
 	for i, v := range Variants {
-		row := Row{Variant: v, Cost: Cost{Known: true, Compactions: 10, Calls: 1, InputTokens: 1000, OutputTokens: 100, LatencyMS: 2}}
+		row := Row{Variant: v, Cost: Cost{Known: true, Compactions: 10, Calls: 1, InputTokens: 1000, OutputTokens: 100, LatencyMS: 2},
+			Ratio: Ratio{Known: true, Compactions: 10, Mean: 0.75, Min: 0.5, Max: 0.9, TokensBefore: 4000, TokensAfter: 1000}}
 		for _, k := range cfg.Checkpoints {
 			facts := 6 * k
 			correct := facts * (i + 1) / 4
@@ -247,7 +253,8 @@ func sampleReport() *Report {
 				correct = correct * 2 / (k + 1)
 			}
 			row.Points = append(row.Points, Point{Compactions: k, Facts: facts, Correct: correct, Recall: float64(correct) / float64(facts),
-				ByKind: map[string]int{KindCorrection: i}, KindFacts: map[string]int{KindCorrection: 5}})
+				ByKind: map[string]int{KindCorrection: i}, KindFacts: map[string]int{KindCorrection: 5},
+				Grep: facts * 5 / 6, GrepRecall: 5.0 / 6, GrepByKind: map[string]int{KindCorrection: 5}})
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
@@ -269,7 +276,7 @@ func TestEvalExternalCompactd(t *testing.T) {
 	}
 	defer stopFake()
 	full.SummarizerModel = "fake-summariser"
-	base, _, stop, err := startCompactd(ctx, full, upBase, Variants[3])
+	base, _, stop, err := startCompactd(ctx, full, upBase, upBase, Variants[3])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,10 +23,13 @@ const (
 	// APIMessages sends Claude Code sessions to /v1/messages as Anthropic Messages requests,
 	// compacting with the compact_20260112 context-management edit.
 	APIMessages = "messages"
+	// APIChat sends chat-agent sessions to /v1/chat/completions, where compactd compacts with
+	// the route's threshold policy, transparently (chat.go).
+	APIChat = "chat"
 )
 
 // APIs lists the values Config.API takes.
-var APIs = []string{APIResponses, APIMessages}
+var APIs = []string{APIResponses, APIMessages, APIChat}
 
 // AnthropicVersion is the anthropic-version header the Messages sessions send (Claude Code's).
 const AnthropicVersion = "2023-06-01"
@@ -203,9 +206,12 @@ func (s *session) runMessages(ctx context.Context, roundDone func()) ([]Asked, e
 		if !slices.Contains(s.cfg.Checkpoints, k+1) {
 			continue
 		}
+		raw := rawLogText(history)
 		for _, f := range facts {
 			q := append(slices.Clip(history), antMsg{Role: "user", Content: []json.RawMessage{js(map[string]any{"type": "text", "text": f.Question})}})
+			s.armTap()
 			out, err := s.postMessages(ctx, q, false)
+			turn := s.disarmTap()
 			if err != nil {
 				return nil, fmt.Errorf("after %s, asking %q: %w", english.Count(k+1, "compaction"), f.Question, err)
 			}
@@ -215,7 +221,8 @@ func (s *session) runMessages(ctx context.Context, roundDone func()) ([]Asked, e
 					got.WriteString(c.Text)
 				}
 			}
-			asked = append(asked, Asked{Session: s.index + 1, Shape: s.shape, Compactions: k + 1, Fact: f, Got: got.String(), Correct: Correct(got.String(), f.Answer)})
+			asked = append(asked, Asked{Session: s.index + 1, Shape: s.shape, Compactions: k + 1, Fact: f, Got: got.String(),
+				Correct: Correct(got.String(), f.Answer)}.grepped(raw, turn))
 		}
 	}
 	return asked, nil

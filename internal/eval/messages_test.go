@@ -163,6 +163,7 @@ func TestEvalMessagesRun(t *testing.T) {
 			}
 		}
 	}
+	checkMeasured(t, rep, 3)
 	again, err := Run(ctx, messagesCI(1))
 	if err != nil {
 		t.Fatal(err)

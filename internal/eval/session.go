@@ -18,11 +18,26 @@ const (
 	// function_call_output); on APIMessages as Messages tool_use / tool_result blocks
 	// (RenderMessages).
 	ShapeClaudeCode = "claude-code"
+	// ShapeChatAgent is a generic Chat Completions agent (Qwen Code, Aider, Cline and their kin
+	// on local models): system, user and assistant string messages, read_file and
+	// run_shell_command tool_calls and their "tool" messages (RenderChat). It speaks only
+	// APIChat, and APIChat runs only it.
+	ShapeChatAgent = "chat-agent"
 )
 
-// Shapes lists the shapes a run may name. A Chat Completions agent needs a /v1/chat/completions
-// route in compactd first; its renderer would turn the same Steps into chat messages.
-var Shapes = []string{ShapeCodex, ShapeClaudeCode}
+// Shapes lists the shapes a run may name.
+var Shapes = []string{ShapeCodex, ShapeClaudeCode, ShapeChatAgent}
+
+// ShapesFor lists the shapes an API's sessions may have, the default of a run on it first.
+func ShapesFor(api string) []string {
+	switch api {
+	case APIMessages:
+		return []string{ShapeClaudeCode}
+	case APIChat:
+		return []string{ShapeChatAgent}
+	}
+	return []string{ShapeCodex, ShapeClaudeCode}
+}
 
 // Fact kinds: the details chained summaries lose.
 const (

@@ -174,3 +174,57 @@ func TestEvalAnswererMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestEvalAnswererChat is TestEvalAnswerer on /v1/chat/completions, the route compactd eval
+// --api chat sends its sessions to: the fake reads string and part contents and "tool"
+// messages, calls a recall function tool (Chat's {"type":"function","function":{…}} form) with a
+// tool_calls reply when the value is missing, and after the recall's "tool" message answers from
+// it or says "unknown".
+func TestEvalAnswererChat(t *testing.T) {
+	fn := func(name string) any {
+		return map[string]any{"type": "function", "function": map[string]any{"name": name, "parameters": map[string]any{"type": "object"}}}
+	}
+	recall, other := fn("compactd_recall"), fn("run_shell_command")
+	msg := func(role string, content any) any { return map[string]any{"role": role, "content": content} }
+	calls := func(id, name string) any {
+		return map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": id, "type": "function",
+			"function": map[string]any{"name": name, "arguments": `{}`}}}}
+	}
+	tool := func(id, content string) any {
+		return map[string]any{"role": "tool", "tool_call_id": id, "content": content}
+	}
+	q := msg("user", "What is `port`? Reply with the value only.")
+	for _, tc := range []struct {
+		name  string
+		msgs  []any
+		tools []any
+		text  string // the reply, or "" for a compactd_recall tool call
+	}{
+		{"in a tool message", []any{msg("user", "go"), calls("c1", "run_shell_command"), tool("c1", "a\nport=8443\n"), q}, []any{other, recall}, "8443"},
+		{"in content parts", []any{msg("user", []any{map[string]any{"type": "text", "text": "port=9443"}}), q}, []any{other}, "9443"},
+		{"not found, recall offered", []any{msg("user", "nothing"), q}, []any{other, recall}, ""},
+		{"not found, no recall tool", []any{msg("user", "nothing"), q}, []any{other}, Unknown},
+		{"after a fruitless recall", []any{q, calls("c2", "compactd_recall"), tool("c2", "no match")}, []any{recall}, Unknown},
+		{"after a recall that found it", []any{q, calls("c3", "compactd_recall"), tool("c3", "excerpt:\nport=7443\n")}, []any{recall}, "7443"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, base := start(t, Options{Answer: testAnswerer})
+			raw, _ := json.Marshal(map[string]any{"model": "m", "messages": tc.msgs, "tools": tc.tools})
+			status, _, body := post(t, base+"/v1/chat/completions", string(raw))
+			if status != 200 {
+				t.Fatalf("status %d: %s", status, body)
+			}
+			choice := gjson.GetBytes(body, "choices.0")
+			if tc.text != "" {
+				if got := choice.Get("message.content").Str; got != tc.text || choice.Get("finish_reason").Str != "stop" {
+					t.Errorf("reply %s, want %q", choice.Raw, tc.text)
+				}
+				return
+			}
+			call := choice.Get("message.tool_calls.0.function")
+			if choice.Get("finish_reason").Str != "tool_calls" || call.Get("name").Str != "compactd_recall" || gjson.Get(call.Get("arguments").Str, "query").Str != "port" {
+				t.Errorf("want a compactd_recall call for port, got %s", choice.Raw)
+			}
+		})
+	}
+}
