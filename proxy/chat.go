@@ -146,7 +146,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 	v := s.viewChat(w, r, req)
 	units := api.ChatUnits(v.msgs)
 	total, _ := s.cfg.Counter.Request(nil, units, chatTools(req), limit)
-	if total <= limit {
+	if !compact.Over(total, limit) {
 		msgs := v.msgs
 		s.engine.Speculate(engine.SpecRequest{Dialect: dialectChat.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
 			Owner: s.ownerOf(r.Context()), Conversation: conversationLabel(r, "", v.prev),

@@ -138,7 +138,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		covers := len(req.Messages)
 		total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, limit)
-		if total < limit && s.engine.Speculating(total, limit) {
+		if !compact.Over(total, limit) && s.engine.Speculating(total, limit) {
 			// The background job outlives the turn: it gets its own copy of the message list.
 			kept := slices.Clone(msgs)
 			s.engine.Speculate(engine.SpecRequest{Dialect: dialectAnthropic.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
@@ -146,7 +146,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 				Auth: s.summariserAuth(r), Units: api.CountItems(kept), Prefix: func(n int) []api.Item { return api.MessageItems(kept[:n]) },
 				Total: total, Limit: limit})
 		}
-		if total >= limit {
+		if compact.Over(total, limit) {
 			head, keep := msgs, []api.Message(nil)
 			if transparent {
 				head, keep = s.splitCurrentTurn(msgs, limit)

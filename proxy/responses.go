@@ -121,12 +121,12 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		}
 		covers := len(req.Items)
 		total, _ := s.cfg.Counter.Request(req.Instructions, items, req.Tools, limit)
-		if total <= limit {
+		if !compact.Over(total, limit) {
 			s.engine.Speculate(engine.SpecRequest{Dialect: dialectOpenAI.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
 				Owner: s.ownerOf(r.Context()), Conversation: conversationLabel(r, req.PromptCacheKey, prev),
 				Auth: s.summariserAuth(r), Units: items, Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		}
-		if total > limit {
+		if compact.Over(total, limit) {
 			var answered bool
 			c, answered = s.thresholdCompaction(w, r, t, trigger,
 				s.responsesCompactIn(r, compactRequest{model: req.Model, items: items, tokensBefore: total, prev: prev,

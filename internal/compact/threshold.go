@@ -127,6 +127,11 @@ func jsonKind(v gjson.Result) string {
 	return "an invalid value"
 }
 
+// Over is the one threshold rule, on every route and for every kind of threshold (a client's
+// compact_threshold or compact_20260112 trigger, the operator's policy): a request compacts when
+// its input exceeds the limit, never at it, and never with no limit (0 or less).
+func Over(total, limit int) bool { return limit > 0 && total > limit }
+
 // Policy is the operator's server-side default for compaction.
 type Policy struct {
 	// Threshold compacts every request past this many input tokens; 0 turns the policy off.

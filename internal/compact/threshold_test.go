@@ -155,3 +155,16 @@ func TestPolicyForRoute(t *testing.T) {
 		t.Error("a per-route threshold that does not name chat turns chat on")
 	}
 }
+
+func TestOver(t *testing.T) {
+	for _, tc := range []struct {
+		total, limit int
+		want         bool
+	}{
+		{100, 99, true}, {100, 100, false}, {99, 100, false}, {100, 0, false}, {100, -1, false}, {0, 0, false},
+	} {
+		if got := Over(tc.total, tc.limit); got != tc.want {
+			t.Errorf("Over(%d, %d) = %v, want %v", tc.total, tc.limit, got, tc.want)
+		}
+	}
+}
