@@ -498,3 +498,56 @@ func TestCompactArchiveFailure(t *testing.T) {
 		t.Error("the memo applies a compaction whose archive failed")
 	}
 }
+
+// A gap check's answer cut to its budget is cut without the marker a cut summary gets: among the
+// findings the marker would be sealed as a fact ("the summary was cut here"), which is not true
+// of the summary, and carried forward into every later compaction's ledger.
+func TestCompactGapCheckCutLeavesNoMarkerInTheLedger(t *testing.T) {
+	var b strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&b, "- the service %d listens on port %d\n", i, 9000+i)
+	}
+	bigGap := true
+	sum := &scriptSum{answer: func(_ context.Context, req summarizer.Request) (summarizer.Result, error) {
+		switch {
+		case isGapCheck(req) && bigGap:
+			return summarizer.Result{Summary: b.String()}, nil
+		case isGapCheck(req):
+			return summarizer.Result{Summary: "Nothing missing."}, nil
+		}
+		return summarizer.Result{Summary: "The user set up the services.", Model: "sum-model"}, nil
+	}}
+	obs := &recObs{}
+	e, _ := testEngine(t, sum, func(c *Config) {
+		c.LedgerBytes, c.GapCheck, c.MaxSummaryTokens, c.Observer = 4096, true, 1000, obs
+	})
+	items := []api.Item{msg("user", "Let's use port 7431. "+words(1000)), msg("assistant", words(3000)), msg("user", "go on")}
+	c1, err := e.Compact(context.Background(), request(e, items, 64_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !obs.has("truncated:openai") || !strings.Contains(c1.Ledger, "service 0 ") {
+		t.Fatalf("the gap check's answer was not cut, or its findings lost: %v", obs.all())
+	}
+	const marker = "[compactd: the summary was cut here"
+	if strings.Contains(c1.Ledger, marker) {
+		t.Errorf("the cut marker is a finding in the ledger: %q", c1.Ledger[max(0, len(c1.Ledger)-120):])
+	}
+
+	// The next compaction carries the ledger forward from the handoff it replaces.
+	bigGap = false
+	next := []api.Item{
+		{Raw: api.UserMessage(c1.Handoff), Type: "message", Role: "user", Handoff: true},
+		msg("assistant", words(3000)), msg("user", "and now?"),
+	}
+	c2, err := e.Compact(context.Background(), request(e, next, 64_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(c2.Ledger, "service 0 ") {
+		t.Fatalf("the findings were not carried forward: %q", c2.Ledger)
+	}
+	if strings.Contains(c2.Ledger, marker) {
+		t.Error("the cut marker is carried forward as a finding")
+	}
+}
