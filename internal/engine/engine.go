@@ -407,7 +407,11 @@ func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Aut
 		e.log.Warn("gap check failed; sealing the ledger without it", "err", err)
 		return ledger
 	}
-	e.capSummary(dialect, &gap)
+	if e.capSummary(dialect, &gap) {
+		// The cut marker is for a reader of a summary: among the findings it would be sealed,
+		// and carried forward, as a fact.
+		gap.Summary = strings.TrimSuffix(gap.Summary, cutMarker(e.cfg.MaxSummaryTokens))
+	}
 	usage.InputTokens += gap.Usage.InputTokens
 	usage.OutputTokens += gap.Usage.OutputTokens
 	usage.TotalTokens += gap.Usage.TotalTokens
@@ -533,7 +537,7 @@ func (e *Engine) capSummary(dialect string, res *summarizer.Result) bool {
 	if total <= limit && len(s) == len(res.Summary) {
 		return false
 	}
-	marker := "\n\n[compactd: the summary was cut here at its budget of " + strconv.Itoa(limit) + " tokens]"
+	marker := cutMarker(limit)
 	budget := limit - e.cfg.Counter.Text(marker)
 	keep := len(s)
 	if total > budget {
@@ -552,6 +556,11 @@ func (e *Engine) capSummary(dialect string, res *summarizer.Result) bool {
 	e.obs.SummaryTruncated(dialect)
 	res.Summary = strings.TrimRight(out, " \t\n") + marker
 	return true
+}
+
+// cutMarker ends a summariser answer capSummary cut to its budget of limit tokens.
+func cutMarker(limit int) string {
+	return "\n\n[compactd: the summary was cut here at its budget of " + strconv.Itoa(limit) + " tokens]"
 }
 
 // lineCut is s cut to at most n bytes, at the last line break in the second half of the kept
