@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/stackcheck"
 )
@@ -22,11 +23,12 @@ func refItemText(item []byte) string {
 	walk = func(v gjson.Result) {
 		switch v.Type {
 		case gjson.String:
-			if !(strings.HasPrefix(v.Str, "data:") && strings.Contains(v.Str[:min(len(v.Str), 100)], ";base64,")) {
+			s := handoff.Original(v.Str) // a summary or a quoted recall result is no history
+			if s != "" && !(strings.HasPrefix(v.Str, "data:") && strings.Contains(v.Str[:min(len(v.Str), 100)], ";base64,")) {
 				if b.Len() > 0 {
 					b.WriteByte('\n')
 				}
-				b.WriteString(v.Str)
+				b.WriteString(s)
 			}
 		case gjson.Number:
 			if b.Len() > 0 {

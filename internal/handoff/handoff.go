@@ -80,16 +80,22 @@ const RecallHeader = "Verbatim excerpts from this conversation's archived histor
 // inside a handoff, or inside the summary an agent's own compaction got from compactd.
 const FactsHeading = "## Facts ledger"
 
-// Original returns what of a conversation text is not compactd's own writing come back: "" for
-// a handoff (a summary behind Prefix or MessagesPrefix) and for a summary that carries compactd's
-// facts ledger (an agent's compaction that compactd answered, pasted back by the agent), and the
-// text before the first quoted recall result otherwise. Recall searches and the facts ledger
-// read only this: a summary or an excerpt is compactd's reading of the history, not the history,
-// and taking it for the history would quote compactd to itself.
+// Original returns what of a conversation text is history rather than a reading of it: "" for a
+// handoff (a summary behind Prefix or MessagesPrefix), for a summary that carries compactd's facts
+// ledger (an agent's compaction that compactd answered, pasted back by the agent), and for the
+// summary an agent carries into its conversation after its own compaction (agentSummaryPrefixes),
+// and the text before the first quoted recall result otherwise. Recall searches and the facts
+// ledger read only this: a summary or an excerpt is a model's reading of the history, not the
+// history, and taking it for the history would quote compactd to itself.
 func Original(text string) string {
 	t := strings.TrimLeft(text, " \t\r\n")
-	if len(t) >= len(commonPrefix) && t[:len(commonPrefix)] == commonPrefix {
+	if strings.HasPrefix(t, commonPrefix) {
 		return ""
+	}
+	for _, p := range agentSummaryPrefixes {
+		if strings.HasPrefix(t, p) {
+			return ""
+		}
 	}
 	if hasLine(text, FactsHeading) {
 		return ""
@@ -98,6 +104,15 @@ func Original(text string) string {
 		return text[:i]
 	}
 	return text
+}
+
+// agentSummaryPrefixes open the summary an agent puts in front of its conversation after its own
+// compaction, read from the agents themselves: Codex's SUMMARY_PREFIX (captured in
+// internal/fixtures/codex-0.169/local_post_compaction_turn_request.json) and Claude Code's
+// continuation message (its 2.1.332 binary).
+var agentSummaryPrefixes = []string{
+	"Another language model started to solve this problem and produced a summary of its thinking process.",
+	"This session is being continued from a previous conversation that ran out of context.",
 }
 
 // commonPrefix is where Prefix and MessagesPrefix agree: enough to know a handoff.

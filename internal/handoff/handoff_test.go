@@ -55,3 +55,27 @@ func TestHandoffTextPerDialect(t *testing.T) {
 		}
 	}
 }
+
+// Original keeps history and drops readings of it: compactd's handoffs, summaries holding its
+// ledger, agents' own continuation summaries, and a quoted recall result (the words before it
+// stay).
+func TestOriginal(t *testing.T) {
+	cases := []struct {
+		name, text, want string
+	}{
+		{"plain history", "rg found internal/x.go:12", "rg found internal/x.go:12"},
+		{"Responses handoff", Text("the work so far", ""), ""},
+		{"Messages handoff, leading space", "\n  " + MessagesText("the work so far", ""), ""},
+		{"a summary holding compactd's ledger", "Summary:\n<summary>\nwork\n" + FactsHeading + "\n### Values\n- `a: 1`\n</summary>", ""},
+		{"the heading inside a line is not a ledger", "see the " + FactsHeading + " section", "see the " + FactsHeading + " section"},
+		{"Codex's continuation summary", "Another language model started to solve this problem and produced a summary of its thinking process. You also have access to the state of the tools…\nwe fixed the parser", ""},
+		{"Claude Code's continuation summary", "This session is being continued from a previous conversation that ran out of context. The summary below covers the earlier portion of the conversation.\n\nSummary:\n1. Primary Request", ""},
+		{"a quoted recall result", "The answer is 42. " + RecallHeader + " matching \"x\":\n[1] …", "The answer is 42. "},
+		{"a user who merely mentions the agents", "Claude said: this session is being continued", "Claude said: this session is being continued"},
+	}
+	for _, tc := range cases {
+		if got := Original(tc.text); got != tc.want {
+			t.Errorf("%s: Original = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
