@@ -54,7 +54,6 @@ type node struct {
 type tree struct {
 	n      []node
 	stack  []int32
-	kids   []int32 // scratch for one object's children while sorting
 	out    []byte
 	frames []frame
 }
