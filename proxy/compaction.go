@@ -252,8 +252,6 @@ func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err erro
 	return true
 }
 
-func (s *Server) countItems(items []api.Item) int { return s.engine.CountItems(items) }
-
 // summariserAuth is the credential a compaction's summariser calls carry (used only when no
 // summariser key is configured); the summariser reads the field of its own wire API. Without
 // tenants both fields are the caller's own headers: the summariser shares the caller's upstream.

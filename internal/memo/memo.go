@@ -20,7 +20,7 @@
 // # Canonical items: what the model sees, not how the client serialised it
 //
 // Real clients rewrite earlier turns between requests (see testdata/claude-code-2.1.332, a
-// captured Claude Code session, and internal/fixtures for Codex). Canonical encoding (Canonical)
+// captured Claude Code session, and internal/fixtures for Codex). Canonical encoding (canon.go)
 // therefore removes what does not reach the model and nothing else:
 //
 //   - everywhere: object key order, whitespace, and string escape spelling ("\u00e9" = "é",

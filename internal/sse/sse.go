@@ -346,16 +346,6 @@ func indexEOL(b []byte) int {
 	return lf
 }
 
-func trimEOL(line []byte) []byte {
-	if n := len(line); n > 0 && line[n-1] == '\n' {
-		line = line[:n-1]
-	}
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	return line
-}
-
 // splitField splits "field: value" at the first colon, dropping one space after it. A line that
 // starts with a colon is a comment (field "").
 func splitField(line []byte) (field, value []byte) {
