@@ -13,7 +13,19 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"mime"
 )
+
+// MediaType is the media type of an event stream.
+const MediaType = "text/event-stream"
+
+// IsStream reports whether a Content-Type header value names an event stream: media type
+// text/event-stream in any case, with or without parameters and surrounding whitespace. A
+// malformed parameter does not change the media type it follows.
+func IsStream(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return (err == nil || errors.Is(err, mime.ErrInvalidMediaParameter)) && mt == MediaType
+}
 
 // DefaultMaxEvent bounds one event's size (its lines together). Responses streams carry whole
 // response objects in their terminal events, so it is generous; a stream that exceeds it is
