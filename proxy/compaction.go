@@ -384,11 +384,6 @@ func (s *Server) markApplied(w http.ResponseWriter, r *http.Request, d dialect, 
 	s.recordMemoApplied(r, d, m)
 }
 
-// rawOf is the raw JSON of items, for the memo's hashes.
-func rawOf(items []api.Item) []json.RawMessage {
-	out := make([]json.RawMessage, len(items))
-	for i, it := range items {
-		out[i] = it.Raw
-	}
-	return out
-}
+// rawOf is the raw JSON of items, for the memo's hashes (api.Raws, under the name the route
+// handlers call).
+func rawOf(items []api.Item) []json.RawMessage { return api.Raws[json.RawMessage](items) }
