@@ -28,9 +28,6 @@ type Latencies struct {
 
 func (l *Latencies) add(d time.Duration) { l.d = append(l.d, d); l.sorted = false }
 
-// Len is the number of samples.
-func (l *Latencies) Len() int { return len(l.d) }
-
 // Quantile returns the q-quantile (0 <= q <= 1) by nearest rank, 0 when there are no samples.
 func (l *Latencies) Quantile(q float64) time.Duration {
 	if len(l.d) == 0 {

@@ -330,18 +330,6 @@ func (e *sideEnv) url(target string, c *sideCase) string {
 	return "http://" + e.fake.addr
 }
 
-// proxyPID is the process whose CPU and RSS a Go proxy target costs (0: direct, or nginx, whose
-// CPU is that of several processes: proxyCPU).
-func (e *sideEnv) proxyPID(target string) int {
-	switch target {
-	case SideBare:
-		return e.bare.pid()
-	case SideCompactd:
-		return e.cd.pid()
-	}
-	return 0
-}
-
 // proxyCPU reads the CPU time so far of the processes a target's requests cost beyond going
 // direct: nil for direct; for nginx its master and every worker.
 func (e *sideEnv) proxyCPU(target string, c *sideCase) func() time.Duration {

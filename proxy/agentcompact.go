@@ -297,8 +297,6 @@ func withAgentSummariser(ctx context.Context) context.Context {
 
 type agentRouting struct{ main, agent summarizer.Summarizer }
 
-func (a agentRouting) api() string { return summarizer.APIOf(a.main) }
-
 func (a agentRouting) Summarize(ctx context.Context, req summarizer.Request) (summarizer.Result, error) {
 	if on, _ := ctx.Value(agentSummariserKey{}).(bool); on {
 		return a.agent.Summarize(ctx, req)

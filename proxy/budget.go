@@ -95,7 +95,7 @@ func (b *bodyBudget) release(n int64) {
 	}
 }
 
-// inUse is the bytes reserved now (tests, metrics).
+// inUse is the bytes reserved now (Server.Stats, for the console; tests).
 func (b *bodyBudget) inUse() int64 {
 	if b == nil {
 		return 0

@@ -252,8 +252,6 @@ func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err erro
 	return true
 }
 
-func (s *Server) countItems(items []api.Item) int { return s.engine.CountItems(items) }
-
 // summariserAuth is the credential a compaction's summariser calls carry (used only when no
 // summariser key is configured); the summariser reads the field of its own wire API. Without
 // tenants both fields are the caller's own headers: the summariser shares the caller's upstream.
@@ -386,11 +384,6 @@ func (s *Server) markApplied(w http.ResponseWriter, r *http.Request, d dialect, 
 	s.recordMemoApplied(r, d, m)
 }
 
-// rawOf is the raw JSON of items, for the memo's hashes.
-func rawOf(items []api.Item) []json.RawMessage {
-	out := make([]json.RawMessage, len(items))
-	for i, it := range items {
-		out[i] = it.Raw
-	}
-	return out
-}
+// rawOf is the raw JSON of items, for the memo's hashes (api.Raws, under the name the route
+// handlers call).
+func rawOf(items []api.Item) []json.RawMessage { return api.Raws[json.RawMessage](items) }

@@ -115,7 +115,7 @@ func BenchmarkCompactItems(b *testing.B) {
 		}
 	}
 	items := parsedItems(b, append(workload.Preamble(), raw...))
-	total := s.countItems(items)
+	total := s.engine.CountItems(items)
 	bodyBytes := 0
 	for _, it := range items {
 		bodyBytes += len(it.Raw)

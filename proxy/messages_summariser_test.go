@@ -100,7 +100,7 @@ func TestMessagesSummariserMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.MessagesSummarizer = summarizer.NewResilient(ms, summarizer.DefaultResilienceConfig())
+		c.MessagesSummarizer = summarizer.NewResilient(ms, summarizer.ResilienceConfig{MaxConcurrent: summarizer.DefaultMaxConcurrent})
 	}))
 	msg, err := h.ant.Beta.Messages.New(context.Background(), params(append(longHistory(16), userText("next?")), compactEdit(50_000, false)))
 	if err != nil || msg.Content[0].Type != "compaction" {
@@ -138,7 +138,7 @@ func TestMessagesSummariserUnreachable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.MessagesSummarizer = summarizer.NewResilient(ms, summarizer.DefaultResilienceConfig())
+		c.MessagesSummarizer = summarizer.NewResilient(ms, summarizer.ResilienceConfig{MaxConcurrent: summarizer.DefaultMaxConcurrent})
 	})
 	status, _, resp := rawMessages(t, h.proxyURL, mustBody(t, agentParams(ccPrompt), nil), map[string]string{"X-Claude-Code-Session-Id": sessionID})
 	if status != 529 || !strings.Contains(string(resp), "could not be reached") {

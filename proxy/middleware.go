@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -308,7 +307,7 @@ func (w *obsWriter) WriteHeader(code int) {
 	}
 	w.st.idHeader[0] = w.st.id
 	h["X-Request-Id"] = w.st.idHeader[:] // h.Set, without allocating the value's slice
-	if strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
+	if isEventStream(h) {
 		w.streamRoute = routeLabel(w.r)
 		w.m.streamOpened(w.streamRoute)
 	}

@@ -323,8 +323,6 @@ func newInstrumentedSummarizer(next summarizer.Summarizer, m *metrics, live *liv
 	return instrumentedSummarizer{next: next, m: m, provider: provider, live: live}
 }
 
-func (s instrumentedSummarizer) api() string { return summarizer.APIOf(s.next) }
-
 func (s instrumentedSummarizer) Summarize(ctx context.Context, req summarizer.Request) (summarizer.Result, error) {
 	start := time.Now()
 	res, err := s.next.Summarize(ctx, req)

@@ -40,12 +40,20 @@ import (
 // RecallConfig bounds the recall tool.
 type RecallConfig struct {
 	Disabled     bool   // no recall tool even when an archive is configured
-	ToolName     string // default "compactd_recall"
+	ToolName     string // default DefaultRecallToolName
 	Description  string // default: defaultRecallDescription
-	MaxRounds    int    // recall rounds per turn (default 3); the last round may not call the tool
-	TopK         int    // excerpts per search (default 5)
-	ExcerptBytes int    // bytes per excerpt (default 1200)
+	MaxRounds    int    // recall rounds per turn (default DefaultRecallMaxRounds); the last round may not call the tool
+	TopK         int    // excerpts per search (default DefaultRecallTopK)
+	ExcerptBytes int    // bytes per excerpt (default DefaultRecallExcerptBytes)
 }
+
+// Defaults of zero RecallConfig fields.
+const (
+	DefaultRecallToolName     = "compactd_recall"
+	DefaultRecallMaxRounds    = 3
+	DefaultRecallTopK         = 5
+	DefaultRecallExcerptBytes = 1200
+)
 
 const defaultRecallDescription = "Search the verbatim history of this conversation from before it was compacted " +
 	"(file contents, command output, error messages, exact values, earlier decisions). Use it whenever the " +
@@ -55,19 +63,19 @@ const recallQueryDescription = "words to search for: identifiers, paths, error t
 
 func (c RecallConfig) withDefaults() RecallConfig {
 	if c.ToolName == "" {
-		c.ToolName = "compactd_recall"
+		c.ToolName = DefaultRecallToolName
 	}
 	if c.Description == "" {
 		c.Description = defaultRecallDescription
 	}
 	if c.MaxRounds <= 0 {
-		c.MaxRounds = 3
+		c.MaxRounds = DefaultRecallMaxRounds
 	}
 	if c.TopK <= 0 {
-		c.TopK = 5
+		c.TopK = DefaultRecallTopK
 	}
 	if c.ExcerptBytes <= 0 {
-		c.ExcerptBytes = 1200
+		c.ExcerptBytes = DefaultRecallExcerptBytes
 	}
 	return c
 }

@@ -140,7 +140,7 @@ func (s *Server) forwardMessagesRecall(w http.ResponseWriter, r *http.Request, m
 		}
 	}
 	d.base, d.mt = base, mt
-	d.msgs = api.RawMessages(base.Messages)
+	d.msgs = api.Raws[[]byte](base.Messages)
 	tools := base.Tools
 	if len(tools) == 0 || gjson.ParseBytes(tools).Type == gjson.Null {
 		tools = []byte("[]")

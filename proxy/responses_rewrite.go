@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -85,9 +84,8 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	return nil
 }
 
-func isEventStream(h http.Header) bool {
-	return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
-}
+// isEventStream reports whether a response's Content-Type is an event stream (sse.IsStream).
+func isEventStream(h http.Header) bool { return sse.IsStream(h.Get("Content-Type")) }
 
 // readRewritable reads a JSON body compactd is to rewrite. why says, for the client, what is
 // wrong with it ("" when it is whole, valid and under maxJSONResponse); err is set only when the

@@ -32,10 +32,10 @@ import (
 
 // Config is what a Server needs. Zero values take the documented defaults.
 type Config struct {
-	// Upstream is the Responses API backend, e.g. https://api.openai.com (no /v1). Every path
-	// that is not Anthropic's goes there.
+	// Upstream is the Responses API backend (default DefaultUpstream, no /v1). Every path that
+	// is not Anthropic's goes there.
 	Upstream *url.URL
-	// AnthropicUpstream is the Messages API backend (default https://api.anthropic.com); the
+	// AnthropicUpstream is the Messages API backend (default DefaultAnthropicUpstream); the
 	// /v1/messages paths go there.
 	AnthropicUpstream *url.URL
 	// AnthropicApplyEdits makes compactd apply the Messages context-editing edits
@@ -62,7 +62,8 @@ type Config struct {
 	// (owner.KeyPurpose, under --archive-index-key). nil: derived from Sealer when it is a
 	// *crypto.Keyring, else random for this process.
 	OwnerKey []byte
-	// Tenant is bound into every sealed item ("default" until proxy auth exists).
+	// Tenant is bound into every sealed item (archive.DefaultTenant, "default", until proxy auth
+	// exists).
 	Tenant string
 
 	Summarizer summarizer.Summarizer
@@ -119,7 +120,8 @@ type Config struct {
 	// negative = no bound beyond the summariser's per-call timeout). Running out is a summariser
 	// failure: the failure policy applies.
 	CompactionTimeout time.Duration
-	// LedgerBytes bounds the facts ledger sealed with each summary (default 6144; -1 = no ledger).
+	// LedgerBytes bounds the facts ledger sealed with each summary (default DefaultLedgerBytes;
+	// -1 = no ledger).
 	LedgerBytes int
 	// CompactionMinSaving is the least share of a turn's input tokens a compaction compactd
 	// decides on (threshold, policy, speculation, agent) must be able to save; a turn whose
@@ -156,10 +158,12 @@ type Config struct {
 	Counter *compact.Counter
 	// Policy is the server-side threshold policy.
 	Policy compact.Policy
-	// RetainTokens is the budget of newest user messages kept verbatim (default 64000).
+	// RetainTokens is the budget of newest user messages kept verbatim (default
+	// compact.DefaultRetainBudget, 64000).
 	RetainTokens int
 
-	// MaxBodyBytes caps request bodies on every route, pass-through included (default 32 MiB):
+	// MaxBodyBytes caps request bodies on every route, pass-through included (default
+	// DefaultMaxBodyBytes):
 	// a larger declared Content-Length is a 413 before anything reads the body (so no
 	// 100 Continue goes out), and a chunked body is cut at the limit.
 	MaxBodyBytes int64
@@ -181,7 +185,7 @@ type Config struct {
 	// DefaultStreamWriteTimeout (60s); negative: no limit.
 	StreamWriteTimeout time.Duration
 	// KeepAlive is how long a streaming turn may wait on the summariser before compactd commits
-	// the response and starts sending keep-alives (default 5s).
+	// the response and starts sending keep-alives (default DefaultKeepAlive).
 	KeepAlive time.Duration
 	// StripCodexFields removes Codex-only fields (client_metadata,
 	// internal_chat_message_metadata_passthrough) before forwarding, for strict upstreams.
@@ -228,6 +232,20 @@ const (
 	DefaultCompactionTimeout = engine.DefaultCompactionTimeout
 	// DefaultCompactionMinSaving is Config.CompactionMinSaving's default (0.10).
 	DefaultCompactionMinSaving = engine.DefaultMinSaving
+	// The defaults of zero SpeculativeConfig fields.
+	DefaultSpeculativeFraction      = engine.DefaultSpeculativeFraction
+	DefaultSpeculativeMaxEntries    = engine.DefaultSpeculativeMaxEntries
+	DefaultSpeculativeMaxConcurrent = engine.DefaultSpeculativeMaxConcurrent
+	DefaultSpeculativeTTL           = engine.DefaultSpeculativeTTL
+)
+
+// Defaults New applies to zero Config fields (and compactd serve's flags start from).
+const (
+	DefaultUpstream          = "https://api.openai.com"    // Config.Upstream
+	DefaultAnthropicUpstream = "https://api.anthropic.com" // Config.AnthropicUpstream
+	DefaultLedgerBytes       = 6144                        // Config.LedgerBytes
+	DefaultMaxBodyBytes      = 32 << 20                    // Config.MaxBodyBytes, 32 MiB
+	DefaultKeepAlive         = 5 * time.Second             // Config.KeepAlive
 )
 
 // ParseFailurePolicies reads "POLICY" (both APIs) or "responses=POLICY,messages=POLICY".
@@ -298,15 +316,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Upstream == nil {
-		u, _ := url.Parse("https://api.openai.com")
+		u, _ := url.Parse(DefaultUpstream)
 		cfg.Upstream = u
 	}
 	if cfg.AnthropicUpstream == nil {
-		u, _ := url.Parse("https://api.anthropic.com")
+		u, _ := url.Parse(DefaultAnthropicUpstream)
 		cfg.AnthropicUpstream = u
 	}
 	if cfg.Tenant == "" {
-		cfg.Tenant = "default"
+		cfg.Tenant = archive.DefaultTenant
 	}
 	breaker, _ := cfg.Summarizer.(summariserState)
 	if cfg.AgentSummarizer != nil {
@@ -316,13 +334,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.MessagesSummarizer = agentRouting{main: cfg.MessagesSummarizer, agent: cfg.MessagesAgentSummarizer}
 	}
 	if cfg.LedgerBytes == 0 {
-		cfg.LedgerBytes = 6144
+		cfg.LedgerBytes = DefaultLedgerBytes
 	}
 	if cfg.RetainTokens == 0 {
-		cfg.RetainTokens = 64_000
+		cfg.RetainTokens = compact.DefaultRetainBudget
 	}
 	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = 32 << 20
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.MaxInflightBodyBytes == 0 {
 		cfg.MaxInflightBodyBytes = defaultInflightBodyBytes(cfg.MaxBodyBytes)
@@ -334,7 +352,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.StreamWriteTimeout = DefaultStreamWriteTimeout
 	}
 	if cfg.KeepAlive == 0 {
-		cfg.KeepAlive = 5 * time.Second
+		cfg.KeepAlive = DefaultKeepAlive
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -463,8 +481,8 @@ func (s *Server) gate(next http.Handler) http.Handler {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // DefaultTransport is http.DefaultTransport with timeouts suited to LLM upstreams: bounded dial
-// and TLS handshakes, a generous wait for response headers (a model may think before it answers),
-// and no overall timeout, so long streams are never cut.
+// and TLS handshakes, a generous wait for response headers (DefaultResponseHeaderTimeout: a model
+// may think before it answers), and no overall timeout, so long streams are never cut.
 //
 // Its pool is sized for agent concurrency: compactd talks to one or two upstream hosts, with
 // hundreds of turns and streams in flight at once from a team's agents. With fewer idle
@@ -476,14 +494,15 @@ func DefaultTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = DefaultMaxIdleConns
 	t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
-	t.ResponseHeaderTimeout = 10 * time.Minute
+	t.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
 	return t
 }
 
-// The idle-connection pool of DefaultTransport (see there).
+// The idle-connection pool and header wait of DefaultTransport (see there).
 const (
-	DefaultMaxIdleConns        = 1024
-	DefaultMaxIdleConnsPerHost = 512
+	DefaultMaxIdleConns          = 1024
+	DefaultMaxIdleConnsPerHost   = 512
+	DefaultResponseHeaderTimeout = 10 * time.Minute
 )
 
 // Path spelling. compactd answers some paths itself and picks the upstream of others; a request

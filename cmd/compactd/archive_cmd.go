@@ -16,6 +16,7 @@ import (
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/internal/english"
+	"github.com/compactd/compactd/proxy"
 )
 
 const archiveEnvHelp = `Reads COMPACTD_ARCHIVE, COMPACTD_KEYS, COMPACTD_KEY_FILE, COMPACTD_DATA_DIR and
@@ -105,8 +106,8 @@ func runRecall(args []string) error {
 	var af archiveFlags
 	af.register(fs)
 	conv := fs.String("conversation", "", "conversation id (required; compactd archive list shows them)")
-	limit := fs.Int("k", defaultRecallTopK, "number of excerpts")
-	excerpt := fs.Int("excerpt-bytes", defaultRecallExcerptBytes, "bytes per excerpt")
+	limit := fs.Int("k", proxy.DefaultRecallTopK, "number of excerpts")
+	excerpt := fs.Int("excerpt-bytes", proxy.DefaultRecallExcerptBytes, "bytes per excerpt")
 	if err := parseFlags(fs, args, withArgs(1, -1), withEnv(archiveEnv...)); err != nil {
 		return err
 	}

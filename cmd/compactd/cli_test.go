@@ -15,6 +15,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/proxy"
 )
 
 // captureOutput runs f with os.Stdout and os.Stderr redirected and returns what it printed.
@@ -465,7 +466,7 @@ func TestServeOffConvention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.ledgerBytes != defaultLedgerBytes || d.resilience.MaxQueue != summarizer.DefaultMaxQueue || d.recallConfig.Disabled ||
+	if d.ledgerBytes != proxy.DefaultLedgerBytes || d.resilience.MaxQueue != summarizer.DefaultMaxQueue || d.recallConfig.Disabled ||
 		d.resilience.MaxAttempts != summarizer.DefaultMaxAttempts || d.retainTokens != compact.DefaultRetainBudget {
 		t.Errorf("defaults changed: %+v", d)
 	}

@@ -87,13 +87,25 @@ type serveConfig struct {
 	recallConfig                proxy.RecallConfig
 }
 
-// flags defines serve's flags: one line per flag, default from a package constant (defaults.go
-// for those without one). Every flag reads its COMPACTD_* variable without further ado. A
+// Defaults of serve's own settings, which no package applies: the HTTP server around the proxy
+// and the header limit (proxy.Config.MaxHeaderBytes is 0, no limit, when unset). Every other flag
+// takes its default from the constant the package that applies it exports (proxy.Default*,
+// compact.Default*, summarizer.Default*, archive.Default*…).
+const (
+	defaultListen            = "127.0.0.1:8080" // serve --listen, and where healthcheck looks
+	defaultMaxHeaderBytes    = 1 << 20
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultIdleTimeout       = 2 * time.Minute
+	defaultShutdownGrace     = 30 * time.Second
+)
+
+// flags defines serve's flags: one line per flag, default from a package constant (those above
+// for serve's own settings). Every flag reads its COMPACTD_* variable without further ado. A
 // renamed flag keeps its old name with deprecate(fs, old, new).
 func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", defaultListen, "address to listen on")
-	fs.StringVar(&c.upstream, "upstream", defaultUpstream, "Responses API upstream base URL (without /v1)")
-	fs.StringVar(&c.anthropicUpstream, "anthropic-upstream", defaultAnthropicUpstream, "Messages API upstream base URL (without /v1); /v1/messages* goes there")
+	fs.StringVar(&c.upstream, "upstream", proxy.DefaultUpstream, "Responses API upstream base URL (without /v1)")
+	fs.StringVar(&c.anthropicUpstream, "anthropic-upstream", proxy.DefaultAnthropicUpstream, "Messages API upstream base URL (without /v1); /v1/messages* goes there")
 	fs.BoolVar(&c.anthropicApplyEdits, "anthropic-apply-edits", false, "apply clear_thinking/clear_tool_uses context edits in compactd (for Messages upstreams without context editing) instead of forwarding them")
 	fs.BoolVar(&c.allowEditedSummaries, "allow-edited-summaries", false, "accept Anthropic compaction blocks whose readable summary the client edited (otherwise 400 compaction_content_mismatch)")
 	fs.StringVar(&c.foreignItems, "foreign-items", string(proxy.ForeignDrop), "compaction items or blocks compactd did not issue (OpenAI's or Anthropic's own, after a provider switch): drop (forward without them, with an X-Compactd-Warning) or reject (400)")
@@ -112,13 +124,13 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.keys, "keys", "", "keyring text: id:secret entries, first active, rest retired (prefer the env variable)")
 	fs.StringVar(&c.keyFile, "key-file", "", "path of a keyring file (same format as --keys, mode 0600)")
 	fs.StringVar(&c.dataDir, "data-dir", crypto.DefaultDataDir(), "where a generated keyring (and the archive) live")
-	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body compactd reads")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body compactd reads")
 	fs.DurationVar(&c.streamWriteTimeout, "stream-write-timeout", proxy.DefaultStreamWriteTimeout, "time one write of a response (an SSE event, a piece of a body) may wait on a client that stops reading; past it the connection is dropped and the upstream call cancelled (bounds each write, not the stream; 0: no limit)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time allowed to receive a request body after its headers; 408 past it (responses are not limited; 0: no limit)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time allowed to read request headers (0: off)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "keep-alive connection idle timeout (0: off)")
-	fs.DurationVar(&c.upstreamHeader, "upstream-header-timeout", defaultUpstreamHeader, "time to wait for the upstream's response headers; streams themselves have no timeout (0: off)")
-	fs.DurationVar(&c.keepAlive, "keepalive", defaultKeepAlive, "while summarising a streamed turn, commit the stream and send keep-alives after this long")
+	fs.DurationVar(&c.upstreamHeader, "upstream-header-timeout", proxy.DefaultResponseHeaderTimeout, "time to wait for the upstream's response headers; streams themselves have no timeout (0: off)")
+	fs.DurationVar(&c.keepAlive, "keepalive", proxy.DefaultKeepAlive, "while summarising a streamed turn, commit the stream and send keep-alives after this long")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGTERM, how long in-flight requests and streams may take to finish")
 	fs.BoolVar(&c.stripCodexFields, "strip-codex-fields", false, "remove Codex-only fields (client_metadata, internal_chat_message_metadata_passthrough) for strict upstreams")
 	fs.StringVar(&c.archiveDSN, "archive", "", "archive of replaced history: \"\" = SQLite in the data dir, a .db path, postgres://…, or \"off\"")
@@ -129,17 +141,17 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token for compactd's admin API (/v1/compactd/…) on the main listener, and the login of the console (--console); the API is off without it (prefer the env variable: a flag shows in ps)")
 	fs.BoolVar(&c.recall, "recall", true, "offer the model the recall tool after a compaction")
 	deprecateInverted(fs, "recall-off", "recall")
-	fs.StringVar(&c.recallConfig.ToolName, "recall-tool-name", defaultRecallToolName, "name of the recall tool")
+	fs.StringVar(&c.recallConfig.ToolName, "recall-tool-name", proxy.DefaultRecallToolName, "name of the recall tool")
 	fs.StringVar(&c.recallConfig.Description, "recall-tool-description", "", "description of the recall tool (default: built in)")
-	fs.IntVar(&c.recallConfig.MaxRounds, "recall-max-rounds", defaultRecallMaxRounds, "recall rounds per turn")
-	fs.IntVar(&c.recallConfig.TopK, "recall-top-k", defaultRecallTopK, "excerpts per recall search")
-	fs.IntVar(&c.recallConfig.ExcerptBytes, "recall-excerpt-bytes", defaultRecallExcerptBytes, "bytes per recall excerpt")
+	fs.IntVar(&c.recallConfig.MaxRounds, "recall-max-rounds", proxy.DefaultRecallMaxRounds, "recall rounds per turn")
+	fs.IntVar(&c.recallConfig.TopK, "recall-top-k", proxy.DefaultRecallTopK, "excerpts per recall search")
+	fs.IntVar(&c.recallConfig.ExcerptBytes, "recall-excerpt-bytes", proxy.DefaultRecallExcerptBytes, "bytes per recall excerpt")
 	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "largest request header block; larger ones get a 431 in the API's dialect (0: off, net/http's 1 MiB cap only)")
 	fs.DurationVar(&c.itemMaxAge, "item-max-age", 0, "refuse compaction items older than this (0: off, no limit)")
 	fs.StringVar(&c.tenantsFile, "tenants-file", "", "YAML/JSON tenants file: client keys (hashed) -> tenant, upstream credentials by env var, rate limits; enables proxy authentication")
-	fs.Float64Var(&c.speculative.Fraction, "speculative-fraction", defaultSpeculativeFraction, "start summarising in the background past this fraction of the threshold (0: off)")
-	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", defaultSpeculativeMaxConcurrent, "background summarisations at once")
-	fs.DurationVar(&c.speculative.TTL, "speculative-ttl", defaultSpeculativeTTL, "how long an unused speculative summary is kept")
+	fs.Float64Var(&c.speculative.Fraction, "speculative-fraction", proxy.DefaultSpeculativeFraction, "start summarising in the background past this fraction of the threshold (0: off)")
+	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", proxy.DefaultSpeculativeMaxConcurrent, "background summarisations at once")
+	fs.DurationVar(&c.speculative.TTL, "speculative-ttl", proxy.DefaultSpeculativeTTL, "how long an unused speculative summary is kept")
 	fs.Float64Var(&c.speculative.MinGrowth, "speculative-min-growth", 0, "share of the threshold a conversation must grow by before another background summary of it is started (0: half the room between --speculative-fraction and the threshold; negative: one every turn)")
 	fs.StringVar(&c.failurePolicy, "summarizer-failure-policy", string(proxy.PolicyFail), "when the summariser fails: fail, passthrough or extractive, or per route: responses=…,messages=…")
 	fs.IntVar(&c.resilience.MaxAttempts, "summarizer-attempts", summarizer.DefaultMaxAttempts, "attempts per summarisation, the first included (retries on 429/5xx with exponential backoff and jitter, honouring Retry-After; 1: no retries)")
@@ -148,7 +160,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.resilience.BreakerCooldown, "breaker-cooldown", summarizer.DefaultBreakerCooldown, "how long the breaker stays open before one probe")
 	fs.IntVar(&c.resilience.MaxConcurrent, "max-concurrent-compactions", summarizer.DefaultMaxConcurrent, "summarisations in flight at once (0: off, unlimited)")
 	fs.IntVar(&c.resilience.MaxQueue, "compaction-queue", summarizer.DefaultMaxQueue, "compactions allowed to wait for a slot; past it the turn gets a 429 (0: off, no waiting)")
-	fs.IntVar(&c.ledgerBytes, "ledger-bytes", defaultLedgerBytes, "facts ledger sealed with each summary, in bytes (0: off, no ledger)")
+	fs.IntVar(&c.ledgerBytes, "ledger-bytes", proxy.DefaultLedgerBytes, "facts ledger sealed with each summary, in bytes (0: off, no ledger)")
 	fs.Float64Var(&c.minSaving, "compaction-min-saving", proxy.DefaultCompactionMinSaving, "skip a threshold, policy or agent compaction (no summariser call) whose window can save less than this share of the request's tokens (0: off; a compaction must still make the request smaller)")
 	fs.BoolVar(&c.gapCheck, "gap-check", false, "second summariser pass that adds facts the summary and ledger still miss")
 	fs.BoolVar(&c.memo, "memo", true, "conversation memo: remember each compaction for the prefix it covered, so clients that do not carry compaction items back (the transparent policy) get it applied again instead of a new summary; kept in the archive database (shared by replicas), in memory with --archive off")

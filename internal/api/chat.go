@@ -374,15 +374,6 @@ func (r *ChatRequest) WithMessages(msgs [][]byte) []byte {
 	return append(out, r.Body[end:]...)
 }
 
-// RawChatMessages returns the Raw of each message, for WithMessages.
-func RawChatMessages(msgs []ChatMessage) [][]byte {
-	out := make([][]byte, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.Raw
-	}
-	return out
-}
-
 // ChatUserMessage renders a Chat Completions user message with string content.
 func ChatUserMessage(text string) []byte {
 	b := make([]byte, 0, len(text)+32)

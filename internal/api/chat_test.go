@@ -37,7 +37,7 @@ func TestParseChatRequest(t *testing.T) {
 		t.Errorf("roles %s", got)
 	}
 	// The body round-trips byte for byte through WithMessages.
-	if got := string(r.WithMessages(RawChatMessages(r.Messages))); got != body {
+	if got := string(r.WithMessages(Raws[[]byte](r.Messages))); got != body {
 		t.Errorf("round trip changed the body:\n%s", got)
 	}
 }

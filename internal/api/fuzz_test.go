@@ -139,7 +139,7 @@ func FuzzParseResponsesRequest(f *testing.F) {
 		dup := duplicateKeys(body)
 		for _, drop := range []bool{false, true} {
 			for _, idx := range [][]int{all, reversed(all), nil} {
-				out := r.WithInput(RawItems(r.Items, idx), drop)
+				out := r.WithInput(itemsAt(r.Items, idx), drop)
 				if !json.Valid(out) {
 					t.Fatalf("WithInput(%v, drop=%v) of %q = %q: invalid JSON", idx, drop, body, out)
 				}
@@ -149,7 +149,7 @@ func FuzzParseResponsesRequest(f *testing.F) {
 				if string(r.Tools) != "null" {
 					// the recall tool, spliced in the same copy: as sjson would append it
 					tool := []byte(`{"type":"function","name":"recall"}`)
-					if got, want := r.Rebuild(RawItems(r.Items, idx), drop, tool), rebuildOracle(r, RawItems(r.Items, idx), drop, tool); !jsonEqual(got, want) {
+					if got, want := r.Rebuild(itemsAt(r.Items, idx), drop, tool), rebuildOracle(r, itemsAt(r.Items, idx), drop, tool); !jsonEqual(got, want) {
 						t.Fatalf("Rebuild of %q with a tool = %q, WithInput+sjson = %q", body, got, want)
 					}
 				}
@@ -328,7 +328,7 @@ func FuzzParseMessagesRequest(f *testing.F) {
 		if !json.Valid(same) {
 			t.Fatalf("Rewrite() of %q = %q: invalid JSON", body, same)
 		}
-		msgs := JSONArray(RawMessages(r.Messages))
+		msgs := JSONArray(Raws[[]byte](r.Messages))
 		out := r.Rewrite(Member{Key: "messages", Value: msgs}, Member{Key: "context_management"}, Member{Key: "x_added", Value: []byte(`1`)})
 		if !json.Valid(out) {
 			t.Fatalf("Rewrite of %q = %q: invalid JSON", body, out)
@@ -355,4 +355,13 @@ func FuzzParseMessagesRequest(f *testing.F) {
 			t.Fatalf("top-level fields changed: %q -> %q", body, out)
 		}
 	})
+}
+
+// itemsAt is the raw JSON of items[idx...], in that order.
+func itemsAt(items []Item, idx []int) [][]byte {
+	out := make([][]byte, len(idx))
+	for i, j := range idx {
+		out[i] = items[j].Raw
+	}
+	return out
 }

@@ -579,14 +579,8 @@ func CompactionBlock(content, encryptedContent, signature string) []byte {
 	return append(b, '}')
 }
 
-// RawMessages returns the Raw of each message, for JSONArray.
-func RawMessages(msgs []Message) [][]byte {
-	out := make([][]byte, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.Raw
-	}
-	return out
-}
+// RawMessages is Raws[[]byte](msgs), under the name proxy/messages.go still calls.
+func RawMessages(msgs []Message) [][]byte { return Raws[[]byte](msgs) }
 
 // Betas returns the anthropic-beta values of h: every header line, split on commas, trimmed,
 // empty entries dropped. Clients send both forms (several lines, or one comma-joined line).

@@ -48,7 +48,7 @@ func TestRebuildSplicesToolOnce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", b, err)
 		}
-		items := RawItems(r.Items, []int{})
+		items := [][]byte{}
 		if len(r.Items) > 0 {
 			items = [][]byte{r.Items[0].Raw, []byte(`{"type":"message","role":"user","content":"more"}`)}
 		}

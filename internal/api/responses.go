@@ -576,12 +576,3 @@ func (r *ResponsesRequest) Rebuild(items [][]byte, dropContextManagement bool, t
 	}
 	return out
 }
-
-// RawItems returns the raw bytes of items[idx...] in order, for WithInput.
-func RawItems(items []Item, idx []int) [][]byte {
-	out := make([][]byte, len(idx))
-	for i, j := range idx {
-		out[i] = items[j].Raw
-	}
-	return out
-}

@@ -114,11 +114,7 @@ func TestCodexFixturesRoundTrip(t *testing.T) {
 			if len(r.Items) == 0 || r.Model == "" || !r.Stream {
 				t.Fatalf("skim missed fields: %d items, model %q, stream %v", len(r.Items), r.Model, r.Stream)
 			}
-			idx := make([]int, len(r.Items))
-			for i := range idx {
-				idx[i] = i
-			}
-			if got := r.WithInput(RawItems(r.Items, idx), true); string(got) != body.String() {
+			if got := r.WithInput(Raws[[]byte](r.Items), true); string(got) != body.String() {
 				t.Errorf("round trip changed the body")
 			}
 		})

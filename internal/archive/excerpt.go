@@ -14,8 +14,8 @@ const ellipsis = "…"
 // snapSlack is how far a cut may move to land on whitespace instead of mid-word.
 const snapSlack = 24
 
-// Excerpt choice. The search ranks segments; within the winning segment, bestExcerpt decides which
-// item the model sees and where the window sits. Recall questions in a coding session name one
+// Excerpt choice. The search ranks segments; within each, segmentExcerpts decides which items
+// the model sees and where each window sits. Recall questions in a coding session name one
 // identifier, key or path among a few common words ("return type of syncSegmentReplica"), so:
 //
 //   - function words ("why", "of", "the") are dropped: they match everywhere and say nothing;
@@ -188,27 +188,7 @@ func mayShare(lt string, w queryWord) bool {
 	return false
 }
 
-// bestExcerpt picks the item that best matches q (see the rules above) and cuts an excerpt of at
-// most maxBytes around its focus. Item granularity comes first: an item that fits is returned
-// whole, so the model sees complete messages whenever it can.
-func bestExcerpt(q []queryWord, items []json.RawMessage, maxBytes int) (int, string) {
-	if len(items) == 0 {
-		return 0, ""
-	}
-	m := newMatcher(contentWords(q))
-	best, bestText := 0, ""
-	bestM := itemMatch{score: -1}
-	for i, it := range items {
-		text := itemText(it)
-		r := m.match(text)
-		if better(r, bestM) {
-			best, bestM, bestText = i, r, text
-		}
-	}
-	return best, cut(bestText, bestM.ms, bestM.me, maxBytes)
-}
-
-// better is the order of bestExcerpt: score, then repetitions; an equal item keeps the earlier.
+// better is the order of excerpts: score, then repetitions; an equal item keeps the earlier.
 func better(r, than itemMatch) bool {
 	return r.score > than.score || r.score == than.score && r.reps > than.reps
 }
@@ -220,8 +200,10 @@ type itemExcerpt struct {
 }
 
 // segmentExcerpts returns up to n excerpts of one segment for q, each at most maxBytes, best
-// first: the best item (bestExcerpt's rules), then the items that match as many query words as it
-// does, more repetitions first. A conversation often states a thing twice: the command and the
+// first: the item that best matches q (see the rules above), then the items that match as many
+// query words as it does, more repetitions first. Item granularity comes first: an item that fits
+// is returned whole, so the model sees complete messages whenever it can; a longer one is cut
+// around its focus. A conversation often states a thing twice: the command and the
 // output that answers it, a value and the user's correction of it; shown side by side in their
 // order (inConversationOrder), the later one reads as what it is. An item that matches no query
 // word is never returned, so neither is a segment that only compactd's own writing matched

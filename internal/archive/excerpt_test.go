@@ -45,6 +45,16 @@ func TestCut(t *testing.T) {
 	}
 }
 
+// bestExcerpt is the first excerpt segmentExcerpts gives, the one a search shows first: its item
+// index and text, or -1 and "" when no item matches.
+func bestExcerpt(q []queryWord, items []json.RawMessage, maxBytes int) (int, string) {
+	ex := segmentExcerpts(q, items, maxBytes, 1)
+	if len(ex) == 0 {
+		return -1, ""
+	}
+	return ex[0].index, ex[0].text
+}
+
 func TestBestExcerpt(t *testing.T) {
 	items := []json.RawMessage{
 		msg("user", "nothing relevant"),
@@ -60,8 +70,11 @@ func TestBestExcerpt(t *testing.T) {
 	if idx != 2 || !strings.Contains(ex, "parseConfig") {
 		t.Errorf("best by part = %d %q", idx, ex)
 	}
-	if idx, ex := bestExcerpt(parseQuery("x"), nil, 800); idx != 0 || ex != "" {
+	if idx, ex := bestExcerpt(parseQuery("x"), nil, 800); idx != -1 || ex != "" {
 		t.Errorf("no items = %d %q", idx, ex)
+	}
+	if idx, ex := bestExcerpt(parseQuery("absent"), items, 800); idx != -1 || ex != "" {
+		t.Errorf("no match = %d %q", idx, ex)
 	}
 }
 
@@ -171,9 +184,9 @@ func TestBestExcerptChoice(t *testing.T) {
 	}
 }
 
-// BenchmarkBestExcerpt measures choosing and cutting an excerpt from a 60-item segment, the work
-// Search does for each of its hits after decrypting it.
-func BenchmarkBestExcerpt(b *testing.B) {
+// BenchmarkSegmentExcerpts measures choosing and cutting the excerpts of a 60-item segment, the
+// work Search does for each of its hits after decrypting it.
+func BenchmarkSegmentExcerpts(b *testing.B) {
 	var items []json.RawMessage
 	for i := range 60 {
 		items = append(items, msg("tool", fmt.Sprintf("internal/pkg%d/file.go:%d: func handleRequest%d(ctx context.Context) error {\n%s",
@@ -182,7 +195,7 @@ func BenchmarkBestExcerpt(b *testing.B) {
 	q := parseQuery("return type of handleRequest42")
 	b.ReportAllocs()
 	for b.Loop() {
-		bestExcerpt(q, items, 800)
+		segmentExcerpts(q, items, 800, maxItemsPerHit)
 	}
 }
 

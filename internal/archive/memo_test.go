@@ -508,7 +508,7 @@ func TestMemoMigratesV1(t *testing.T) {
 	}
 	v1 := *sqliteDialect
 	v1.migrations = v1.migrations[:1]
-	old, err := newSQLStore(ctx, db, &v1, newTestSealer())
+	old, err := openSQLStore(ctx, db, &v1, newTestSealer(), true)
 	if err != nil {
 		t.Fatal(err)
 	}

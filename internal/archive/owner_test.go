@@ -184,7 +184,7 @@ func TestOwnersMigrateV2(t *testing.T) {
 	}
 	v2 := *sqliteDialect
 	v2.migrations = v2.migrations[:2]
-	old, err := newSQLStore(ctx, db, &v2, newTestSealer())
+	old, err := openSQLStore(ctx, db, &v2, newTestSealer(), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,10 +45,6 @@ type sqlStore struct {
 	ix     *blindIndex
 }
 
-func newSQLStore(ctx context.Context, db *sql.DB, d *dialect, s Sealer) (*sqlStore, error) {
-	return openSQLStore(ctx, db, d, s, true)
-}
-
 // openSQLStore migrates the schema; without create, a database that holds no archive schema at
 // all is ErrNoArchive and is left untouched.
 func openSQLStore(ctx context.Context, db *sql.DB, d *dialect, s Sealer, create bool) (*sqlStore, error) {

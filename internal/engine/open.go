@@ -34,13 +34,6 @@ func SplitEncryptedContent(s string) (itemID, sealed string, ok bool) {
 	return itemID, sealed, ok && strings.HasPrefix(itemID, "cmp_")
 }
 
-// IsOwn reports whether encrypted_content is in compactd's format, i.e. claims to be sealed by
-// a compactd; anything else was issued by someone else (a foreign item), never by compactd.
-func IsOwn(ec string) bool {
-	_, _, ok := SplitEncryptedContent(ec)
-	return ok
-}
-
 // Open opens encrypted_content sealed under kind for tenant. givenID, when not "", is the id the
 // client sent beside it, which must match the sealed one. A signature, when sig is not "", must
 // verify first. Errors are the crypto package's (crypto.Reason names them) or ErrExpired.

@@ -26,6 +26,14 @@ import (
 // and the turn compacts the normal way. Memory and concurrency are bounded, and jobs nobody
 // collects are cancelled when they expire or are evicted.
 
+// Defaults of zero SpeculativeConfig fields.
+const (
+	DefaultSpeculativeFraction      = 0.85
+	DefaultSpeculativeMaxEntries    = 128
+	DefaultSpeculativeMaxConcurrent = 2
+	DefaultSpeculativeTTL           = 15 * time.Minute
+)
+
 // SpeculativeConfig bounds speculative compaction.
 type SpeculativeConfig struct {
 	// Fraction of the threshold at which to start (default 0.85); negative turns it off.
@@ -94,16 +102,16 @@ type speculator struct {
 
 func newSpeculator(cfg SpeculativeConfig) *speculator {
 	if cfg.Fraction == 0 {
-		cfg.Fraction = 0.85
+		cfg.Fraction = DefaultSpeculativeFraction
 	}
 	if cfg.MaxEntries <= 0 {
-		cfg.MaxEntries = 128
+		cfg.MaxEntries = DefaultSpeculativeMaxEntries
 	}
 	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = 2
+		cfg.MaxConcurrent = DefaultSpeculativeMaxConcurrent
 	}
 	if cfg.TTL <= 0 {
-		cfg.TTL = 15 * time.Minute
+		cfg.TTL = DefaultSpeculativeTTL
 	}
 	if cfg.MinGrowth == 0 && cfg.Fraction < 1 {
 		cfg.MinGrowth = (1 - cfg.Fraction) / 2

@@ -90,10 +90,5 @@ func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, sc Scope, mod
 	return 0, specResult{}
 }
 
-func rawItems(items []api.Item) []json.RawMessage {
-	out := make([]json.RawMessage, len(items))
-	for i, it := range items {
-		out[i] = it.Raw
-	}
-	return out
-}
+// rawItems is the raw JSON of items, for the memo's hashes.
+func rawItems(items []api.Item) []json.RawMessage { return api.Raws[json.RawMessage](items) }

@@ -121,7 +121,7 @@ type Config struct {
 // DefaultConfig is the full-size run: three sessions per shape mix, ten compactions.
 func DefaultConfig() Config {
 	return Config{Seed: 1, Sessions: 3, Shapes: ShapesFor(APIResponses), Checkpoints: []int{1, 3, 10}, Steps: 24, Facts: 3,
-		Turns: 3, Threshold: 2000, Retain: 32, LedgerBytes: 6144, Model: "fake-model",
+		Turns: 3, Threshold: 2000, Retain: 32, LedgerBytes: proxy.DefaultLedgerBytes, Model: "fake-model",
 		Lossy: fakeupstream.Lossy{Keep: 0.5, MaxLines: 40}}
 }
 

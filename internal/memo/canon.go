@@ -54,7 +54,6 @@ type node struct {
 type tree struct {
 	n      []node
 	stack  []int32
-	kids   []int32 // scratch for one object's children while sorting
 	out    []byte
 	frames []frame
 }
@@ -442,17 +441,11 @@ func (t *tree) open(out []byte, c int32, opaque bool, d Dialect) []byte {
 	return out
 }
 
-// Canonical returns the canonical encoding of one conversation item under dialect d: what the
+// canonical returns the canonical encoding of one conversation item under dialect d: what the
 // model sees, not how the client serialised it (see the package doc for the rules). Two items
 // the model cannot tell apart encode to the same bytes. It fails only on a bad dialect or bytes
-// that are not one valid JSON value within jsonx.MaxDepth.
-func Canonical(d Dialect, item []byte) ([]byte, error) {
-	var t tree
-	out, err := t.canonical(d, item)
-	return bytes.Clone(out), err
-}
-
-// canonical returns a view of t.out, valid until the next call.
+// that are not one valid JSON value within jsonx.MaxDepth. The result is a view of t.out, valid
+// until the next call.
 func (t *tree) canonical(d Dialect, item []byte) ([]byte, error) {
 	if !d.valid() {
 		return nil, fmt.Errorf("%w %q", ErrDialect, d)

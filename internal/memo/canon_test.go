@@ -20,6 +20,14 @@ import (
 	"github.com/compactd/compactd/internal/stackcheck"
 )
 
+// canonical is one item's canonical encoding as a Chain computes it before hashing, copied out of
+// the tree's buffer.
+func canonical(d Dialect, item []byte) ([]byte, error) {
+	var t tree
+	out, err := t.canonical(d, item)
+	return bytes.Clone(out), err
+}
+
 func TestCanonicalEqual(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -104,11 +112,11 @@ func TestCanonicalEqual(t *testing.T) {
 			`{"role":"user","content":[{"type":"text","text":"hi"}]}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ca, err := Canonical(tc.d, []byte(tc.a))
+			ca, err := canonical(tc.d, []byte(tc.a))
 			if err != nil {
 				t.Fatal(err)
 			}
-			cb, err := Canonical(tc.d, []byte(tc.b))
+			cb, err := canonical(tc.d, []byte(tc.b))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,11 +176,11 @@ func TestCanonicalDistinct(t *testing.T) {
 			`{"role":"user","content":"a\":\"b"}`, `{"role":"user","content":"a","b":""}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ca, err := Canonical(tc.d, []byte(tc.a))
+			ca, err := canonical(tc.d, []byte(tc.a))
 			if err != nil {
 				t.Fatal(err)
 			}
-			cb, err := Canonical(tc.d, []byte(tc.b))
+			cb, err := canonical(tc.d, []byte(tc.b))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,7 +196,7 @@ func TestCanonicalDistinct(t *testing.T) {
 	seen := map[string]string{}
 	for _, d := range []Dialect{Responses, Messages, Chat} {
 		for _, text := range texts {
-			c, err := Canonical(d, []byte(`{"role":"user","content":"`+text+`"}`))
+			c, err := canonical(d, []byte(`{"role":"user","content":"`+text+`"}`))
 			if err != nil {
 				t.Fatalf("%s: %v", text, err)
 			}
@@ -219,7 +227,7 @@ func TestCanonicalErrors(t *testing.T) {
 		{"dialect", Dialect("soap"), `{}`, ErrDialect},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := Canonical(tc.d, []byte(tc.item)); !errors.Is(err, tc.want) {
+			if _, err := canonical(tc.d, []byte(tc.item)); !errors.Is(err, tc.want) {
 				t.Errorf("err = %v, want %v", err, tc.want)
 			}
 			c := NewChain(tc.d)
@@ -246,7 +254,7 @@ func TestChainIsIncremental(t *testing.T) {
 	}
 	prev := Seed(Messages)
 	for i, it := range items {
-		canon, _ := Canonical(Messages, it)
+		canon, _ := canonical(Messages, it)
 		want := Hash(sha256.Sum256(append(prev[:len(prev):len(prev)], canon...)))
 		if ps[i] != want {
 			t.Fatalf("H_%d = %s, want %s", i+1, ps[i], want)
@@ -414,7 +422,7 @@ func TestCanonicalLinearInNesting(t *testing.T) {
 	}
 	// Far past the bound: refused by the iterative validator, never walked.
 	huge := strings.Repeat("[", 200_000)
-	stackcheck.Run(func() { _, errDeep = Canonical(Messages, []byte(huge)) })
+	stackcheck.Run(func() { _, errDeep = canonical(Messages, []byte(huge)) })
 	if !errors.Is(errDeep, jsonx.ErrTooDeep) {
 		t.Errorf("200k-deep item: err = %v", errDeep)
 	}
@@ -534,7 +542,7 @@ func TestMemoV1RecordsDoNotMatch(t *testing.T) {
 	// v1's H_2 of the `\ud800` conversation: its canonical items are those of this one.
 	v1 := sha256.Sum256([]byte("compactd/memo/v1\x00" + string(Messages)))
 	for _, it := range items {
-		c, err := Canonical(Messages, it)
+		c, err := canonical(Messages, it)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,6 @@ func Seed(d Dialect) Hash { return sha256.Sum256([]byte(seedDomain + string(d)))
 type Chain struct {
 	d   Dialect
 	cur Hash
-	n   int
 	t   tree
 	err error
 }
@@ -57,17 +56,12 @@ func (c *Chain) Add(item []byte) (Hash, error) {
 	h.Write(c.cur[:])
 	h.Write(canon)
 	h.Sum(c.cur[:0])
-	c.n++
 	// Large items leave large buffers behind; do not pin them for the rest of the input.
 	if cap(c.t.out) > 1<<20 {
 		c.t = tree{}
 	}
 	return c.cur, nil
 }
-
-// Sum is the current H_n; Len is n.
-func (c *Chain) Sum() Hash { return c.cur }
-func (c *Chain) Len() int  { return c.n }
 
 // Prefixes returns H_1..H_len(items): out[i] names items[0..i]. On an item that cannot be
 // canonicalised it returns the hashes before it with the error, so the caller can still look

@@ -20,7 +20,7 @@
 // # Canonical items: what the model sees, not how the client serialised it
 //
 // Real clients rewrite earlier turns between requests (see testdata/claude-code-2.1.332, a
-// captured Claude Code session, and internal/fixtures for Codex). Canonical encoding (Canonical)
+// captured Claude Code session, and internal/fixtures for Codex). Canonical encoding (canon.go)
 // therefore removes what does not reach the model and nothing else:
 //
 //   - everywhere: object key order, whitespace, and string escape spelling ("\u00e9" = "é",
@@ -135,19 +135,6 @@ func Find(ctx context.Context, m Memo, k Key, items []json.RawMessage) (Lookup, 
 	return l, errors.Join(herr, err)
 }
 
-// Nop is the memo when none is configured: nothing is recorded, every lookup misses.
-type Nop struct{}
-
-func (Nop) Record(context.Context, Key, Hash, int, []byte) error      { return nil }
-func (Nop) Longest(context.Context, Key, []Hash) (Entry, bool, error) { return Entry{}, false, nil }
-func (Nop) PutSpeculative(context.Context, Key, string, Hash, int, []byte) error {
-	return nil
-}
-func (Nop) Speculative(context.Context, Key, string, Hash) ([]byte, bool, error) {
-	return nil, false, nil
-}
-func (Nop) Forget(context.Context, string, string) (int, error) { return 0, nil }
-
 // Store is the Memo over the archive database.
 type Store struct{ s *archive.MemoStore }
 
@@ -205,7 +192,4 @@ func (m *Store) Forget(ctx context.Context, tenant, conversation string) (int, e
 	return m.s.DeleteConversation(ctx, tenant, conversation)
 }
 
-var (
-	_ Memo = Nop{}
-	_ Memo = (*Store)(nil)
-)
+var _ Memo = (*Store)(nil)

@@ -139,14 +139,3 @@ func TestFindWithBadItem(t *testing.T) {
 		t.Errorf("hit=%v items=%d prefixes=%d err=%v", l.Hit, l.Entry.Items, len(l.Prefixes), err)
 	}
 }
-
-func TestNop(t *testing.T) {
-	ctx := context.Background()
-	var m Memo = Nop{}
-	if err := m.Record(ctx, Key{}, Hash{}, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	if l, err := Find(ctx, m, Key{Dialect: Messages}, []json.RawMessage{json.RawMessage(`{}`)}); l.Hit || err != nil || len(l.Prefixes) != 1 {
-		t.Errorf("%+v %v", l, err)
-	}
-}

@@ -132,3 +132,14 @@ func (r *refReader) fill() int {
 	}
 	return shift
 }
+
+// trimEOL drops one line ending (LF, CRLF or CR) from line.
+func trimEOL(line []byte) []byte {
+	if n := len(line); n > 0 && line[n-1] == '\n' {
+		line = line[:n-1]
+	}
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line
+}

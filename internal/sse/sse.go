@@ -13,7 +13,19 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"mime"
 )
+
+// MediaType is the media type of an event stream.
+const MediaType = "text/event-stream"
+
+// IsStream reports whether a Content-Type header value names an event stream: media type
+// text/event-stream in any case, with or without parameters and surrounding whitespace. A
+// malformed parameter does not change the media type it follows.
+func IsStream(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return (err == nil || errors.Is(err, mime.ErrInvalidMediaParameter)) && mt == MediaType
+}
 
 // DefaultMaxEvent bounds one event's size (its lines together). Responses streams carry whole
 // response objects in their terminal events, so it is generous; a stream that exceeds it is
@@ -344,16 +356,6 @@ func indexEOL(b []byte) int {
 		return cr
 	}
 	return lf
-}
-
-func trimEOL(line []byte) []byte {
-	if n := len(line); n > 0 && line[n-1] == '\n' {
-		line = line[:n-1]
-	}
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	return line
 }
 
 // splitField splits "field: value" at the first colon, dropping one space after it. A line that

@@ -259,3 +259,36 @@ func TestScannerAllocs(t *testing.T) {
 		t.Errorf("%v allocations per event, %d events", allocs, n)
 	}
 }
+
+func TestIsStream(t *testing.T) {
+	for _, tc := range []struct {
+		ct   string
+		want bool
+	}{
+		{"text/event-stream", true},
+		{"text/event-stream; charset=utf-8", true},
+		{"text/event-stream;charset=UTF-8", true},
+		{"Text/Event-Stream", true}, // media types are case-insensitive (RFC 9110 §8.3.1)
+		{"TEXT/EVENT-STREAM; Charset=utf-8", true},
+		{" text/event-stream ", true},
+		{"text/event-stream ; charset=utf-8", true},
+		{"\ttext/event-stream;\tcharset=utf-8", true},
+		{"text/event-stream; charset", true}, // a malformed parameter does not change the type
+		{"text/event-stream;;", true},
+		{"text/event-stream; charset=\"utf-8", true},
+		{"", false},
+		{"application/json", false},
+		{"application/json; charset=utf-8", false},
+		{"text/plain", false},
+		{"text/event-streaming", false},
+		{"text/event-stream-v2", false},
+		{"text/event", false},
+		{"event-stream", false},
+		{"application/text/event-stream", false},
+		{"text/event-stream, application/json", false}, // not one media type
+	} {
+		if got := IsStream(tc.ct); got != tc.want {
+			t.Errorf("IsStream(%q) = %v, want %v", tc.ct, got, tc.want)
+		}
+	}
+}

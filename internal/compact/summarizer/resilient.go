@@ -44,7 +44,7 @@ func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOp
 const minProbeWait = time.Second
 
 // Defaults applied by NewResilient to zero ResilienceConfig fields (MaxConcurrent excepted: zero
-// means unlimited there, see DefaultResilienceConfig).
+// means unlimited there; DefaultMaxConcurrent is the cap compactd serve starts with).
 const (
 	DefaultMaxAttempts     = 3
 	DefaultBaseBackoff     = 500 * time.Millisecond
@@ -63,7 +63,7 @@ const (
 )
 
 // ResilienceConfig configures Resilient. Zero fields take the Default* values, except
-// MaxConcurrent, where zero means unlimited: start from DefaultResilienceConfig to get the cap.
+// MaxConcurrent, where zero means unlimited: set it (e.g. to DefaultMaxConcurrent) to get a cap.
 type ResilienceConfig struct {
 	// MaxAttempts is the number of tries per Summarize, first one included (default 3; 1
 	// disables retries).
@@ -80,7 +80,7 @@ type ResilienceConfig struct {
 	// (half-open). Default 30s.
 	BreakerCooldown time.Duration
 	// MaxConcurrent bounds the summarisations in flight, retries and their waits included
-	// (0 = unlimited; DefaultResilienceConfig sets 8).
+	// (0 = unlimited).
 	MaxConcurrent int
 	// MaxQueue bounds the callers waiting for a slot when MaxConcurrent are in flight; one more
 	// gets ErrBusy at once (default 32; negative = no waiting at all).
@@ -90,19 +90,6 @@ type ResilienceConfig struct {
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration) error
 	jitter func(n int64) int64 // uniform in [0, n)
-}
-
-// DefaultResilienceConfig returns the documented defaults, the concurrency cap included.
-func DefaultResilienceConfig() ResilienceConfig {
-	return ResilienceConfig{
-		MaxAttempts:     DefaultMaxAttempts,
-		BaseBackoff:     DefaultBaseBackoff,
-		MaxBackoff:      DefaultMaxBackoff,
-		BreakerFailures: DefaultBreakerFailures,
-		BreakerCooldown: DefaultBreakerCooldown,
-		MaxConcurrent:   DefaultMaxConcurrent,
-		MaxQueue:        DefaultMaxQueue,
-	}
 }
 
 // Resilient wraps a Summarizer with the summariser failure policy's machinery: bounded retries

@@ -104,10 +104,23 @@ func (c *fakeClock) recorded() []time.Duration {
 	return append([]time.Duration(nil), c.sleeps...)
 }
 
+// defaultConfig is the documented defaults, the concurrency cap included.
+func defaultConfig() ResilienceConfig {
+	return ResilienceConfig{
+		MaxAttempts:     DefaultMaxAttempts,
+		BaseBackoff:     DefaultBaseBackoff,
+		MaxBackoff:      DefaultMaxBackoff,
+		BreakerFailures: DefaultBreakerFailures,
+		BreakerCooldown: DefaultBreakerCooldown,
+		MaxConcurrent:   DefaultMaxConcurrent,
+		MaxQueue:        DefaultMaxQueue,
+	}
+}
+
 // testConfig returns a config on the fake clock with jitter pinned to its maximum, so waits
 // equal the backoff ceiling.
 func testConfig(c *fakeClock) ResilienceConfig {
-	cfg := DefaultResilienceConfig()
+	cfg := defaultConfig()
 	cfg.now, cfg.sleep = c.now, c.sleep
 	cfg.jitter = func(n int64) int64 { return n - 1 }
 	return cfg
@@ -687,7 +700,7 @@ func TestNewResilientDefaults(t *testing.T) {
 		c.MaxQueue != DefaultMaxQueue || r.slots != nil {
 		t.Errorf("defaults not applied: %+v", c)
 	}
-	d := NewResilient(&scripted{}, DefaultResilienceConfig())
+	d := NewResilient(&scripted{}, defaultConfig())
 	if cap(d.slots) != DefaultMaxConcurrent {
 		t.Errorf("default cap = %d", cap(d.slots))
 	}
@@ -697,7 +710,7 @@ func TestNewResilientDefaults(t *testing.T) {
 }
 
 func BenchmarkResilientOverhead(b *testing.B) {
-	r := NewResilient(&scripted{steps: []step{okStep}}, DefaultResilienceConfig())
+	r := NewResilient(&scripted{steps: []step{okStep}}, defaultConfig())
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
