@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
@@ -100,7 +101,7 @@ type chatView struct {
 // compacting turn sent upstream followed by what came after, so the prompt cache keeps hitting.
 func (s *Server) viewChat(w http.ResponseWriter, r *http.Request, req *api.ChatRequest) chatView {
 	v := chatView{msgs: req.Messages}
-	v.mem = s.engine.Remembered(r.Context(), dialectChat.engine(), s.scope(r.Context()), rawOf(api.ChatUnits(req.Messages)))
+	v.mem = s.engine.Remembered(r.Context(), dialectChat.engine(), s.scope(r.Context()), api.Raws[json.RawMessage](api.ChatUnits(req.Messages)))
 	if v.mem == nil || v.mem.Opened == nil {
 		return v
 	}
@@ -158,10 +159,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 				return
 			}
 			if d := s.chatRecallFor(r.Context(), req, v.prev, nil); d != nil {
-				s.forwardChatRecall(w, r, nil, d, chatRaw(v.msgs)) // recall_chat.go
+				s.forwardChatRecall(w, r, nil, d, api.Raws[[]byte](v.msgs)) // recall_chat.go
 				return
 			}
-			body = req.WithMessages(chatRaw(v.msgs)) // the remembered compaction, applied
+			body = req.WithMessages(api.Raws[[]byte](v.msgs)) // the remembered compaction, applied
 		}
 		forwardChat(w, r, rp, nil, body)
 		return
@@ -172,7 +173,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 		return
 	}
 	if msgs == nil && v.prev != nil {
-		msgs = chatRaw(v.msgs)
+		msgs = api.Raws[[]byte](v.msgs)
 	}
 	if d := s.chatRecallFor(r.Context(), req, v.prev, c); d != nil && msgs != nil {
 		s.forwardChatRecall(w, r, t, d, msgs)
@@ -250,14 +251,6 @@ func chatContext(kept []api.Item, w compact.Window, handoffText string, tail []a
 		o = append(o, m.Raw)
 	}
 	return o
-}
-
-func chatRaw(msgs []api.ChatMessage) [][]byte {
-	out := make([][]byte, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.Raw
-	}
-	return out
 }
 
 func gjsonRole(raw []byte) string { return gjson.GetBytes(raw, "role").Str }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -384,6 +383,3 @@ func (s *Server) markApplied(w http.ResponseWriter, r *http.Request, d dialect, 
 	s.recordMemoApplied(r, d, m)
 }
 
-// rawOf is the raw JSON of items, for the memo's hashes (api.Raws, under the name the route
-// handlers call).
-func rawOf(items []api.Item) []json.RawMessage { return api.Raws[json.RawMessage](items) }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -130,7 +131,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		transparent := trigger == "policy" && (cm == nil || cm.Compact == nil) && len(req.Blocks) == 0
 		var mem *engine.Memory
 		if transparent {
-			if mem = s.engine.Remembered(r.Context(), dialectAnthropic.engine(), s.scope(r.Context()), rawOf(api.CountItems(msgs))); mem != nil && mem.Opened != nil {
+			if mem = s.engine.Remembered(r.Context(), dialectAnthropic.engine(), s.scope(r.Context()), api.Raws[json.RawMessage](api.CountItems(msgs))); mem != nil && mem.Opened != nil {
 				view.prev, applied, changed = mem.Opened, true, true
 				msgs = memoHandoffMessages(msgs, mem.Items, mem.Opened)
 				s.markApplied(w, r, dialectAnthropic, mem)
@@ -189,7 +190,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	var changes []api.Member
 	if changed {
-		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.RawMessages(msgs))})
+		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.Raws[[]byte](msgs))})
 	}
 	if req.ContextManagement != nil && needed {
 		var keep []byte // nil removes context_management
@@ -359,7 +360,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	changes := []api.Member{{Key: "compaction", Value: nil}}
 	if changed {
-		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.RawMessages(msgs))})
+		changes = append(changes, api.Member{Key: "messages", Value: api.JSONArray(api.Raws[[]byte](msgs))})
 	}
 	if req.ContextManagement != nil {
 		var keep []byte

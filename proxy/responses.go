@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -113,7 +114,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		transparent := trigger == "policy" && req.ContextManagement == nil && req.Compaction < 0
 		var mem *engine.Memory
 		if transparent {
-			if mem = s.engine.Remembered(r.Context(), dialectOpenAI.engine(), s.scope(r.Context()), rawOf(items)); mem != nil && mem.Opened != nil {
+			if mem = s.engine.Remembered(r.Context(), dialectOpenAI.engine(), s.scope(r.Context()), api.Raws[json.RawMessage](items)); mem != nil && mem.Opened != nil {
 				prev, changed = mem.Opened, true
 				items = s.handoffAt(items[:mem.Items], items[mem.Items:], prev)
 				s.markApplied(w, r, dialectOpenAI, mem)

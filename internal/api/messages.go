@@ -579,9 +579,6 @@ func CompactionBlock(content, encryptedContent, signature string) []byte {
 	return append(b, '}')
 }
 
-// RawMessages is Raws[[]byte](msgs), under the name proxy/messages.go still calls.
-func RawMessages(msgs []Message) [][]byte { return Raws[[]byte](msgs) }
-
 // Betas returns the anthropic-beta values of h: every header line, split on commas, trimmed,
 // empty entries dropped. Clients send both forms (several lines, or one comma-joined line).
 func Betas(h http.Header) []string {
