@@ -14,6 +14,8 @@ import (
 	"errors"
 	"io"
 	"mime"
+	"strings"
+	"unicode"
 )
 
 // MediaType is the media type of an event stream.
@@ -23,6 +25,15 @@ const MediaType = "text/event-stream"
 // text/event-stream in any case, with or without parameters and surrounding whitespace. A
 // malformed parameter does not change the media type it follows.
 func IsStream(contentType string) bool {
+	switch contentType {
+	case MediaType, MediaType + "; charset=utf-8": // what upstreams send: no parse, no allocation
+		return true
+	}
+	// Any other media type (application/json, every pass-through answer) is told apart before
+	// the parse, which allocates: the media type is what comes first, less its leading space.
+	if t := strings.TrimLeftFunc(contentType, unicode.IsSpace); len(t) < len(MediaType) || !strings.EqualFold(t[:len(MediaType)], MediaType) {
+		return false
+	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	return (err == nil || errors.Is(err, mime.ErrInvalidMediaParameter)) && mt == MediaType
 }

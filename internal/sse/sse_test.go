@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"mime"
 	"strconv"
 	"strings"
 	"testing"
@@ -291,4 +292,19 @@ func TestIsStream(t *testing.T) {
 			t.Errorf("IsStream(%q) = %v, want %v", tc.ct, got, tc.want)
 		}
 	}
+}
+
+// FuzzIsStream holds IsStream's shortcuts (the common spellings, the early reject) to what
+// mime.ParseMediaType alone decides.
+func FuzzIsStream(f *testing.F) {
+	for _, s := range []string{"text/event-stream", "text/event-stream; charset=utf-8", " Text/Event-Stream;x", "\vtext/event-stream", "application/json", "text/event-streamx", "ſtext/event-stream"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ct string) {
+		mt, _, err := mime.ParseMediaType(ct)
+		want := (err == nil || errors.Is(err, mime.ErrInvalidMediaParameter)) && mt == MediaType
+		if got := IsStream(ct); got != want {
+			t.Errorf("IsStream(%q) = %v, ParseMediaType says %v", ct, got, want)
+		}
+	})
 }
