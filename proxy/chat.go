@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"slices"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
@@ -54,7 +53,8 @@ func (chatDialect) noun() string        { return "item" }
 // recent messages are kept verbatim above" — is true of Chat too: chatCompactIn keeps the same
 // window (instructions and the newest user messages) before the handoff.
 func (chatDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: chatDialect{}.String(), SealKind: chatSealKind, Handoff: handoff.Text, Memo: memo.Chat}
+	return engine.Dialect{Name: chatDialect{}.String(), SealKind: chatSealKind, Handoff: handoff.Text, Memo: memo.Chat,
+		UserMessage: api.ChatUserMessage}
 }
 
 // compactionItem is nil: Chat has no compaction item on the wire (the compaction is transparent).
@@ -110,12 +110,12 @@ func (s *Server) viewChat(w http.ResponseWriter, r *http.Request, req *api.ChatR
 	head := req.Messages[:n-tail]
 	items, _ := api.ChatItems(head)
 	win := s.engine.Partition(items, s.cfg.RetainTokens)
-	kept := s.engine.KeepWindow(nil, items, win, s.cfg.RetainTokens)
+	kept := s.engine.KeepWindow(dialectChat.engine(), nil, items, win, s.cfg.RetainTokens)
 	var text string
 	if o.Payload.Summary != "" || o.Payload.Ledger != "" {
 		text = handoff.Text(o.Payload.Summary, o.Payload.Ledger)
 	}
-	raw := chatContext(kept, win, text, req.Messages[n-tail:n])
+	raw := chatContext(kept, text, req.Messages[n-tail:n])
 	msgs := make([]api.ChatMessage, 0, len(raw)+len(req.Messages)-n)
 	for i, m := range raw {
 		// The handoff is compactd's, not the user's: a later compaction summarises it again and
@@ -218,7 +218,7 @@ func (s *Server) chatCompactIn(r *http.Request, req *api.ChatRequest, v chatView
 			Memory: v.mem, Covers: len(req.Messages),
 		},
 		finish: func(c *compaction) (int, int) {
-			o := chatContext(c.Kept, c.Window, c.Handoff, msgs[len(msgs)-c.Tail:])
+			o := chatContext(c.Kept, c.Handoff, msgs[len(msgs)-c.Tail:])
 			*out = o
 			counted := make([]api.Item, len(o))
 			for i, raw := range o {
@@ -230,19 +230,13 @@ func (s *Server) chatCompactIn(r *http.Request, req *api.ChatRequest, v chatView
 	}
 }
 
-// chatContext is the compacted Chat context: the window's kept messages (the client's own bytes;
-// the user message the retain budget shortened, which KeepWindow renders as a Responses message,
-// as a Chat string message), the handoff as one user message (when there is one), then the
-// messages kept verbatim behind it.
-func chatContext(kept []api.Item, w compact.Window, handoffText string, tail []api.ChatMessage) [][]byte {
-	idx := keptIndexes(w)
+// chatContext is the compacted Chat context: the window's kept messages (the client's own bytes,
+// and the user message the retain budget shortened, which KeepWindow writes as a Chat message),
+// the handoff as one user message (when there is one), then the messages kept verbatim behind it.
+func chatContext(kept []api.Item, handoffText string, tail []api.ChatMessage) [][]byte {
 	o := make([][]byte, 0, len(kept)+1+len(tail))
-	for j, it := range kept {
-		raw := it.Raw // a system, developer or user message: the client's bytes
-		if j < len(idx) && idx[j] == w.Truncated {
-			raw = api.ChatUserMessage(api.MessageText(it.Raw))
-		}
-		o = append(o, raw)
+	for _, it := range kept {
+		o = append(o, it.Raw)
 	}
 	if handoffText != "" {
 		o = append(o, api.ChatUserMessage(handoffText))
@@ -255,11 +249,6 @@ func chatContext(kept []api.Item, w compact.Window, handoffText string, tail []a
 
 func gjsonRole(raw []byte) string { return gjson.GetBytes(raw, "role").Str }
 
-// keptIndexes are the indexes a window keeps verbatim, in order: the order KeepWindow renders
-// them in.
-func keptIndexes(w compact.Window) []int {
-	return slices.Sorted(slices.Values(append(slices.Clone(w.Instructions), w.Retained...)))
-}
 
 // chatTools is what the upstream reads as the request's tools: tools, or the deprecated
 // functions.

@@ -103,7 +103,7 @@ func (s *Server) handoffAt(before, after []api.Item, o *engine.Opened) []api.Ite
 	head := before[:len(before)-tail]
 	w := s.engine.Partition(head, s.cfg.RetainTokens)
 	out := make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1+tail+len(after))
-	out = s.engine.KeepWindow(out, head, w, s.cfg.RetainTokens)
+	out = s.engine.KeepWindow(dialectOpenAI.engine(), out, head, w, s.cfg.RetainTokens)
 	if o.Payload.Summary != "" || o.Payload.Ledger != "" {
 		out = append(out, handoffItem(handoff.Text(o.Payload.Summary, o.Payload.Ledger)))
 	}

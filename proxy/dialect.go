@@ -71,7 +71,8 @@ func (responsesDialect) String() string      { return "openai" }
 func (responsesDialect) policyRoute() string { return compact.RouteResponses }
 func (responsesDialect) noun() string        { return "item" }
 func (responsesDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: responsesDialect{}.String(), SealKind: sealKind, Handoff: handoff.Text, Memo: memo.Responses}
+	return engine.Dialect{Name: responsesDialect{}.String(), SealKind: sealKind, Handoff: handoff.Text, Memo: memo.Responses,
+		UserMessage: api.UserMessage}
 }
 func (responsesDialect) compactionItem(c *engine.Compaction) []byte {
 	return api.CompactionItem(c.ID, c.EncryptedContent)
@@ -105,10 +106,16 @@ func (messagesDialect) String() string      { return "anthropic" }
 func (messagesDialect) policyRoute() string { return compact.RouteMessages }
 func (messagesDialect) noun() string        { return "block" }
 func (messagesDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: messagesDialect{}.String(), SealKind: anthropicSealKind, Handoff: handoff.MessagesText, Memo: memo.Messages}
+	return engine.Dialect{Name: messagesDialect{}.String(), SealKind: anthropicSealKind, Handoff: handoff.MessagesText, Memo: memo.Messages,
+		UserMessage: messagesUserMessage}
 }
 func (messagesDialect) compactionItem(c *engine.Compaction) []byte {
 	return api.CompactionBlock(c.Summary, c.EncryptedContent, c.Signature)
+}
+
+// messagesUserMessage is a Messages user message of one text block.
+func messagesUserMessage(text string) []byte {
+	return api.AnthropicMessage("user", [][]byte{api.TextBlock(text)})
 }
 
 // pingEvent keeps a committed Messages stream alive while the summariser runs.

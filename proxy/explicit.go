@@ -44,7 +44,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 	// output: the retained user messages, then exactly one compaction item, last. The client sends
 	// [...output, new message] next, and the handoff rebuilds the same context from it.
 	output := make([]json.RawMessage, 0, len(c.Window.Retained)+1)
-	for _, it := range s.engine.KeepWindow(nil, items, userOnly(c.Window), s.cfg.RetainTokens) {
+	for _, it := range s.engine.KeepWindow(dialectOpenAI.engine(), nil, items, userOnly(c.Window), s.cfg.RetainTokens) {
 		output = append(output, it.Raw)
 	}
 	output = append(output, c.item)

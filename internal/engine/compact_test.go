@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -71,7 +72,7 @@ func testEngine(t *testing.T, sum summarizer.Summarizer, mutate func(*Config)) (
 	return e, obs
 }
 
-var responsesDialect = Dialect{Name: "openai", SealKind: "openai.compaction", Handoff: handoff.Text, Memo: memo.Responses}
+var responsesDialect = Dialect{Name: "openai", SealKind: "openai.compaction", Handoff: handoff.Text, Memo: memo.Responses, UserMessage: api.UserMessage}
 
 func msg(role, text string) api.Item {
 	b := api.AppendString([]byte(`{"type":"message","role":`), role)
@@ -220,4 +221,42 @@ func TestCompactCapsTheSummary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// KeepWindow writes the one retained message it shortens in the dialect's own form (the engine
+// speaks no dialect), and keeps it whole for a dialect that gives no UserMessage.
+func TestKeepWindowWritesTheDialectsMessage(t *testing.T) {
+	e, _ := testEngine(t, nil, nil)
+	long := strings.Repeat("please keep refactoring the parser ", 200)
+	items := []api.Item{
+		{Raw: []byte(`{"role":"user","content":` + string(mustJSONString(long)) + `}`), Type: "message", Role: "user"},
+	}
+	w := e.Partition(items, 50)
+	if w.Truncated != 0 {
+		t.Fatalf("window %+v: want the one user message shortened", w)
+	}
+	chat := Dialect{Name: "chat", UserMessage: api.ChatUserMessage}
+	for _, tc := range []struct {
+		name  string
+		d     Dialect
+		check func(raw string) bool
+	}{
+		{"chat", chat, func(raw string) bool {
+			return strings.HasPrefix(raw, `{"role":"user","content":"`) && len(raw) < len(items[0].Raw)
+		}},
+		{"responses", responsesDialect, func(raw string) bool {
+			return strings.HasPrefix(raw, `{"type":"message","role":"user","content":[{"type":"input_text"`) && len(raw) < len(items[0].Raw)
+		}},
+		{"no renderer", Dialect{Name: "raw"}, func(raw string) bool { return raw == string(items[0].Raw) }},
+	} {
+		kept := e.KeepWindow(tc.d, nil, items, w, 50)
+		if len(kept) != 1 || !tc.check(string(kept[0].Raw)) {
+			t.Errorf("%s: kept %d items: %.120q", tc.name, len(kept), raws(kept))
+		}
+	}
+}
+
+func mustJSONString(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
 }

@@ -168,6 +168,10 @@ type Dialect struct {
 	Handoff func(summary, ledger string) string
 	// Memo is the dialect's canonicalisation in the conversation memo ("": no memo).
 	Memo memo.Dialect
+	// UserMessage renders a user message of text in the dialect's wire form: what KeepWindow
+	// writes for the one retained message it shortens. The engine writes no dialect's JSON of
+	// its own; with no UserMessage that message is kept whole.
+	UserMessage func(text string) []byte
 }
 
 // Request is one compaction, dialect-neutral.
@@ -346,7 +350,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 			return nil, err
 		}
 	}
-	c.Kept = e.KeepWindow(make([]api.Item, 0, len(w.Instructions)+len(w.Retained)), items, w, in.Retain)
+	c.Kept = e.KeepWindow(in.Dialect, make([]api.Item, 0, len(w.Instructions)+len(w.Retained)), items, w, in.Retain)
 	after, replacedUnits := in.Finish(c)
 	if replaced > 0 && !in.Explicit && in.TokensBefore > 0 && after >= in.TokensBefore {
 		return nil, fmt.Errorf("%w: %d tokens after against %d before", ErrNotSmaller, after, in.TokensBefore)
@@ -419,8 +423,9 @@ func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Aut
 }
 
 // KeepWindow appends, in their original order, the items a window keeps verbatim: instructions
-// and retained user messages (the one that had to be shortened, shortened).
-func (e *Engine) KeepWindow(out, items []api.Item, w compact.Window, retain int) []api.Item {
+// and retained user messages (the one that had to be shortened, shortened, written by
+// d.UserMessage in the dialect's own form).
+func (e *Engine) KeepWindow(d Dialect, out, items []api.Item, w compact.Window, retain int) []api.Item {
 	keep := make(map[int]bool, len(w.Instructions)+len(w.Retained))
 	for _, i := range w.Instructions {
 		keep[i] = true
@@ -432,9 +437,9 @@ func (e *Engine) KeepWindow(out, items []api.Item, w compact.Window, retain int)
 		if !keep[i] {
 			continue
 		}
-		if i == w.Truncated {
+		if i == w.Truncated && d.UserMessage != nil {
 			text := compact.TruncateMiddle(api.MessageText(it.Raw), retain, e.cfg.Counter)
-			it = api.Item{Raw: api.UserMessage(text), Type: "message", Role: "user"}
+			it = api.Item{Raw: d.UserMessage(text), Type: "message", Role: "user"}
 		}
 		out = append(out, it)
 	}
