@@ -249,7 +249,6 @@ func chatContext(kept []api.Item, handoffText string, tail []api.ChatMessage) []
 
 func gjsonRole(raw []byte) string { return gjson.GetBytes(raw, "role").Str }
 
-
 // chatTools is what the upstream reads as the request's tools: tools, or the deprecated
 // functions.
 func chatTools(req *api.ChatRequest) []byte {

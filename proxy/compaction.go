@@ -382,4 +382,3 @@ func (s *Server) markApplied(w http.ResponseWriter, r *http.Request, d dialect, 
 	w.Header().Set(compactionHeader, fmt.Sprintf("applied; id=%s; items=%d", m.Opened.ID, m.Items))
 	s.recordMemoApplied(r, d, m)
 }
-

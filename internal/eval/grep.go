@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/tidwall/gjson"
-
-	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
 // The grep column: the "grep over the raw log" baseline of the compaction literature ("Lost in
@@ -16,60 +14,8 @@ import (
 // recorded them) or in the raw history the client had sent compactd by then (every item of the
 // session: what compactd archives). It is computed from those bytes, never from the planted
 // facts: a value the session never carried, or carried only inside an opaque compaction item,
-// does not count.
-
-// plumbing are the JSON keys whose strings no model reads as text: ids, types, roles, statuses,
-// sealed payloads. Leaving them out keeps a value from being "found" inside a base64 blob or an
-// id.
-var plumbing = map[string]bool{
-	"type": true, "role": true, "id": true, "call_id": true, "status": true, "tool_use_id": true,
-	"tool_call_id": true, "encrypted_content": true, "signature": true, "cache_control": true,
-	"media_type": true, "detail": true, "phase": true, "model": true, "prompt_cache_key": true,
-}
-
-// modelKeys are the top-level members of a request the model reads: Responses instructions and
-// input, Messages system and messages, Chat messages.
-var modelKeys = [...]string{"instructions", "system", "input", "messages"}
-
-// appendText appends every string of doc (but plumbing) to b, one a line. A document deeper
-// than jsonx.MaxDepth is skipped: the walk recurses per level.
-func appendText(b *strings.Builder, doc []byte) {
-	if jsonx.CheckDepth(doc, jsonx.MaxDepth) != nil {
-		return
-	}
-	walkText(gjson.ParseBytes(doc), b)
-}
-
-// appendRequestText appends the text the model reads of one request body (modelKeys).
-func appendRequestText(b *strings.Builder, body []byte) {
-	if jsonx.CheckDepth(body, jsonx.MaxDepth) != nil {
-		return
-	}
-	root := gjson.ParseBytes(body)
-	for _, k := range modelKeys {
-		walkText(root.Get(k), b)
-	}
-}
-
-func walkText(r gjson.Result, b *strings.Builder) {
-	switch {
-	case r.Type == gjson.String:
-		b.WriteString(r.Str)
-		b.WriteByte('\n')
-	case r.IsObject():
-		r.ForEach(func(k, v gjson.Result) bool {
-			if !plumbing[k.Str] {
-				walkText(v, b)
-			}
-			return true
-		})
-	case r.IsArray():
-		r.ForEach(func(_, v gjson.Result) bool {
-			walkText(v, b)
-			return true
-		})
-	}
-}
+// does not count. Both are read as the fake model reads a request (fakeupstream.RequestText,
+// fakeupstream.Text): strings only, ids, types and sealed payloads left out.
 
 // rawLogText is the text of a client history (the items, messages or blocks it sent).
 func rawLogText[T any](history []T) string {
@@ -79,7 +25,7 @@ func rawLogText[T any](history []T) string {
 		if err != nil {
 			continue
 		}
-		appendText(&b, raw)
+		b.WriteString(fakeupstream.Text(raw))
 	}
 	return b.String()
 }
@@ -92,7 +38,7 @@ func grepFound(answer, rawLog string, turn [][]byte) (found, inContext bool) {
 	}
 	var b strings.Builder
 	for _, body := range turn {
-		appendRequestText(&b, body)
+		b.WriteString(fakeupstream.RequestText(body))
 	}
 	inContext = strings.Contains(b.String(), answer)
 	return inContext || strings.Contains(rawLog, answer), inContext

@@ -119,6 +119,14 @@ func costCell(c Cost) string {
 
 // grepPoints is the grep row: per checkpoint, the highest grep count of the configurations
 // (they search the same raw log; their question turns' contexts differ).
+// grepCell is the grep bound's cell for one fact kind: found/asked, "-" when none was asked.
+func (p Point) grepCell(kind string) string {
+	if n := p.KindFacts[kind]; n > 0 {
+		return fmt.Sprintf("%d/%d", p.GrepByKind[kind], n)
+	}
+	return "-"
+}
+
 func grepPoints(rows []Row, checkpoints int) []Point {
 	out := make([]Point, checkpoints)
 	for _, row := range rows {
@@ -231,11 +239,7 @@ func writeKindText(b *strings.Builder, rows []Row, at int, lowest bool) {
 	}
 	fmt.Fprintf(b, "%-18s", label)
 	for _, k := range Kinds {
-		cell := "-"
-		if n := g.KindFacts[k]; n > 0 {
-			cell = fmt.Sprintf("%d/%d", g.GrepByKind[k], n)
-		}
-		fmt.Fprintf(b, " %17s", cell)
+		fmt.Fprintf(b, " %17s", g.grepCell(k))
 	}
 	b.WriteByte('\n')
 }
@@ -557,11 +561,7 @@ func (r *Report) writeKindHTML(b *strings.Builder, at int) {
 	g := grepPoints(r.Rows, len(r.Config.Checkpoints))[at]
 	fmt.Fprintf(b, "<tr class=\"bound\"><td>%s</td>", grepLabel)
 	for _, k := range Kinds {
-		cell := "-"
-		if n := g.KindFacts[k]; n > 0 {
-			cell = fmt.Sprintf("%d/%d", g.GrepByKind[k], n)
-		}
-		fmt.Fprintf(b, "<td>%s</td>", cell)
+		fmt.Fprintf(b, "<td>%s</td>", g.grepCell(k))
 	}
 	b.WriteString("</tr></table>\n")
 }

@@ -62,6 +62,32 @@ func (c *call) contextText() string {
 	return b.String()
 }
 
+// RequestText is the text a model reads of a request body (what the fake's Answerer is given):
+// every string of its instructions, system, input or messages, one a line, protocol plumbing
+// (structuralKeys) left out. A body deeper than jsonx.MaxDepth gives "": the walk recurses.
+func RequestText(body []byte) string {
+	if jsonx.CheckDepth(body, jsonx.MaxDepth) != nil {
+		return ""
+	}
+	root := gjson.ParseBytes(body)
+	var b strings.Builder
+	for _, k := range [...]string{"instructions", "system", "input", "messages"} {
+		walkStrings(root.Get(k), &b)
+	}
+	return b.String()
+}
+
+// Text is every string of one JSON document the way RequestText reads a request: one a line,
+// plumbing left out, "" past jsonx.MaxDepth.
+func Text(doc []byte) string {
+	if jsonx.CheckDepth(doc, jsonx.MaxDepth) != nil {
+		return ""
+	}
+	var b strings.Builder
+	walkStrings(gjson.ParseBytes(doc), &b)
+	return b.String()
+}
+
 func walkStrings(r gjson.Result, b *strings.Builder) {
 	switch {
 	case r.Type == gjson.String:

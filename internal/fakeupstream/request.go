@@ -264,7 +264,7 @@ func parseCallDirective(s string) *toolCall {
 // would read, so they are left out of the token estimate.
 var structuralKeys = map[string]bool{
 	"type": true, "role": true, "id": true, "call_id": true, "status": true, "tool_use_id": true,
-	"media_type": true, "detail": true, "signature": true, "encrypted_content": true,
+	"tool_call_id": true, "media_type": true, "detail": true, "signature": true, "encrypted_content": true,
 	"cache_control": true, "phase": true,
 }
 
