@@ -215,12 +215,14 @@ func segmentExcerpts(q []queryWord, items []json.RawMessage, maxBytes, n int) []
 	m := newMatcher(contentWords(q))
 	type scored struct {
 		index int
+		text  string
 		m     itemMatch
 	}
 	all := make([]scored, 0, len(items))
 	for i, it := range items {
-		if r := m.match(itemText(it)); r.score > 0 {
-			all = append(all, scored{i, r})
+		text := itemText(it)
+		if r := m.match(text); r.score > 0 {
+			all = append(all, scored{i, text, r})
 		}
 	}
 	if len(all) == 0 {
@@ -244,7 +246,7 @@ func segmentExcerpts(q []queryWord, items []json.RawMessage, maxBytes, n int) []
 	}
 	out := make([]itemExcerpt, len(chosen))
 	for k, c := range chosen {
-		out[k] = itemExcerpt{c.index, cut(itemText(items[c.index]), c.m.ms, c.m.me, maxBytes)}
+		out[k] = itemExcerpt{c.index, cut(c.text, c.m.ms, c.m.me, maxBytes)}
 	}
 	return out
 }
