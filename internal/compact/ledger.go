@@ -151,18 +151,17 @@ func (c *ledgerCollector) item(it api.Item) {
 			return
 		}
 		text := renderContent(v.Get("content"))
-		// compactd's own summary (a handoff, or the summary an agent's compaction got from
-		// compactd): its ledger is carried, its lines are no facts.
-		own := it.Handoff || handoff.Original(text) == ""
-		var carried string
-		if p := ledgerStart(text); p >= 0 {
-			text, carried = text[:p], text[p:]
-		}
-		if !own && !isInjectedContext(text) {
-			c.userSaid(handoff.Original(text))
-		}
-		if carried != "" {
-			c.carry(carried)
+		// A summary (a handoff, one holding compactd's ledger, an agent's own; handoff.Original):
+		// its ledger is carried, its lines are no facts. Anything else is what the user said, up
+		// to a quoted recall result.
+		orig := handoff.Original(text)
+		switch {
+		case it.Handoff || orig == "":
+			if p := ledgerStart(text); p >= 0 {
+				c.carry(text[p:])
+			}
+		case !isInjectedContext(orig):
+			c.userSaid(orig)
 		}
 	case "function_call":
 		c.toolCall(v.Get("name").Str, v.Get("arguments").Str, v.Get("call_id").Str)
