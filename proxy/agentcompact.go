@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"strconv"
 	"strings"
@@ -206,10 +207,10 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 				w.Header().Del(agentCompactionHeader)
 				return false // the agent's own request, as it came: the model summarises
 			case errors.Is(err, engine.ErrNotSmaller):
-				compactionFailure(err).writeTo(w, dialectAnthropic, mt.t)
+				writeFaultTo(w, dialectAnthropic, mt.t, compactionFailure(err))
 			default:
-				s.writeAnthropicError(w, mt, compactionError(http.StatusBadRequest, "invalid_request_error",
-					"compaction_nothing_to_summarize", "messages holds no user or assistant content to summarize."))
+				writeFaultTo(w, dialectAnthropic, mt.t, fault.InvalidParam("", fault.CodeCompactionNothing,
+					"messages holds no user or assistant content to summarize."))
 			}
 			return true
 		}
@@ -220,7 +221,7 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 			return true
 		}
 		if e := compactionFailure(err); e != nil {
-			e.writeTo(w, dialectAnthropic, mt.t)
+			writeFaultTo(w, dialectAnthropic, mt.t, e)
 		}
 		return true
 	}
@@ -386,7 +387,7 @@ func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, re
 			return true
 		}
 		if e := compactionFailure(err); e != nil {
-			e.writeTo(w, dialectOpenAI, t)
+			writeFaultTo(w, dialectOpenAI, t, e)
 		}
 		return true
 	}

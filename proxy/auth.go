@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/compactd/compactd/internal/fault"
 	"math"
 	"net/http"
 	"os"
@@ -262,10 +263,8 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, raw, canon
 	t := s.cfg.Tenants.match(clientKey(r.Header))
 	if t == nil {
 		s.metrics.authFailure()
-		(&routeError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-			AnthropicType: "authentication_error", AnthropicCode: "-",
-			Message:          "Incorrect API key provided: present a compactd client key issued to your tenant.",
-			AnthropicMessage: "invalid x-api-key: present a compactd client key issued to your tenant"}).write(w, d)
+		writeFault(w, d, &fault.Fault{Kind: fault.Unauthenticated, Code: fault.CodeInvalidAPIKey,
+			Message: "present a compactd client key issued to your tenant."})
 		return nil, false
 	}
 	if t.limiter != nil {
@@ -273,9 +272,8 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, raw, canon
 			wait := res.Delay()
 			res.Cancel()
 			retry := time.Duration(math.Ceil(wait.Seconds())) * time.Second
-			(&routeError{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
-				AnthropicType: "rate_limit_error", AnthropicCode: "-", RetryAfter: retry,
-				Message: "This tenant's request rate limit on compactd is exceeded; retry after " + strconv.Itoa(int(retry.Seconds())) + "s."}).write(w, d)
+			writeFault(w, d, &fault.Fault{Kind: fault.RateLimited, Code: fault.CodeTenantRateLimited, RetryAfter: retry,
+				Message: "This tenant's request rate limit on compactd is exceeded; retry after " + strconv.Itoa(int(retry.Seconds())) + "s."})
 			return nil, false
 		}
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"math"
 	"net/http"
@@ -111,9 +112,8 @@ var errBudgetExceeded = errors.New("compactd: too many request bytes in flight")
 // compactd's own load, not anything this client did (429 says "you are sending too much", and
 // with tenants on it is the per-tenant rate limit's answer); both SDKs retry a 503 and honour its
 // Retry-After. Anthropic's envelope says overloaded_error, the type its own API uses for load.
-func (s *Server) budgetExceeded() *routeError {
-	return &routeError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "server_overloaded",
-		AnthropicType: "overloaded_error", AnthropicCode: "-", RetryAfter: budgetRetryAfter, Close: true,
+func (s *Server) budgetExceeded() *fault.Fault {
+	return &fault.Fault{Kind: fault.Overloaded, Code: fault.CodeServerOverloaded, RetryAfter: budgetRetryAfter, Close: true,
 		Message: fmt.Sprintf("compactd is holding its limit of %d bytes of request bodies in flight; retry shortly, or raise --max-inflight-body-bytes (COMPACTD_MAX_INFLIGHT_BODY_BYTES).", s.budget.limit)}
 }
 
@@ -253,7 +253,7 @@ func (s *Server) holdRebuild(r *http.Request) bool {
 
 func (s *Server) budgetRefused(w http.ResponseWriter, d dialect) {
 	s.metrics.budgetRefused()
-	s.budgetExceeded().write(w, d)
+	writeFault(w, d, s.budgetExceeded())
 }
 
 // budgetBody reserves a chunked body's bytes (and what its route reserves beside them) as they are read. A

@@ -9,6 +9,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/sse"
@@ -48,6 +49,7 @@ var dialectChat dialect = chatDialect{}
 func (chatDialect) String() string      { return "chat" }
 func (chatDialect) policyRoute() string { return compact.RouteChat }
 func (chatDialect) noun() string        { return "item" }
+func (chatDialect) held() string        { return "messages" }
 
 // engine: the handoff is the Responses text. Its one claim about the window — "the user's most
 // recent messages are kept verbatim above" — is true of Chat too: chatCompactIn keeps the same
@@ -64,7 +66,7 @@ func (chatDialect) compactionItem(*engine.Compaction) []byte { return nil }
 func (chatDialect) keepAlive(bool) []byte {
 	return []byte(": compactd is compacting the conversation\n\n")
 }
-func (chatDialect) renderError(e *routeError) wireError { return e.openAI() }
+func (chatDialect) renderError(f *fault.Fault) wireError { return api.OpenAIFault(f) }
 
 // terminal: a Chat Completions stream ends with `data: [DONE]` (an error chunk ends it too).
 func (chatDialect) terminal(data []byte) bool {
@@ -76,7 +78,9 @@ func (chatDialect) modifyResponse(s *Server) func(*http.Response) error { return
 // Completions stream carries when it fails (the openai SDKs' stream decoders end the stream with
 // an error on a chunk with an "error" member). No [DONE] follows it: a client that reads chunks
 // without checking for errors must not take the stream for a finished, empty answer.
-func (chatDialect) errorEvent(e *routeError, _ *turn) []byte { return chatErrorChunk(e.openAI()) }
+func (chatDialect) errorEvent(f *fault.Fault, _ *turn) []byte {
+	return chatErrorChunk(api.OpenAIFault(f))
+}
 
 func chatErrorChunk(e *api.OpenAIError) []byte { return sse.AppendEvent(nil, "", e.Body()) }
 
@@ -129,14 +133,13 @@ func (s *Server) viewChat(w http.ResponseWriter, r *http.Request, req *api.ChatR
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Handler) {
-	body, e := s.readBody(w, r)
-	if e != nil {
-		e.Write(w)
+	body, ok := s.readBody(w, r, dialectChat)
+	if !ok {
 		return
 	}
 	req, err := api.ParseChatRequest(body)
 	if err != nil {
-		openAIBodyError(err).Write(w)
+		writeFault(w, dialectChat, bodyFault(err))
 		return
 	}
 	limit, trigger := s.cfg.Policy.ForRoute(dialectChat.policyRoute()).Effective(compact.Threshold{})

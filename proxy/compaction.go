@@ -13,6 +13,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/sse"
 )
@@ -30,7 +31,7 @@ func newID(prefix string) string { return engine.NewID(prefix) }
 // signature (signed Messages blocks; "" for none). A failure is logged and counted by reason and
 // answered with a 400 in d's envelope that says what went wrong and what to do; the request
 // goes no further.
-func (s *Server) openCompaction(ctx context.Context, d dialect, param, ec, givenID, sig string) (*engine.Opened, *routeError) {
+func (s *Server) openCompaction(ctx context.Context, d dialect, param, ec, givenID, sig string) (*engine.Opened, *fault.Fault) {
 	o, err := s.engine.Open(ec, givenID, d.engine().SealKind, s.tenantOf(ctx), sig)
 	if err == nil {
 		return o, nil
@@ -41,40 +42,40 @@ func (s *Server) openCompaction(ctx context.Context, d dialect, param, ec, given
 	return nil, openError(d, param, reason, err)
 }
 
-// openError is the 400 for a compaction that did not open, by engine.Reason.
-func openError(d dialect, param, reason string, err error) *routeError {
+// openError is the 400 for a compaction that did not open, by engine.Reason; n is what d calls a
+// compaction ("item" or "block").
+func openError(d dialect, param, reason string, err error) *fault.Fault {
 	n := d.noun()
-	e := &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_encrypted_content",
-		AnthropicCode: "-", Param: param}
+	f := &fault.Fault{Code: fault.CodeInvalidEncryptedContent, Param: param}
 	var se *engine.SignatureError
 	switch {
 	case reason == "expired":
-		e.Code, e.AnthropicCode = "compaction_"+n+"_expired", ""
-		e.Message = strings.Replace(expiredMessage, "item", n, 1)
-		return e
+		f.Code = fault.CodeCompactionExpired
+		f.Message = strings.Replace(expiredMessage, "item", n, 1)
+		return f
 	case errors.As(err, &se):
-		e.AnthropicCode = "compaction_signature_invalid"
-		e.Message = "the compaction " + n + "'s signature does not verify; send the " + n + " back byte-exact, as compactd returned it."
-		return e
+		f.Code = fault.CodeCompactionSignatureInvalid
+		f.Message = "the compaction " + n + "'s signature does not verify; send the " + n + " back byte-exact, as compactd returned it."
+		return f
 	}
-	e.Message = map[string]string{
+	f.Message = map[string]string{
 		"unknown_key":  "The compaction " + n + " was sealed with a key this compactd does not have. If keys were rotated, add the old key to the keyring as a retired key; otherwise start a new conversation.",
 		"wrong_tenant": "The compaction " + n + " was issued to a different tenant and cannot be used here.",
 		"tampered":     "The compaction " + n + " failed its integrity check: its encrypted_content or id was modified. Send the " + n + " back exactly as it was returned.",
 	}[reason]
-	if e.Message == "" {
-		e.Message = "The compaction " + n + "'s encrypted_content is not a compaction " + n + " issued by compactd (it is truncated or not in compactd's format). Send the " + n + " back exactly as it was returned."
+	if f.Message == "" {
+		f.Message = "The compaction " + n + "'s encrypted_content is not a compaction " + n + " issued by compactd (it is truncated or not in compactd's format). Send the " + n + " back exactly as it was returned."
 	}
-	return e
+	return f
 }
 
 // openItem opens the Responses compaction item at input[k].
-func (s *Server) openItem(ctx context.Context, items []api.Item, k int) (*engine.Opened, *routeError) {
+func (s *Server) openItem(ctx context.Context, items []api.Item, k int) (*engine.Opened, *fault.Fault) {
 	param := fmt.Sprintf("input[%d].encrypted_content", k)
 	raw := items[k].Raw
 	ec := gjson.GetBytes(raw, "encrypted_content")
 	if ec.Type != gjson.String || ec.Str == "" {
-		return nil, &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_encrypted_content", Param: param,
+		return nil, &fault.Fault{Code: fault.CodeInvalidEncryptedContent, Param: param,
 			Message: "The compaction item has no encrypted_content; send the item back exactly as compactd returned it."}
 	}
 	given := gjson.GetBytes(raw, "id")
@@ -213,7 +214,7 @@ func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactI
 func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turn, trigger string, in compactIn) (c *compaction, answered bool) {
 	if !s.holdCompaction(r) {
 		s.metrics.budgetRefused()
-		s.budgetExceeded().writeTo(w, in.dialect, t)
+		writeFaultTo(w, in.dialect, t, s.budgetExceeded())
 		return nil, true
 	}
 	var ka *keepAlive
@@ -232,8 +233,8 @@ func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *
 		if !t.committed && s.passThroughOnFailure(w, in.dialect, err) {
 			return nil, false // forward the turn as it came
 		}
-		if e := compactionFailure(err); e != nil {
-			e.writeTo(w, in.dialect, t)
+		if f := compactionFailure(err); f != nil {
+			writeFaultTo(w, in.dialect, t, f)
 		}
 		return nil, true
 	}
@@ -307,14 +308,14 @@ func callerCredentials(h http.Header) http.Header {
 // 429s and a known wait is passed on as Retry-After; a compaction out of time is a 504; any
 // other summariser failure is a 502 on OpenAI routes and Anthropic's transient 529
 // overloaded_error on Messages. nil when the client went away: there is nobody to answer.
-func compactionFailure(err error) *routeError {
+func compactionFailure(err error) *fault.Fault {
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	if errors.Is(err, engine.ErrNotSmaller) {
 		// An explicit compaction (the others go on uncompacted): the client asked, and there is
 		// no compaction worth issuing.
-		return &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "compaction_not_smaller",
+		return &fault.Fault{Code: fault.CodeCompactionNotSmaller,
 			Message: "compactd did not compact the conversation: the summariser's answer came back larger than the conversation it was to summarise, " +
 				"so the compaction would only make later requests larger. Nothing was changed; retry, or check that the summariser model (--summarizer-model) follows its output budget."}
 	}
@@ -323,24 +324,20 @@ func compactionFailure(err error) *routeError {
 	}
 	var te *engine.TimeoutError
 	if errors.As(err, &te) {
-		return &routeError{Status: http.StatusGatewayTimeout, Type: "server_error", AnthropicType: "timeout_error",
-			Code: "compaction_timeout", Message: te.Message()}
+		return &fault.Fault{Kind: fault.Timeout, Code: fault.CodeCompactionTimeout, Message: te.Message()}
 	}
 	p := engine.PushbackOf(err)
-	msg := "compactd could not summarise the conversation (" + p.Why() + "); nothing was changed, " + p.RetryWhen()
+	f := &fault.Fault{Kind: fault.Unavailable, Code: fault.CodeCompactionUnavailable, RetryAfter: p.After,
+		Message: "compactd could not summarise the conversation (" + p.Why() + "); nothing was changed, " + p.RetryWhen() + "."}
 	if p.RateLimited {
-		return &routeError{Status: http.StatusTooManyRequests, Type: "requests", AnthropicType: "rate_limit_error",
-			Code: "rate_limit_exceeded", AnthropicCode: "compaction_unavailable", RetryAfter: p.After, Message: msg, AnthropicMessage: msg + "."}
+		f.Kind = fault.RateLimited
 	}
-	return &routeError{Status: http.StatusBadGateway, Type: "server_error", Code: "compaction_failed",
-		AnthropicStatus: 529, AnthropicType: "overloaded_error", AnthropicCode: "compaction_unavailable",
-		RetryAfter: p.After, Message: msg, AnthropicMessage: msg + "."}
+	return f
 }
 
 // compactionBusy answers a full compaction queue.
-func compactionBusy() *routeError {
-	return &routeError{Status: http.StatusTooManyRequests, Type: "requests", AnthropicType: "rate_limit_error",
-		Code: "rate_limit_exceeded", AnthropicCode: "-", RetryAfter: 2 * time.Second,
+func compactionBusy() *fault.Fault {
+	return &fault.Fault{Kind: fault.RateLimited, Code: fault.CodeCompactionBusy, RetryAfter: 2 * time.Second,
 		Message: "compactd is running as many compactions as it allows and its queue is full; retry shortly."}
 }
 

@@ -2,11 +2,11 @@ package proxy
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/memo"
 	"github.com/tidwall/gjson"
@@ -33,12 +33,14 @@ type dialect interface {
 	// keepAlive is the bytes that hold a committed stream open while compactd compacts.
 	keepAlive(first bool) []byte
 	// renderError is e in the dialect's error envelope.
-	renderError(e *routeError) wireError
+	renderError(f *fault.Fault) wireError
 	// errorEvent is e as the stream's terminal error event, once a stream is committed; t is
 	// the turn (sequence numbers and the response id, where the dialect has them).
-	errorEvent(e *routeError, t *turn) []byte
+	errorEvent(f *fault.Fault, t *turn) []byte
 	// noun is what the dialect calls a compaction in messages: "item" or "block".
 	noun() string
+	// held is what the client holds of a conversation, for a message that says it is still good.
+	held() string
 	// terminal reports whether an SSE event's (trimmed) data ends the dialect's stream normally,
 	// so a stream that stops before one broke off (the stream guard).
 	terminal(data []byte) bool
@@ -70,6 +72,7 @@ type responsesDialect struct{}
 func (responsesDialect) String() string      { return "openai" }
 func (responsesDialect) policyRoute() string { return compact.RouteResponses }
 func (responsesDialect) noun() string        { return "item" }
+func (responsesDialect) held() string        { return "items" }
 func (responsesDialect) engine() engine.Dialect {
 	return engine.Dialect{Name: responsesDialect{}.String(), SealKind: sealKind, Handoff: handoff.Text, Memo: memo.Responses,
 		UserMessage: api.UserMessage}
@@ -82,7 +85,7 @@ func (responsesDialect) compactionItem(c *engine.Compaction) []byte {
 func (responsesDialect) keepAlive(bool) []byte {
 	return []byte(": compactd is compacting the conversation\n\n")
 }
-func (responsesDialect) renderError(e *routeError) wireError { return e.openAI() }
+func (responsesDialect) renderError(f *fault.Fault) wireError { return api.OpenAIFault(f) }
 func (responsesDialect) terminal(data []byte) bool {
 	switch eventType(data) {
 	case "response.completed", "response.failed", "response.incomplete", "error":
@@ -91,12 +94,12 @@ func (responsesDialect) terminal(data []byte) bool {
 	return false
 }
 func (responsesDialect) modifyResponse(s *Server) func(*http.Response) error { return s.modifyResponse }
-func (responsesDialect) errorEvent(e *routeError, t *turn) []byte {
+func (responsesDialect) errorEvent(f *fault.Fault, t *turn) []byte {
 	seq, id := 0, ""
 	if t != nil {
 		seq, id = t.nextSeq(), t.responseID
 	}
-	return e.openAI().SSE(seq, id)
+	return api.OpenAIFault(f).SSE(seq, id)
 }
 
 // messagesDialect is the Anthropic Messages API.
@@ -105,6 +108,7 @@ type messagesDialect struct{}
 func (messagesDialect) String() string      { return "anthropic" }
 func (messagesDialect) policyRoute() string { return compact.RouteMessages }
 func (messagesDialect) noun() string        { return "block" }
+func (messagesDialect) held() string        { return "messages and compaction blocks" }
 func (messagesDialect) engine() engine.Dialect {
 	return engine.Dialect{Name: messagesDialect{}.String(), SealKind: anthropicSealKind, Handoff: handoff.MessagesText, Memo: memo.Messages,
 		UserMessage: messagesUserMessage}
@@ -121,9 +125,9 @@ func messagesUserMessage(text string) []byte {
 // pingEvent keeps a committed Messages stream alive while the summariser runs.
 var pingEvent = api.AppendSSE(nil, "ping", []byte(`{"type": "ping"}`))
 
-func (messagesDialect) keepAlive(bool) []byte                    { return pingEvent }
-func (messagesDialect) renderError(e *routeError) wireError      { return e.anthropic() }
-func (messagesDialect) errorEvent(e *routeError, _ *turn) []byte { return e.anthropic().SSE() }
+func (messagesDialect) keepAlive(bool) []byte                     { return pingEvent }
+func (messagesDialect) renderError(f *fault.Fault) wireError      { return anthropicFault(f) }
+func (messagesDialect) errorEvent(f *fault.Fault, _ *turn) []byte { return anthropicFault(f).SSE() }
 func (messagesDialect) terminal(data []byte) bool {
 	switch eventType(data) {
 	case "message_stop", "error":
@@ -135,71 +139,28 @@ func (messagesDialect) modifyResponse(s *Server) func(*http.Response) error {
 	return s.modifyMessagesResponse
 }
 
-// routeError is an error compactd answers itself, dialect-neutral; the route's dialect renders
-// it (renderError, errorEvent). Param locates the problem in the request: OpenAI's error.param,
-// and on Anthropic the "path: " the message starts with.
-type routeError struct {
-	Status  int
-	Type    string // error.type in both envelopes, unless AnthropicType is set
-	Code    string // OpenAI's error.code; also Anthropic's details.error_code unless AnthropicCode is set
-	Param   string
-	Message string
-	// AnthropicStatus, AnthropicType and AnthropicCode override Status, Type and Code in
-	// Anthropic's envelope (AnthropicCode "-": no error_code).
-	AnthropicStatus              int
-	AnthropicType, AnthropicCode string
-	// AnthropicMessage, when set, is the message in Anthropic's envelope.
-	AnthropicMessage string
-	RetryAfter       time.Duration
-	// Close asks the client to close the connection: the request body was not (all) read.
-	Close bool
-}
-
-// write answers e as an HTTP response in d's envelope.
-func (e *routeError) write(w http.ResponseWriter, d dialect) {
-	if e.Close {
+// writeFault answers f as an HTTP response in d's envelope.
+func writeFault(w http.ResponseWriter, d dialect, f *fault.Fault) {
+	if f.Close {
 		w.Header().Set("Connection", "close")
 	}
-	d.renderError(e).Write(w)
+	d.renderError(f).Write(w)
 }
 
-// writeTo answers e in d's envelope: as an HTTP response, or, once t's stream is committed, as
-// the stream's error event.
-func (e *routeError) writeTo(w http.ResponseWriter, d dialect, t *turn) {
+// writeFaultTo answers f in d's envelope: as an HTTP response, or, once t's stream is committed,
+// as the stream's error event.
+func writeFaultTo(w http.ResponseWriter, d dialect, t *turn, f *fault.Fault) {
 	if t != nil && t.committed {
-		_, _ = w.Write(d.errorEvent(e, t))
+		_, _ = w.Write(d.errorEvent(f, t))
 		_ = http.NewResponseController(w).Flush()
 		return
 	}
-	e.write(w, d)
+	writeFault(w, d, f)
 }
 
-func (e *routeError) openAI() *api.OpenAIError {
-	return &api.OpenAIError{Status: e.Status, Type: e.Type, Code: e.Code, Param: e.Param, Message: e.Message, RetryAfter: e.RetryAfter}
-}
-
-func (e *routeError) anthropic() *api.AnthropicError {
-	status, typ, code, msg := e.Status, e.Type, e.Code, e.Message
-	if e.AnthropicStatus != 0 {
-		status = e.AnthropicStatus
-	}
-	if e.AnthropicType != "" {
-		typ = e.AnthropicType
-	}
-	if e.AnthropicCode != "" {
-		code = e.AnthropicCode
-	}
-	if code == "-" {
-		code = ""
-	}
-	if e.AnthropicMessage != "" {
-		msg = e.AnthropicMessage
-	}
-	if e.Param != "" {
-		msg = e.Param + ": " + msg
-	}
-	return &api.AnthropicError{Status: status, Type: typ, ErrorCode: code, Message: msg,
-		RequestID: engine.NewID("req_compactd_"), RetryAfter: e.RetryAfter}
+// anthropicFault is f in Anthropic's envelope, with a request id of compactd's own.
+func anthropicFault(f *fault.Fault) *api.AnthropicError {
+	return api.AnthropicFault(f, engine.NewID("req_compactd_"))
 }
 
 // eventType is the "type" member of an event's JSON object data ("" for anything else).

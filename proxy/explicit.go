@@ -10,6 +10,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/fault"
 )
 
 // The two explicit compaction routes: POST /v1/responses/compact (v1, JSON) and a Responses turn
@@ -23,21 +24,21 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Model == "" {
-		api.InvalidRequest("model", "missing_required_parameter", "Missing required parameter: 'model'.").Write(w)
+		writeFault(w, dialectOpenAI, fault.InvalidParam("model", fault.CodeMissingParameter, "Missing required parameter: 'model'."))
 		return
 	}
 	if req.Trigger >= 0 {
-		api.InvalidRequest("input", "invalid_value", "A compaction_trigger item is not valid on /v1/responses/compact, which always compacts.").Write(w)
+		writeFault(w, dialectOpenAI, fault.InvalidParam("input", fault.CodeInvalidValue, "A compaction_trigger item is not valid on /v1/responses/compact, which always compacts."))
 		return
 	}
 	if !req.HasInput() {
-		api.InvalidRequest("input", "missing_required_parameter",
-			"compactd needs the conversation in input: previous_response_id chains keep their state upstream, where compactd cannot compact it.").Write(w)
+		writeFault(w, dialectOpenAI, fault.InvalidParam("input", fault.CodeMissingParameter,
+			"compactd needs the conversation in input: previous_response_id chains keep their state upstream, where compactd cannot compact it."))
 		return
 	}
 	c, e := s.runExplicit(r, "compact_endpoint", req, items, prev)
 	if e != nil {
-		e.write(w, dialectOpenAI)
+		writeFault(w, dialectOpenAI, e)
 		return
 	}
 	s.compacted(r, dialectOpenAI, "compact_endpoint", c)
@@ -64,7 +65,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) {
 // replace it still issues exactly one (empty) item, without a summariser call, because clients
 // require one. A summary that came back no smaller than what it would replace is refused with
 // 400 compaction_not_smaller (compactionFailure).
-func (s *Server) runExplicit(r *http.Request, trigger string, req *api.ResponsesRequest, items []api.Item, prev *engine.Opened) (*compaction, *routeError) {
+func (s *Server) runExplicit(r *http.Request, trigger string, req *api.ResponsesRequest, items []api.Item, prev *engine.Opened) (*compaction, *fault.Fault) {
 	if !s.holdCompaction(r) {
 		s.metrics.budgetRefused()
 		return nil, s.budgetExceeded()
@@ -76,7 +77,7 @@ func (s *Server) runExplicit(r *http.Request, trigger string, req *api.Responses
 		if e := compactionFailure(err); e != nil {
 			return nil, e
 		}
-		return nil, &routeError{Status: 499, Type: "invalid_request_error", Message: "client closed request"}
+		return nil, &fault.Fault{Kind: fault.ClientClosed, Message: "client closed request"}
 	}
 	return c, nil
 }
@@ -115,7 +116,7 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 	if !req.Stream {
 		c, e := s.runExplicit(r, "compaction_trigger", req, items, prev)
 		if e != nil {
-			e.write(w, dialectOpenAI)
+			writeFault(w, dialectOpenAI, e)
 			return
 		}
 		s.compacted(r, dialectOpenAI, "compaction_trigger", c)
@@ -160,9 +161,9 @@ func (s *Server) handleTrigger(w http.ResponseWriter, r *http.Request, req *api.
 		switch {
 		case e == nil: // client gone
 		case committed:
-			_, _ = w.Write(e.openAI().SSE(seq, respID))
+			_, _ = w.Write(api.OpenAIFault(e).SSE(seq, respID))
 		default:
-			e.write(w, dialectOpenAI)
+			writeFault(w, dialectOpenAI, e)
 		}
 		return
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"strconv"
 	"strings"
@@ -97,9 +98,9 @@ func (s *Server) foreignResponses(w http.ResponseWriter, req *api.ResponsesReque
 	}
 	if s.cfg.ForeignItems == ForeignReject {
 		s.foreignRejected(dialectOpenAI, len(idx))
-		api.InvalidRequest(where[0]+".encrypted_content", "foreign_compaction_item", fmt.Sprintf(
+		writeFault(w, dialectOpenAI, fault.InvalidParam(where[0]+".encrypted_content", "foreign_compaction_item", fmt.Sprintf(
 			"%s is a %s item compactd did not issue (its encrypted_content is not in compactd's cmp_… format; it was most likely issued by OpenAI before this conversation was routed through compactd), so compactd cannot open it. Remove it from input, or run compactd with --foreign-items drop (COMPACTD_FOREIGN_ITEMS=drop) to drop such items and continue without the history they replaced.",
-			strings.Join(where, ", "), req.Items[idx[0]].Type)).Write(w)
+			strings.Join(where, ", "), req.Items[idx[0]].Type)))
 		return nil, false
 	}
 	kept := make([][]byte, 0, len(req.Items)-len(idx))
@@ -114,7 +115,7 @@ func (s *Server) foreignResponses(w http.ResponseWriter, req *api.ResponsesReque
 	out, err := api.ParseResponsesRequest(req.WithInput(kept, false))
 	if err != nil {
 		// Cannot happen (the items were skimmed once already); refuse rather than guess.
-		openAIBodyError(err).Write(w)
+		writeFault(w, dialectOpenAI, bodyFault(err))
 		return nil, false
 	}
 	s.foreignDropped(w, dialectOpenAI, len(idx), strings.Join(where, ","))
@@ -125,7 +126,7 @@ func (s *Server) foreignResponses(w http.ResponseWriter, req *api.ResponsesReque
 // request: under drop it returns a shallow copy of req whose messages lack them (a message left
 // empty is removed, as with compactd's own consumed blocks) and true; with none it returns req
 // and false. Under reject it returns the 400.
-func (s *Server) foreignMessages(w http.ResponseWriter, req *api.MessagesRequest) (*api.MessagesRequest, bool, *api.AnthropicError) {
+func (s *Server) foreignMessages(w http.ResponseWriter, req *api.MessagesRequest) (*api.MessagesRequest, bool, *fault.Fault) {
 	var foreign []api.BlockRef
 	for _, ref := range req.Blocks {
 		b := gjson.ParseBytes(req.Messages[ref.Message].Blocks[ref.Block].Raw)
@@ -145,9 +146,9 @@ func (s *Server) foreignMessages(w http.ResponseWriter, req *api.MessagesRequest
 	}
 	if s.cfg.ForeignItems == ForeignReject {
 		s.foreignRejected(dialectAnthropic, len(foreign))
-		return nil, false, compactionError(http.StatusBadRequest, "invalid_request_error", "foreign_compaction_block", fmt.Sprintf(
+		return nil, false, &fault.Fault{Code: "foreign_compaction_block", Message: fmt.Sprintf(
 			"%s: a compaction block compactd did not issue (its encrypted_content is not in compactd's cmp_… format; it was most likely issued by Anthropic's server-side compaction before this conversation was routed through compactd), so compactd cannot open it. Remove it from messages, or run compactd with --foreign-items drop (COMPACTD_FOREIGN_ITEMS=drop) to drop such blocks and continue without the history they replaced.",
-			strings.Join(where, ", ")))
+			strings.Join(where, ", "))}
 	}
 	drop := make(map[api.BlockRef]bool, len(foreign))
 	for _, ref := range foreign {
@@ -198,7 +199,7 @@ func (s *Server) foreignRejected(d dialect, n int) {
 
 // resolveBlocksForeign is resolveBlocks after the foreign-items policy: foreign blocks are
 // dropped (or refused) first, so only compactd's own blocks are opened.
-func (s *Server) resolveBlocksForeign(ctx context.Context, w http.ResponseWriter, req *api.MessagesRequest) (msgView, *api.AnthropicError) {
+func (s *Server) resolveBlocksForeign(ctx context.Context, w http.ResponseWriter, req *api.MessagesRequest) (msgView, *fault.Fault) {
 	req, dropped, e := s.foreignMessages(w, req)
 	if e != nil {
 		return msgView{}, e

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"slices"
 	"strings"
@@ -25,14 +26,13 @@ func checkMethod(w http.ResponseWriter, r *http.Request, d dialect) bool {
 	if slices.Contains(proxiedMethods, r.Method) {
 		return true
 	}
-	e := &routeError{Status: http.StatusNotImplemented, Type: "invalid_request_error", Code: "method_not_implemented",
-		AnthropicCode: "-", Close: r.ContentLength != 0,
+	f := &fault.Fault{Kind: fault.NotImplemented, Code: fault.CodeMethodNotImplemented, Close: r.ContentLength != 0,
 		Message: "compactd does not proxy the " + quoteMethod(r.Method) + " method; it serves " + allowHeader + "."}
 	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
-		e.Status, e.Code = http.StatusMethodNotAllowed, "method_not_allowed"
+		f.Kind, f.Code = fault.MethodNotAllowed, fault.CodeMethodNotAllowed
 		w.Header().Set("Allow", allowHeader)
 	}
-	e.write(w, d)
+	writeFault(w, d, f)
 	return false
 }
 

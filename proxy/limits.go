@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"net"
 	"net/http"
@@ -33,9 +34,8 @@ func (s *Server) checkHeaders(w http.ResponseWriter, r *http.Request, d dialect)
 	if s.cfg.MaxHeaderBytes <= 0 || headerBytes(r) <= s.cfg.MaxHeaderBytes {
 		return true
 	}
-	(&routeError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error", Code: "request_headers_too_large",
-		AnthropicCode: "-", // Anthropic's envelope has carried no error_code for this
-		Message:       fmt.Sprintf("The request headers exceed compactd's limit of %d bytes; raise --max-header-bytes (COMPACTD_MAX_HEADER_BYTES) if this is expected.", s.cfg.MaxHeaderBytes)}).write(w, d)
+	writeFault(w, d, &fault.Fault{Kind: fault.HeadersTooLarge, Code: fault.CodeHeadersTooLarge,
+		Message: fmt.Sprintf("The request headers exceed compactd's limit of %d bytes; raise --max-header-bytes (COMPACTD_MAX_HEADER_BYTES) if this is expected.", s.cfg.MaxHeaderBytes)})
 	return false
 }
 
@@ -49,14 +49,13 @@ func (s *Server) checkHeaders(w http.ResponseWriter, r *http.Request, d dialect)
 // that stall for a while and then catch up.
 const DefaultBodyReadTimeout = 5 * time.Minute
 
-func (s *Server) bodyTooLarge() *routeError {
-	return &routeError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-		AnthropicType: "request_too_large", AnthropicCode: "-", Close: true,
+func (s *Server) bodyTooLarge() *fault.Fault {
+	return &fault.Fault{Kind: fault.TooLarge, Code: fault.CodeRequestTooLarge, Close: true,
 		Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes)}
 }
 
-func (s *Server) bodyTimeout() *routeError {
-	return &routeError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_body_timeout", Close: true,
+func (s *Server) bodyTimeout() *fault.Fault {
+	return &fault.Fault{Kind: fault.BodyTimeout, Code: fault.CodeBodyTimeout, Close: true,
 		Message: fmt.Sprintf("compactd did not receive the whole request body within %s of its headers; send it faster, or raise --body-read-timeout (COMPACTD_BODY_READ_TIMEOUT).", s.cfg.BodyReadTimeout)}
 }
 
@@ -67,7 +66,7 @@ func (s *Server) checkDeclaredLength(w http.ResponseWriter, r *http.Request, d d
 	if r.ContentLength <= s.cfg.MaxBodyBytes {
 		return true
 	}
-	s.bodyTooLarge().write(w, d)
+	writeFault(w, d, s.bodyTooLarge())
 	return false
 }
 

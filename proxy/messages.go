@@ -3,8 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
+	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"slices"
 
@@ -76,7 +75,7 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy,
 	}
 	cm, e := api.ParseMessagesContextManagement(req.ContextManagement)
 	if e != nil {
-		s.writeAnthropicError(w, nil, e)
+		writeFault(w, dialectAnthropic, e)
 		return nil, nil, false
 	}
 	return req, cm, true
@@ -92,15 +91,15 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	onDemand := req.Compaction != nil && string(bytes.TrimSpace(req.Compaction)) != "null"
 	var instructions string
 	if onDemand {
-		var e *api.AnthropicError
+		var e *fault.Fault
 		if instructions, e = api.ParseCompactionConfig(req.Compaction); e != nil {
-			s.writeAnthropicError(w, nil, e)
+			writeFault(w, dialectAnthropic, e)
 			return
 		}
 	}
 	view, e := s.resolveBlocksForeign(r.Context(), w, req)
 	if e != nil {
-		s.writeAnthropicError(w, nil, e)
+		writeFault(w, dialectAnthropic, e)
 		return
 	}
 	if onDemand {
@@ -215,41 +214,16 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 // answered with a 400 and never forwarded: forwarding it unchecked would carry whatever
 // compaction blocks it holds past compactd. On failure it has answered the client.
 func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *api.MessagesRequest, bool) {
-	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			s.writeAnthropicError(w, nil, &api.AnthropicError{Status: http.StatusRequestEntityTooLarge, Type: "request_too_large",
-				Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes)})
-			return nil, nil, false
-		}
-		if errors.Is(err, errBodyReadTimeout) {
-			s.bodyTimeout().write(w, dialectAnthropic)
-			return nil, nil, false
-		}
-		if errors.Is(err, errBudgetExceeded) {
-			s.budgetRefused(w, dialectAnthropic)
-			return nil, nil, false
-		}
-		s.writeAnthropicError(w, nil, &api.AnthropicError{Status: http.StatusBadRequest, Type: "invalid_request_error",
-			Message: "compactd could not read the request body: " + err.Error()})
+	body, ok := s.readBody(w, r, dialectAnthropic)
+	if !ok {
 		return nil, nil, false
 	}
 	req, err := api.ParseMessagesRequest(body)
 	if err != nil {
-		s.writeAnthropicError(w, nil, anthropicBodyError(err))
+		writeFault(w, dialectAnthropic, bodyFault(err))
 		return nil, nil, false
 	}
 	return body, req, true
-}
-
-// anthropicBodyError is the 400 for a body the skim refused, in Anthropic's "path: problem" form.
-func anthropicBodyError(err error) *api.AnthropicError {
-	msg := err.Error()
-	if errors.Is(err, api.ErrInvalidJSON) {
-		msg = "compactd could not parse the request body: " + msg
-	}
-	return &api.AnthropicError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: msg}
 }
 
 // messagesNeedCompactd reports whether compactd has anything to do with the request.
@@ -334,7 +308,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	view, e := s.resolveBlocksForeign(r.Context(), w, req)
 	if e != nil {
-		s.writeAnthropicError(w, nil, e)
+		writeFault(w, dialectAnthropic, e)
 		return
 	}
 	msgs, changed := view.msgs, view.changed
@@ -370,23 +344,4 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		changes = append(changes, api.Member{Key: "context_management", Value: keep})
 	}
 	s.forwardMessages(w, r, mt, req.Rewrite(changes...))
-}
-
-// writeAnthropicError answers e, as an HTTP response or, once mt's stream is committed, as an
-// SSE error event. Errors compactd produces carry a request id of their own.
-func (s *Server) writeAnthropicError(w http.ResponseWriter, mt *msgTurn, e *api.AnthropicError) {
-	if e.RequestID == "" {
-		e.RequestID = newID("req_compactd_")
-	}
-	if mt != nil && mt.t.committed {
-		_, _ = w.Write(e.SSE())
-		_ = http.NewResponseController(w).Flush()
-		return
-	}
-	e.Write(w)
-}
-
-// compactionError is the Anthropic error with details.error_code for the on-demand error codes.
-func compactionError(status int, typ, code, msg string) *api.AnthropicError {
-	return &api.AnthropicError{Status: status, Type: typ, ErrorCode: code, Message: msg}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"slices"
 
@@ -33,7 +34,7 @@ type msgView struct {
 // the last block with content is the one in force. Its content must match the sealed summary
 // (unless edited summaries are allowed). Every message before it, and every block before it in
 // its message, is dropped, and the block becomes a user text message: the handoff.
-func (s *Server) resolveBlocks(ctx context.Context, req *api.MessagesRequest) (msgView, *api.AnthropicError) {
+func (s *Server) resolveBlocks(ctx context.Context, req *api.MessagesRequest) (msgView, *fault.Fault) {
 	if len(req.Blocks) == 0 {
 		return msgView{msgs: req.Messages}, nil
 	}
@@ -56,39 +57,39 @@ func (s *Server) resolveBlocks(ctx context.Context, req *api.MessagesRequest) (m
 	signed := signedAt >= 0
 	if signed {
 		if len(withContent) > 1 {
-			return msgView{}, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_block_ambiguous",
+			return msgView{}, fault.InvalidParam("", "compaction_block_ambiguous",
 				fmt.Sprintf("messages holds %d compaction blocks with content; with on-demand compaction send only the block the conversation returned last, as the first block of messages.", len(withContent)))
 		}
 		ref = withContent[signedAt]
 		if ref.Message != 0 || ref.Block != 0 {
-			return msgView{}, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_block_misplaced",
+			return msgView{}, fault.InvalidParam("", "compaction_block_misplaced",
 				fmt.Sprintf("%s: a signed compaction block must be the first block of the first message.", ref.Path()))
 		}
 	}
 	if req.Messages[ref.Message].Role == "system" {
-		return msgView{}, compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_block_misplaced",
+		return msgView{}, fault.InvalidParam("", "compaction_block_misplaced",
 			fmt.Sprintf("%s: a compaction block cannot be in a system message.", ref.Path()))
 	}
 	o, e := s.openBlock(ctx, req.Messages[ref.Message].Blocks[ref.Block].Raw, ref, signed)
 	if e != nil {
-		return msgView{}, e.anthropic()
+		return msgView{}, e
 	}
 	s.metrics.handoffApplied(dialectAnthropic.String())
 	return msgView{msgs: handoffMessages(req.Messages, ref, o), prev: o, changed: true}, nil
 }
 
 // openBlock verifies (when signed) and opens one compaction block and checks its content.
-func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, signed bool) (*engine.Opened, *routeError) {
+func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, signed bool) (*engine.Opened, *fault.Fault) {
 	path := ref.Path()
 	b := gjson.ParseBytes(raw)
 	content := b.Get("content")
 	if content.Type != gjson.String {
-		return nil, &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: path + ".content", Message: "Input should be a valid string"}
+		return nil, fault.InvalidParam(path+".content", "", "Input should be a valid string")
 	}
 	ec := b.Get("encrypted_content")
 	if ec.Type != gjson.String || ec.Str == "" {
-		return nil, &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: path + ".encrypted_content",
-			Message: "the compaction block has no encrypted_content; send the block back exactly as compactd returned it."}
+		return nil, fault.InvalidParam(path+".encrypted_content", "",
+			"the compaction block has no encrypted_content; send the block back exactly as compactd returned it.")
 	}
 	sig := ""
 	if signed {
@@ -102,8 +103,8 @@ func (s *Server) openBlock(ctx context.Context, raw []byte, ref api.BlockRef, si
 	}
 	if content.Str != o.Payload.Summary {
 		if !s.cfg.AllowEditedSummaries {
-			return nil, &routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "compaction_content_mismatch", Param: path + ".content",
-				Message: "the compaction block's content differs from the summary compactd issued; send the block back unchanged."}
+			return nil, fault.InvalidParam(path+".content", fault.CodeCompactionContentMismatch,
+				"the compaction block's content differs from the summary compactd issued; send the block back unchanged.")
 		}
 		o.Summary = content.Str
 	}
@@ -275,10 +276,10 @@ func (s *Server) messagesCompactIn(r *http.Request, req *api.MessagesRequest, ms
 // summarised into a signed block and nothing is sampled.
 func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *api.MessagesRequest, view msgView, instructions string) {
 	mt := &msgTurn{t: &turn{stream: req.Stream}}
-	nothing := compactionError(http.StatusBadRequest, "invalid_request_error", "compaction_nothing_to_summarize",
+	nothing := fault.InvalidParam("", "compaction_nothing_to_summarize",
 		"messages holds no user or assistant content to summarize.")
 	if len(api.MessageItems(view.msgs)) == 0 {
-		s.writeAnthropicError(w, nil, nothing)
+		writeFault(w, dialectAnthropic, nothing)
 		return
 	}
 	if !s.holdCompaction(r) {
@@ -298,9 +299,9 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 		s.compactionNotMade(r, dialectAnthropic, "on_demand", req.Model, err)
 		switch e := compactionFailure(err); {
 		case errors.Is(err, errNothingToCompact) || errors.Is(err, summarizer.ErrNothingToSummarize):
-			s.writeAnthropicError(w, mt, nothing)
+			writeFaultTo(w, dialectAnthropic, mt.t, nothing)
 		case e != nil:
-			e.writeTo(w, dialectAnthropic, mt.t)
+			writeFaultTo(w, dialectAnthropic, mt.t, e)
 		}
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -134,7 +135,7 @@ func (s *Server) upstreamError(d dialect) func(http.ResponseWriter, *http.Reques
 			return
 		}
 		s.log.Warn("upstream request failed", "api", d.String(), "path", r.URL.Path, "err", err)
-		upstreamUnavailable(d).writeTo(w, d, turnFrom(r.Context()))
+		writeFaultTo(w, d, turnFrom(r.Context()), upstreamUnavailable(d))
 	}
 }
 
@@ -147,9 +148,9 @@ func (s *Server) bodyError(w http.ResponseWriter, r *http.Request, err error, d 
 	var tooBig *http.MaxBytesError
 	switch {
 	case bodyTimedOut(r.Context()):
-		s.bodyTimeout().write(w, d)
+		writeFault(w, d, s.bodyTimeout())
 	case errors.As(err, &tooBig):
-		s.bodyTooLarge().write(w, d)
+		writeFault(w, d, s.bodyTooLarge())
 	default:
 		return false
 	}
@@ -157,14 +158,13 @@ func (s *Server) bodyError(w http.ResponseWriter, r *http.Request, err error, d 
 }
 
 // upstreamUnavailable is the answer when the upstream cannot be reached.
-func upstreamUnavailable(d dialect) *routeError {
-	which := "upstream URL"
+func upstreamUnavailable(d dialect) *fault.Fault {
+	which := "--upstream"
 	if d == dialectAnthropic {
-		which = "Anthropic upstream URL"
+		which = "--anthropic-upstream"
 	}
-	return &routeError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
-		AnthropicType: "api_error", AnthropicCode: "-",
-		Message: "compactd could not reach the upstream API; check the " + which + " and that it is reachable, then retry"}
+	return &fault.Fault{Kind: fault.Upstream, Code: fault.CodeUpstreamUnavailable,
+		Message: "compactd could not reach the upstream API; check the URL compactd is configured with (" + which + ") and that it is reachable, then retry"}
 }
 
 // withBody is r for the upstream with body in place of the client's (compactd read the client's

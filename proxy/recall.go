@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"net/http"
 	"net/url"
@@ -218,10 +219,10 @@ type recallFailure struct {
 	cut    bool   // the stream broke off before its end
 }
 
-// routeError is a failed round as compactd's own error in d: the upstream unreachable, its
+// fault is a failed round as compactd's own error in d: the upstream unreachable, its
 // stream cut, or an answer compactd cannot pass on (compacted: this turn compacted, so the
 // client is told its items are still good).
-func (f recallFailure) routeError(d dialect, compacted bool) *routeError {
+func (f recallFailure) fault(d dialect, compacted bool) *fault.Fault {
 	switch {
 	case f.err != nil:
 		return upstreamUnavailable(d)

@@ -372,7 +372,7 @@ func (d *chatRecall) failure(f recallFailure) *api.OpenAIError {
 	if f.status != 0 && f.err == nil {
 		return upstreamErrorFromBody(f.status, f.body)
 	}
-	return f.routeError(dialectChat, false).openAI()
+	return api.OpenAIFault(f.fault(dialectChat, false))
 }
 
 func (d *chatRecall) writeError(w http.ResponseWriter, r *http.Request, f recallFailure) {

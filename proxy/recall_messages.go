@@ -407,7 +407,7 @@ func (d *messagesRecall) answer(items []recallItem, results []string) {
 }
 
 func (d *messagesRecall) failure(f recallFailure) *api.AnthropicError {
-	return f.routeError(dialectAnthropic, d.mt.block != nil).anthropic()
+	return anthropicFault(f.fault(dialectAnthropic, d.mt.block != nil))
 }
 
 func (d *messagesRecall) writeError(w http.ResponseWriter, r *http.Request, f recallFailure) {

@@ -219,7 +219,7 @@ func (d *responsesRecall) failure(f recallFailure) *api.OpenAIError {
 	if f.status != 0 && f.err == nil {
 		return upstreamErrorFromBody(f.status, f.body)
 	}
-	return f.routeError(dialectOpenAI, d.t.item != nil).openAI()
+	return api.OpenAIFault(f.fault(dialectOpenAI, d.t.item != nil))
 }
 
 func (d *responsesRecall) writeError(w http.ResponseWriter, r *http.Request, f recallFailure) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"net/http"
 
@@ -16,57 +17,56 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 )
 
-// readBody reads a request body under the configured limit.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api.OpenAIError) {
+// readBody reads a request body under the configured limit. On failure it has answered the
+// client in d's envelope: 413 past the size limit, 408 past the read deadline, 503 past the
+// in-flight budget, 400 for a body that could not be read.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]byte, bool) {
 	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &api.OpenAIError{
-				Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-				Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes),
-			}
-		}
-		if errors.Is(err, errBodyReadTimeout) {
-			return nil, s.bodyTimeout().openAI()
-		}
-		if errors.Is(err, errBudgetExceeded) {
-			return nil, s.budgetExceeded().openAI()
-		}
-		return nil, api.InvalidRequest("", "", "compactd could not read the request body: "+err.Error())
+	if err == nil {
+		return body, true
 	}
-	return body, nil
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeFault(w, d, s.bodyTooLarge())
+	case errors.Is(err, errBodyReadTimeout):
+		writeFault(w, d, s.bodyTimeout())
+	case errors.Is(err, errBudgetExceeded):
+		s.budgetRefused(w, d)
+	default:
+		writeFault(w, d, &fault.Fault{Message: "compactd could not read the request body: " + err.Error()})
+	}
+	return nil, false
 }
 
 // parseResponses reads and skims a Responses request body and applies the handoff of the latest
 // compaction item it carries. On failure it has answered the client.
 func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.ResponsesRequest, []api.Item, *engine.Opened, bool) {
-	body, e := s.readBody(w, r)
-	if e != nil {
-		e.Write(w)
+	body, ok := s.readBody(w, r, dialectOpenAI)
+	if !ok {
 		return nil, nil, nil, false
 	}
 	req, err := api.ParseResponsesRequest(body)
 	if err != nil {
-		openAIBodyError(err).Write(w)
+		writeFault(w, dialectOpenAI, bodyFault(err))
 		return nil, nil, nil, false
 	}
 	// Foreign compaction items (OpenAI's own, say) are dropped or refused before anything else
 	// reads the input: see foreign.go.
-	req, ok := s.foreignResponses(w, req)
+	req, ok = s.foreignResponses(w, req)
 	if !ok {
 		return nil, nil, nil, false
 	}
 	items := req.Items
 	if req.Trigger >= 0 {
 		if req.Trigger != len(items)-1 {
-			api.InvalidRequest(fmt.Sprintf("input[%d]", req.Trigger), "invalid_value",
-				"A compaction_trigger item must be the last item of input.").Write(w)
+			writeFault(w, dialectOpenAI, fault.InvalidParam(fmt.Sprintf("input[%d]", req.Trigger), fault.CodeInvalidValue,
+				"A compaction_trigger item must be the last item of input."))
 			return nil, nil, nil, false
 		}
 		if gjson.GetBytes(items[req.Trigger].Raw, "id").Exists() {
-			api.InvalidRequest(fmt.Sprintf("input[%d].id", req.Trigger), "invalid_value",
-				"A compaction_trigger item must not carry an id.").Write(w)
+			writeFault(w, dialectOpenAI, fault.InvalidParam(fmt.Sprintf("input[%d].id", req.Trigger), fault.CodeInvalidValue,
+				"A compaction_trigger item must not carry an id."))
 			return nil, nil, nil, false
 		}
 		items = items[:req.Trigger]
@@ -75,7 +75,7 @@ func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.Re
 	if req.Compaction >= 0 && req.Compaction < len(items) {
 		o, e := s.openItem(r.Context(), items, req.Compaction)
 		if e != nil {
-			e.write(w, dialectOpenAI)
+			writeFault(w, dialectOpenAI, e)
 			return nil, nil, nil, false
 		}
 		prev = o
@@ -101,7 +101,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if req.ContextManagement != nil {
 		var err error
 		if th, err = compact.ParseContextManagement(req.ContextManagement); err != nil {
-			writeParamError(w, err, "context_management")
+			writeFault(w, dialectOpenAI, paramFault(err, "context_management"))
 			return
 		}
 	}
@@ -191,31 +191,31 @@ func rawItems(items []api.Item, strip bool) [][]byte {
 	return out
 }
 
-// openAIBodyError is the 400 for a body the skim refused: nothing of it is forwarded. param
-// locates the problem (input[3].content[1]) when there is one.
-func openAIBodyError(err error) *api.OpenAIError {
+// bodyFault is the 400 for a body the skim refused: nothing of it is forwarded. Param locates
+// the problem (input[3].content[1], messages.0.content.1) when there is one.
+func bodyFault(err error) *fault.Fault {
+	f := &fault.Fault{Message: err.Error()}
 	var be *api.BodyError
-	param := ""
 	if errors.As(err, &be) {
-		param = be.Param
+		f.Param, f.Message = be.Param, be.Message
 	}
 	switch {
 	case errors.Is(err, api.ErrInvalidJSON):
-		return api.InvalidRequest(param, "", "We could not parse the JSON body of your request: "+err.Error())
+		f.Code = fault.CodeInvalidJSON
 	case errors.Is(err, api.ErrTooDeep):
-		return api.InvalidRequest(param, "", err.Error())
+	default:
+		f.Code = fault.CodeInvalidValue
 	}
-	return api.InvalidRequest(param, "invalid_value", err.Error())
+	return f
 }
 
-// writeParamError answers a validation error from package compact as an OpenAI 400.
-func writeParamError(w http.ResponseWriter, err error, fallbackParam string) {
+// paramFault is the 400 for a validation error from package compact.
+func paramFault(err error, fallbackParam string) *fault.Fault {
 	var pe *compact.ParamError
 	if errors.As(err, &pe) {
-		api.InvalidRequest(pe.Param, "invalid_value", pe.Message).Write(w)
-		return
+		return fault.InvalidParam(pe.Param, fault.CodeInvalidValue, pe.Message)
 	}
-	api.InvalidRequest(fallbackParam, "invalid_value", err.Error()).Write(w)
+	return fault.InvalidParam(fallbackParam, fault.CodeInvalidValue, err.Error())
 }
 
 // readAllSized reads a body in one allocation when its length is declared (agents send

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/sse"
 )
@@ -141,13 +142,8 @@ func invalidUpstreamMessage(compacted bool, why, held string) string {
 }
 
 // invalidUpstream is the 502 for an upstream answer compactd cannot pass on.
-func invalidUpstream(d dialect, compacted bool, why string) *routeError {
-	held := "items"
-	if d == dialectAnthropic {
-		held = "messages and compaction blocks"
-	}
-	return &routeError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_response_invalid",
-		AnthropicType: "api_error", AnthropicCode: "-", Message: invalidUpstreamMessage(compacted, why, held)}
+func invalidUpstream(d dialect, compacted bool, why string) *fault.Fault {
+	return &fault.Fault{Kind: fault.Upstream, Code: fault.CodeUpstreamInvalid, Message: invalidUpstreamMessage(compacted, why, d.held())}
 }
 
 func replaceBody(resp *http.Response, body []byte) {

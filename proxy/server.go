@@ -26,6 +26,7 @@ import (
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/owner"
 )
@@ -559,10 +560,10 @@ func spelledExactly(raw, canon string) (ok bool, route string) {
 func checkPathSpelling(w http.ResponseWriter, raw, canon string, d dialect) bool {
 	ok, route := spelledExactly(raw, canon)
 	if !ok {
-		(&routeError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "non_canonical_path",
+		writeFault(w, d, &fault.Fault{Code: fault.CodeNonCanonicalPath,
 			Message: "This path is another spelling of " + route + ", which compactd accepts only spelled exactly so " +
 				"(no doubled or trailing slashes, dot segments, percent-escapes, backslashes, parameters or other letter case): " +
-				"check the client's base URL and call " + route + "."}).write(w, d)
+				"check the client's base URL and call " + route + "."})
 	}
 	return ok
 }

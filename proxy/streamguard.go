@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"net/http"
 	"strconv"
@@ -216,13 +218,9 @@ func guardable(resp *http.Response) bool {
 }
 
 // upstreamInterrupted is the error a Responses stream ends with when the upstream's broke off.
-func upstreamInterrupted() *routeError {
-	return &routeError{
-		Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_stream_interrupted",
-		AnthropicType: "api_error", AnthropicCode: "-",
-		Message:          "the upstream API's stream ended before the response was complete; retry the request",
-		AnthropicMessage: "the upstream API's stream ended before the message was complete; retry the request",
-	}
+func upstreamInterrupted() *fault.Fault {
+	return &fault.Fault{Kind: fault.Upstream, Code: fault.CodeUpstreamInterrupted,
+		Message: "the upstream API's stream ended before its answer was complete; retry the request"}
 }
 
 // guardResponsesStream guards a Responses stream: the closing error is `error` +
@@ -242,7 +240,7 @@ func guardResponsesStream(resp *http.Response, validate bool) {
 		if why != "" {
 			e = invalidUpstream(dialectOpenAI, t != nil && t.item != nil, why)
 		}
-		return e.openAI().SSE(seq, id)
+		return api.OpenAIFault(e).SSE(seq, id)
 	})
 }
 

@@ -2,7 +2,7 @@ package api
 
 import (
 	"fmt"
-	"net/http"
+	"github.com/compactd/compactd/internal/fault"
 	"strconv"
 	"strings"
 
@@ -65,20 +65,16 @@ type ClearToolUsesEdit struct {
 	ClearInputsOf []string
 }
 
-// badRequest is a 400 invalid_request_error in Anthropic's envelope with a pydantic-style
-// message ("path: problem"), the form Anthropic's own validation errors take.
-func badRequest(path, format string, a ...any) *AnthropicError {
-	msg := fmt.Sprintf(format, a...)
-	if path != "" {
-		msg = path + ": " + msg
-	}
-	return &AnthropicError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: msg}
+// badRequest is a 400 at path; Anthropic's envelope renders it pydantic-style ("path: problem"),
+// the form Anthropic's own validation errors take.
+func badRequest(path, format string, a ...any) *fault.Fault {
+	return fault.InvalidParam(path, "", fmt.Sprintf(format, a...))
 }
 
 // ParseMessagesContextManagement validates `context_management` (raw value; nil when absent)
 // exactly: an object whose only field is `edits`, a list of edits with known types, each at
 // most once, with no unknown fields, and values in range.
-func ParseMessagesContextManagement(raw []byte) (*ContextManagement, *AnthropicError) {
+func ParseMessagesContextManagement(raw []byte) (*ContextManagement, *fault.Fault) {
 	v := gjson.ParseBytes(raw)
 	if len(raw) == 0 || v.Type == gjson.Null {
 		return nil, nil
@@ -96,7 +92,7 @@ func ParseMessagesContextManagement(raw []byte) (*ContextManagement, *AnthropicE
 	}
 	cm := &ContextManagement{}
 	seen := map[string]bool{}
-	var err *AnthropicError
+	var err *fault.Fault
 	i := 0
 	edits.ForEach(func(_, e gjson.Result) bool {
 		ep := p + ".edits." + strconv.Itoa(i)
@@ -141,7 +137,7 @@ func (cm *ContextManagement) OthersJSON() []byte {
 	return append(append([]byte(`{"edits":`), JSONArray(cm.Others)...), '}')
 }
 
-func parseCompactEdit(e gjson.Result, p string) (*CompactEdit, *AnthropicError) {
+func parseCompactEdit(e gjson.Result, p string) (*CompactEdit, *fault.Fault) {
 	if err := onlyFields(e, p, "type", "trigger", "pause_after_compaction", "instructions"); err != nil {
 		return nil, err
 	}
@@ -171,7 +167,7 @@ func parseCompactEdit(e gjson.Result, p string) (*CompactEdit, *AnthropicError) 
 	return ce, nil
 }
 
-func parseClearThinking(e gjson.Result, p string) (*ClearThinkingEdit, *AnthropicError) {
+func parseClearThinking(e gjson.Result, p string) (*ClearThinkingEdit, *fault.Fault) {
 	if err := onlyFields(e, p, "type", "keep"); err != nil {
 		return nil, err
 	}
@@ -201,7 +197,7 @@ func parseClearThinking(e gjson.Result, p string) (*ClearThinkingEdit, *Anthropi
 	return ct, nil
 }
 
-func parseClearToolUses(e gjson.Result, p string) (*ClearToolUsesEdit, *AnthropicError) {
+func parseClearToolUses(e gjson.Result, p string) (*ClearToolUsesEdit, *fault.Fault) {
 	if err := onlyFields(e, p, "type", "trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs"); err != nil {
 		return nil, err
 	}
@@ -241,7 +237,7 @@ func parseClearToolUses(e gjson.Result, p string) (*ClearToolUsesEdit, *Anthropi
 		}
 		ct.ClearAtLeast = n
 	}
-	var err *AnthropicError
+	var err *fault.Fault
 	if x := e.Get("exclude_tools"); x.Exists() && x.Type != gjson.Null {
 		if ct.ExcludeTools, err = stringList(x, p+".exclude_tools"); err != nil {
 			return nil, err
@@ -263,7 +259,7 @@ func parseClearToolUses(e gjson.Result, p string) (*ClearToolUsesEdit, *Anthropi
 }
 
 // parseCounter reads {"type": one of types, "value": integer}.
-func parseCounter(v gjson.Result, p string, types ...string) (int, *AnthropicError) {
+func parseCounter(v gjson.Result, p string, types ...string) (int, *fault.Fault) {
 	if !v.IsObject() {
 		return 0, badRequest(p, "Input should be a valid dictionary")
 	}
@@ -300,12 +296,12 @@ func integer(v gjson.Result) (int, bool) {
 	return n, err == nil
 }
 
-func stringList(v gjson.Result, p string) ([]string, *AnthropicError) {
+func stringList(v gjson.Result, p string) ([]string, *fault.Fault) {
 	if !v.IsArray() {
 		return nil, badRequest(p, "Input should be a valid list")
 	}
 	var out []string
-	var err *AnthropicError
+	var err *fault.Fault
 	v.ForEach(func(k, s gjson.Result) bool {
 		if s.Type != gjson.String {
 			err = badRequest(p+"."+k.String(), "Input should be a valid string")
@@ -318,8 +314,8 @@ func stringList(v gjson.Result, p string) ([]string, *AnthropicError) {
 }
 
 // onlyFields rejects members of obj other than the allowed ones, as Anthropic's strict schemas do.
-func onlyFields(obj gjson.Result, p string, allowed ...string) *AnthropicError {
-	var err *AnthropicError
+func onlyFields(obj gjson.Result, p string, allowed ...string) *fault.Fault {
+	var err *fault.Fault
 	obj.ForEach(func(k, _ gjson.Result) bool {
 		for _, a := range allowed {
 			if k.Str == a {
@@ -335,7 +331,7 @@ func onlyFields(obj gjson.Result, p string, allowed ...string) *AnthropicError {
 // ParseCompactionConfig validates the on-demand `compaction` field (raw value):
 // {"type":"summarize","instructions":string|null}. It returns the instructions ("" when absent,
 // empty or whitespace-only).
-func ParseCompactionConfig(raw []byte) (string, *AnthropicError) {
+func ParseCompactionConfig(raw []byte) (string, *fault.Fault) {
 	v := gjson.ParseBytes(raw)
 	const p = "compaction"
 	if !v.IsObject() {

@@ -131,7 +131,7 @@ func TestParseMessagesContextManagement(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cm, e := ParseMessagesContextManagement([]byte(tt.cm))
 			if tt.wantErr != "" {
-				if e == nil || e.Status != http.StatusBadRequest || !strings.Contains(e.Message, tt.wantErr) {
+				if e == nil || AnthropicFault(e, "").Status != http.StatusBadRequest || !strings.Contains(AnthropicFault(e, "").Message, tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", e, tt.wantErr)
 				}
 				return
@@ -159,7 +159,7 @@ func TestParseCompactionConfig(t *testing.T) {
 	for _, tt := range tests {
 		in, e := ParseCompactionConfig([]byte(tt.raw))
 		if tt.wantErr != "" {
-			if e == nil || !strings.Contains(e.Message, tt.wantErr) {
+			if e == nil || !strings.Contains(AnthropicFault(e, "").Message, tt.wantErr) {
 				t.Errorf("%s: err = %v, want %q", tt.raw, e, tt.wantErr)
 			}
 			continue
