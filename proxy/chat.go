@@ -139,7 +139,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 	}
 	req, err := api.ParseChatRequest(body)
 	if err != nil {
-		writeFault(w, dialectChat, bodyFault(err))
+		writeFault(w, dialectChat, api.BodyFault(err))
 		return
 	}
 	limit, trigger := s.cfg.Policy.ForRoute(dialectChat.policyRoute()).Effective(compact.Threshold{})

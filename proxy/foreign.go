@@ -115,7 +115,7 @@ func (s *Server) foreignResponses(w http.ResponseWriter, req *api.ResponsesReque
 	out, err := api.ParseResponsesRequest(req.WithInput(kept, false))
 	if err != nil {
 		// Cannot happen (the items were skimmed once already); refuse rather than guess.
-		writeFault(w, dialectOpenAI, bodyFault(err))
+		writeFault(w, dialectOpenAI, api.BodyFault(err))
 		return nil, false
 	}
 	s.foreignDropped(w, dialectOpenAI, len(idx), strings.Join(where, ","))

@@ -220,7 +220,7 @@ func (s *Server) readMessages(w http.ResponseWriter, r *http.Request) ([]byte, *
 	}
 	req, err := api.ParseMessagesRequest(body)
 	if err != nil {
-		writeFault(w, dialectAnthropic, bodyFault(err))
+		writeFault(w, dialectAnthropic, api.BodyFault(err))
 		return nil, nil, false
 	}
 	return body, req, true

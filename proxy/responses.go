@@ -48,7 +48,7 @@ func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*api.Re
 	}
 	req, err := api.ParseResponsesRequest(body)
 	if err != nil {
-		writeFault(w, dialectOpenAI, bodyFault(err))
+		writeFault(w, dialectOpenAI, api.BodyFault(err))
 		return nil, nil, nil, false
 	}
 	// Foreign compaction items (OpenAI's own, say) are dropped or refused before anything else
@@ -189,24 +189,6 @@ func rawItems(items []api.Item, strip bool) [][]byte {
 		}
 	}
 	return out
-}
-
-// bodyFault is the 400 for a body the skim refused: nothing of it is forwarded. Param locates
-// the problem (input[3].content[1], messages.0.content.1) when there is one.
-func bodyFault(err error) *fault.Fault {
-	f := &fault.Fault{Message: err.Error()}
-	var be *api.BodyError
-	if errors.As(err, &be) {
-		f.Param, f.Message = be.Param, be.Message
-	}
-	switch {
-	case errors.Is(err, api.ErrInvalidJSON):
-		f.Code = fault.CodeInvalidJSON
-	case errors.Is(err, api.ErrTooDeep):
-	default:
-		f.Code = fault.CodeInvalidValue
-	}
-	return f
 }
 
 // paramFault is the 400 for a validation error from package compact.

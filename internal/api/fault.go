@@ -1,6 +1,8 @@
 package api
 
 import (
+	"errors"
+
 	"github.com/compactd/compactd/internal/fault"
 )
 
@@ -93,4 +95,23 @@ func AnthropicFault(f *fault.Fault, requestID string) *AnthropicError {
 		msg = f.Param + ": " + msg
 	}
 	return &AnthropicError{Status: status, Type: typ, ErrorCode: code, Message: msg, RequestID: requestID, RetryAfter: f.RetryAfter}
+}
+
+// BodyFault is the 400 for a body a skim refused (ParseResponsesRequest, ParseMessagesRequest,
+// ParseChatRequest): nothing of it is forwarded. Param locates the problem (input[3].content[1],
+// messages.0.content.1) when there is one.
+func BodyFault(err error) *fault.Fault {
+	f := &fault.Fault{Message: err.Error()}
+	var be *BodyError
+	if errors.As(err, &be) {
+		f.Param, f.Message = be.Param, be.Message
+	}
+	switch {
+	case errors.Is(err, ErrInvalidJSON):
+		f.Code = fault.CodeInvalidJSON
+	case errors.Is(err, ErrTooDeep):
+	default:
+		f.Code = fault.CodeInvalidValue
+	}
+	return f
 }
