@@ -111,7 +111,8 @@ func eventsOf(body io.Reader) (src eventSource, trusted bool) {
 }
 
 // Splice is one edit of an event's data: data[From:To] becomes With (From == To inserts).
-// Offsets are into the data the edit was made for (a GetAlias result's Index).
+// Offsets are into the data the edit was made for (a GetAlias result's Index). With holds no
+// line break (CR or LF): SpliceEvent puts it on the data line as it is.
 type Splice struct {
 	From, To int
 	With     []byte
