@@ -12,6 +12,7 @@ import (
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/memo"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/tidwall/gjson"
 )
@@ -295,10 +296,10 @@ func (s *Server) modifyChatResponse(resp *http.Response) error {
 	if resp.StatusCode/100 != 2 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
-		replaceBody(resp, chatErrorChunk(upstreamErrorFromBody(resp.StatusCode, body)))
+		relay.ReplaceBody(resp, chatErrorChunk(upstreamErrorFromBody(resp.StatusCode, body)))
 		return nil
 	}
-	if !isEventStream(resp.Header) {
+	if !relay.IsEventStream(resp.Header) {
 		resp.Body.Close()
 		// Nothing the client holds is affected: the compaction lives only in the upstream's view.
 		s.unrewritable(resp, dialectChat, false, "is JSON, but the request was streamed")

@@ -68,7 +68,7 @@ func oversizedUpstream(t *testing.T, size int, match func(body []byte) bool, ans
 	}
 }
 
-// An upstream event over the cap (here lowered to 1 MiB: the 64 MiB of maxSSEEvent, in small)
+// An upstream event over the cap (here lowered to 1 MiB: the 64 MiB of relay.MaxEvent, in small)
 // ends the client's stream with the route's error event — after the events before it, and
 // without the oversized one or anything after — on every route: the pass-through of Responses,
 // Messages and Chat Completions, and a recall round of each. Messages and Chat pass-through used

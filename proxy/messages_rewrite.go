@@ -14,6 +14,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -39,12 +40,12 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 		if mt.t.committed {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
-			replaceBody(resp, upstreamErrorEvent(resp.StatusCode, body))
+			relay.ReplaceBody(resp, upstreamErrorEvent(resp.StatusCode, body))
 		}
 		return nil
 	}
 	compacted := mt.block != nil
-	isSSE := isEventStream(resp.Header)
+	isSSE := relay.IsEventStream(resp.Header)
 	switch {
 	case isSSE && !mt.t.stream:
 		resp.Body.Close()
@@ -62,7 +63,7 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 		}
 		return nil
 	}
-	body, why, err := readRewritable(resp)
+	body, why, err := relay.ReadJSON(resp)
 	if err != nil {
 		return err // the client went away
 	}
@@ -77,7 +78,7 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 		s.unrewritable(resp, dialectAnthropic, compacted, why)
 		return nil
 	}
-	replaceBody(resp, body)
+	relay.ReplaceBody(resp, body)
 	return nil
 }
 
@@ -185,12 +186,12 @@ type msgSSERewriter struct {
 	model      string
 	after      []byte // the compaction block's events, after message_start
 	scratch    []byte // the lines before the current event's data, when it changed
-	edits      []splice
+	edits      []relay.Splice
 }
 
-func newMsgSSERewriter(body io.ReadCloser, mt *msgTurn) *eventRewriter {
+func newMsgSSERewriter(body io.ReadCloser, mt *msgTurn) *relay.EventRewriter {
 	r := &msgSSERewriter{mt: mt}
-	return newEventRewriter(body, r.rewrite, func() []byte {
+	return relay.NewEventRewriter(body, r.rewrite, func() []byte {
 		return dialectAnthropic.errorEvent(invalidUpstream(dialectAnthropic, mt.block != nil, "sent an event that is not valid JSON"), nil)
 	})
 }
@@ -201,7 +202,7 @@ func (r *msgSSERewriter) rewrite(out [][]byte, ev *sse.Event, data []byte) [][]b
 	if len(data) == 0 {
 		return append(out, ev.Raw)
 	}
-	v := parseAlias(data) // its strings are data's: cloned where they outlive the event
+	v := relay.ParseAlias(data) // its strings are data's: cloned where they outlive the event
 	switch v.Get("type").Str {
 	case "message_start":
 		r.startUsage = gjson.Parse(strings.Clone(v.Get("message.usage").Raw))
@@ -215,9 +216,9 @@ func (r *msgSSERewriter) rewrite(out [][]byte, ev *sse.Event, data []byte) [][]b
 	case "content_block_start", "content_block_delta", "content_block_stop":
 		// These are most of a stream's events, and they carry its text: the index is spliced in.
 		if idx := v.Get("index"); r.mt.block != nil {
-			if e, ok := numberAt(idx, idx.Int()+1); ok {
+			if e, ok := relay.NumberAt(idx, idx.Int()+1); ok {
 				r.edits = append(r.edits[:0], e)
-				return spliceEvent(out, &r.scratch, ev, data, r.edits)
+				return relay.SpliceEvent(out, &r.scratch, ev, data, r.edits)
 			}
 		}
 	case "message_delta":

@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/relay"
 )
 
 // reqState is the per-request observability state, in the request context. The upstream
@@ -307,7 +309,7 @@ func (w *obsWriter) WriteHeader(code int) {
 	}
 	w.st.idHeader[0] = w.st.id
 	h["X-Request-Id"] = w.st.idHeader[:] // h.Set, without allocating the value's slice
-	if isEventStream(h) {
+	if relay.IsEventStream(h) {
 		w.streamRoute = routeLabel(w.r)
 		w.m.streamOpened(w.streamRoute)
 	}

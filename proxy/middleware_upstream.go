@@ -14,6 +14,7 @@ import (
 
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -59,7 +60,7 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 		ub.turn = true
 		ub.model = st.model()
 		if resp.StatusCode/100 == 2 {
-			ub.sse = isEventStream(resp.Header)
+			ub.sse = relay.IsEventStream(resp.Header)
 			ub.scan = true
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/owner"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -250,10 +251,10 @@ type recallDialect interface {
 	event(name string, data []byte) recallEvent
 	// reindex is the edit that sets the output index of an evItem event (ok false: it has that
 	// index already, or none).
-	reindex(data []byte, index int64) (e splice, ok bool)
+	reindex(data []byte, index int64) (e relay.Splice, ok bool)
 	// render appends the pieces of an event for the client, its data edited by edits (reindex's),
-	// without copying the data (spliceEvent): a large event is relayed, not duplicated.
-	render(out [][]byte, name string, data []byte, edits []splice) [][]byte
+	// without copying the data (relay.SpliceEvent): a large event is relayed, not duplicated.
+	render(out [][]byte, name string, data []byte, edits []relay.Splice) [][]byte
 	// compacted reports whether the turn compacted; prelude then renders the compaction unit,
 	// which the stream carries at index 0.
 	compacted() bool
@@ -299,8 +300,8 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 		}
 		var data []byte
 		why := "is an event stream, but the request was not streamed"
-		if !isEventStream(resp.Header) {
-			if data, why, err = readRewritable(resp); err != nil {
+		if !relay.IsEventStream(resp.Header) {
+			if data, why, err = relay.ReadJSON(resp); err != nil {
 				return // the client went away
 			}
 		}
@@ -330,7 +331,7 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 
 // relayStatus passes an upstream error answer on as it came (nothing was sent yet).
 func relayStatus(w http.ResponseWriter, resp *http.Response) {
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse))
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, relay.MaxJSON))
 	resp.Body.Close()
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
@@ -406,7 +407,7 @@ func copyHeader(dst, src http.Header) {
 type heldEvent struct {
 	name    string
 	data    []byte
-	edit    splice
+	edit    relay.Splice
 	renamed bool // edit applies
 }
 
@@ -437,8 +438,8 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 	}
 	write := func(b []byte) bool { return writePieces([][]byte{b}) }
 	var pieces [][]byte // the current event's, reused
-	var edits []splice
-	relay := func(name string, data []byte, es []splice) bool {
+	var edits []relay.Splice
+	relayEvent := func(name string, data []byte, es []relay.Splice) bool {
 		clear(pieces)
 		pieces = d.render(pieces[:0], name, data, es)
 		return writePieces(pieces)
@@ -468,7 +469,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 			}
 			return
 		}
-		if resp.StatusCode == http.StatusOK && !isEventStream(resp.Header) {
+		if resp.StatusCode == http.StatusOK && !relay.IsEventStream(resp.Header) {
 			resp.Body.Close()
 			fail(recallFailure{why: "is JSON, but the request was streamed"})
 			return
@@ -493,18 +494,18 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 		var held []heldEvent
 		holding, holdFrom := false, next
 		stopped, ok := false, true
-		rd := sse.NewReaderSize(resp.Body, maxSSEEvent)
+		rd := sse.NewReaderSize(resp.Body, relay.MaxEvent)
 		for ok && !stopped {
 			ev, err := rd.Next()
 			if errors.Is(err, sse.ErrEventTooLong) {
 				resp.Body.Close()
-				fail(recallFailure{why: "sent an event larger than the " + strconv.Itoa(maxSSEEvent>>20) + " MiB compactd relays"})
+				fail(recallFailure{why: "sent an event larger than the " + strconv.Itoa(relay.MaxEvent>>20) + " MiB compactd relays"})
 				return
 			}
 			if err != nil || !ev.Terminated {
 				break // the stream broke off (mid-event, perhaps): reported below
 			}
-			data, valid := eventJSON(&ev)
+			data, valid := relay.EventJSON(&ev)
 			if len(data) == 0 || bytes.Equal(data, doneMarker) {
 				// comments, keep-alives, [DONE]: the stream's own framing, which ends a Chat
 				// Completions stream whose upstream sent no usage chunk (doneStopper).
@@ -526,14 +527,14 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 				stopped = true
 			case evStart:
 				if round == 0 {
-					ok = relay(ev.Name, e.data, nil)
+					ok = relayEvent(ev.Name, e.data, nil)
 				}
 			case evError:
-				relay(ev.Name, e.data, nil)
+				relayEvent(ev.Name, e.data, nil)
 				resp.Body.Close()
 				return
 			case evPass:
-				ok = relay(ev.Name, e.data, nil)
+				ok = relayEvent(ev.Name, e.data, nil)
 			case evItem:
 				if !injected {
 					injected = true
@@ -565,7 +566,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 				if renamed {
 					edits = append(edits, edit)
 				}
-				ok = relay(ev.Name, e.data, edits)
+				ok = relayEvent(ev.Name, e.data, edits)
 			}
 		}
 		resp.Body.Close()
@@ -593,7 +594,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 				if h.renamed {
 					edits = append(edits, h.edit)
 				}
-				if !relay(h.name, h.data, edits) {
+				if !relayEvent(h.name, h.data, edits) {
 					return
 				}
 				held[i] = heldEvent{} // written: its bytes may go

@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -184,7 +185,7 @@ func (d *chatRecall) finalJSON(data []byte, visible [][]byte) []byte {
 }
 
 func (d *chatRecall) event(_ string, data []byte) recallEvent {
-	v := parseAlias(data) // its strings are data's: cloned where they outlive the event
+	v := relay.ParseAlias(data) // its strings are data's: cloned where they outlive the event
 	if d.id == "" {
 		d.id = strings.Clone(v.Get("id").Str)
 	}
@@ -264,20 +265,20 @@ func hasOtherDelta(delta gjson.Result) bool {
 // reindex is the identity: a Chat chunk has no unit index, and the tool calls the client gets
 // are those of the final round, numbered as the upstream numbered them (a round that called the
 // recall tool reaches the client only up to its first tool call).
-func (d *chatRecall) reindex([]byte, int64) (splice, bool) { return splice{}, false }
+func (d *chatRecall) reindex([]byte, int64) (relay.Splice, bool) { return relay.Splice{}, false }
 
 // render gives the chunk the first round's id, and takes usage out when the client did not ask
 // for it (compactd asked the upstream for it).
-func (d *chatRecall) render(out [][]byte, _ string, data []byte, edits []splice) [][]byte {
-	if id := getAlias(data, "id"); id.Exists() && id.Str != d.id && d.id != "" && id.Index > 0 {
-		edits = append(edits, splice{from: id.Index, to: id.Index + len(id.Raw), with: api.AppendString(nil, d.id)})
+func (d *chatRecall) render(out [][]byte, _ string, data []byte, edits []relay.Splice) [][]byte {
+	if id := relay.GetAlias(data, "id"); id.Exists() && id.Str != d.id && d.id != "" && id.Index > 0 {
+		edits = append(edits, relay.Splice{From: id.Index, To: id.Index + len(id.Raw), With: api.AppendString(nil, d.id)})
 	}
-	if !d.hasUsage && getAlias(data, "usage").Exists() {
+	if !d.hasUsage && relay.GetAlias(data, "usage").Exists() {
 		// The usage chunk, or a chunk that carries usage: small, edited as a whole.
-		data, _ = sjson.DeleteBytes(applySplices(data, edits), "usage")
+		data, _ = sjson.DeleteBytes(relay.ApplySplices(data, edits), "usage")
 		edits = nil
 	}
-	return spliceEvent(out, &d.scratch, &sse.Event{}, data, edits)
+	return relay.SpliceEvent(out, &d.scratch, &sse.Event{}, data, edits)
 }
 
 // compacted is false: a Chat compaction has no unit on the wire.

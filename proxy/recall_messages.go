@@ -11,6 +11,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/owner"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -275,7 +276,7 @@ func (d *messagesRecall) finalJSON(data []byte, visible [][]byte) []byte {
 }
 
 func (d *messagesRecall) event(_ string, data []byte) recallEvent {
-	v := parseAlias(data) // its strings are data's: cloned where they outlive the event
+	v := relay.ParseAlias(data) // its strings are data's: cloned where they outlive the event
 	switch v.Get("type").Str {
 	case "message_start":
 		d.startUsage = gjson.Parse(strings.Clone(v.Get("message.usage").Raw))
@@ -347,16 +348,16 @@ func (b *streamBlock) raw() []byte {
 	return out
 }
 
-func (d *messagesRecall) reindex(data []byte, index int64) (splice, bool) {
-	idx := getAlias(data, "index")
+func (d *messagesRecall) reindex(data []byte, index int64) (relay.Splice, bool) {
+	idx := relay.GetAlias(data, "index")
 	if idx.Int() == index {
-		return splice{}, false
+		return relay.Splice{}, false
 	}
-	return numberAt(idx, index)
+	return relay.NumberAt(idx, index)
 }
 
-func (d *messagesRecall) render(out [][]byte, name string, data []byte, edits []splice) [][]byte {
-	return spliceEvent(out, &d.scratch, &sse.Event{Name: name}, data, edits)
+func (d *messagesRecall) render(out [][]byte, name string, data []byte, edits []relay.Splice) [][]byte {
+	return relay.SpliceEvent(out, &d.scratch, &sse.Event{Name: name}, data, edits)
 }
 
 func (d *messagesRecall) compacted() bool { return d.mt.block != nil }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 )
 
@@ -155,24 +156,24 @@ func (d *responsesRecall) event(_ string, data []byte) recallEvent {
 	return e
 }
 
-func (d *responsesRecall) reindex(data []byte, index int64) (splice, bool) {
-	oi := getAlias(data, "output_index")
+func (d *responsesRecall) reindex(data []byte, index int64) (relay.Splice, bool) {
+	oi := relay.GetAlias(data, "output_index")
 	if oi.Int() == index {
-		return splice{}, false
+		return relay.Splice{}, false
 	}
-	return numberAt(oi, index)
+	return relay.NumberAt(oi, index)
 }
 
 // render numbers the event in the client's sequence.
-func (d *responsesRecall) render(out [][]byte, name string, data []byte, edits []splice) [][]byte {
-	if e, ok := numberAt(getAlias(data, "sequence_number"), int64(d.seq)); ok {
+func (d *responsesRecall) render(out [][]byte, name string, data []byte, edits []relay.Splice) [][]byte {
+	if e, ok := relay.NumberAt(relay.GetAlias(data, "sequence_number"), int64(d.seq)); ok {
 		edits = append(edits, e)
 	} else { // an event without one: it gets one (a copy, of an event that has no number)
-		data, _ = sjson.SetBytes(applySplices(data, edits), "sequence_number", d.seq)
+		data, _ = sjson.SetBytes(relay.ApplySplices(data, edits), "sequence_number", d.seq)
 		edits = nil
 	}
 	d.seq++
-	return spliceEvent(out, &d.scratch, &sse.Event{Name: name}, data, edits)
+	return relay.SpliceEvent(out, &d.scratch, &sse.Event{Name: name}, data, edits)
 }
 
 func (d *responsesRecall) compacted() bool { return d.t.item != nil }

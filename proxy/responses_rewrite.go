@@ -1,12 +1,9 @@
 package proxy
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -14,12 +11,9 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 )
-
-// maxJSONResponse bounds a non-streaming response compactd reads whole to insert an item. A
-// variable only so a test can lower it (upstream_export_test.go).
-var maxJSONResponse int64 = 64 << 20
 
 // modifyResponse rewrites an upstream response for a turn that compacted: the compaction item goes
 // to output[0], in JSON or in the SSE stream. What compactd cannot rewrite — a body cut off,
@@ -36,14 +30,14 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	if t == nil || !t.rewrite() {
 		return nil
 	}
-	isSSE := isEventStream(resp.Header)
+	isSSE := relay.IsEventStream(resp.Header)
 	if resp.StatusCode/100 != 2 {
 		if t.committed {
 			// Headers are gone already: report the upstream's error inside the stream.
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
 			e := upstreamErrorFromBody(resp.StatusCode, body)
-			replaceBody(resp, e.SSE(t.seq, t.responseID))
+			relay.ReplaceBody(resp, e.SSE(t.seq, t.responseID))
 		}
 		return nil // passed through unchanged
 	}
@@ -67,7 +61,7 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		resp.ContentLength = -1
 		return nil
 	}
-	body, why, err := readRewritable(resp)
+	body, why, err := relay.ReadJSON(resp)
 	if err != nil {
 		return err // the client went away
 	}
@@ -81,34 +75,8 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 		s.unrewritable(resp, dialectOpenAI, true, why)
 		return nil
 	}
-	replaceBody(resp, body)
+	relay.ReplaceBody(resp, body)
 	return nil
-}
-
-// isEventStream reports whether a response's Content-Type is an event stream (sse.IsStream).
-func isEventStream(h http.Header) bool { return sse.IsStream(h.Get("Content-Type")) }
-
-// readRewritable reads a JSON body compactd is to rewrite. why says, for the client, what is
-// wrong with it ("" when it is whole, valid and under maxJSONResponse); err is set only when the
-// client went away while it was read.
-func readRewritable(resp *http.Response) (body []byte, why string, err error) {
-	body, err = io.ReadAll(io.LimitReader(resp.Body, maxJSONResponse+1))
-	resp.Body.Close()
-	switch {
-	case err != nil && resp.Request.Context().Err() != nil:
-		return nil, "", err
-	case err != nil:
-		return nil, "was cut off before its end", nil
-	case int64(len(body)) > maxJSONResponse:
-		return nil, fmt.Sprintf("is larger than the %d MiB compactd reads to rewrite a response", maxJSONResponse>>20), nil
-	}
-	if verr := jsonx.Valid(body); verr != nil {
-		if errors.Is(verr, jsonx.ErrTooDeep) {
-			return nil, "nests JSON more than " + strconv.Itoa(jsonx.MaxDepth) + " levels deep", nil
-		}
-		return nil, "is not valid JSON (truncated or corrupt)", nil
-	}
-	return body, "", nil
 }
 
 // unrewritable replaces an upstream response compactd cannot rewrite with a 502 in the dialect
@@ -128,7 +96,7 @@ func (s *Server) unrewritable(resp *http.Response, d dialect, compacted bool, wh
 		resp.Header.Set("Content-Type", "application/json")
 	}
 	resp.Trailer = nil
-	replaceBody(resp, body)
+	relay.ReplaceBody(resp, body)
 }
 
 // invalidUpstreamMessage tells the client what went wrong and that the retry is safe: when the
@@ -144,13 +112,6 @@ func invalidUpstreamMessage(compacted bool, why, held string) string {
 // invalidUpstream is the 502 for an upstream answer compactd cannot pass on.
 func invalidUpstream(d dialect, compacted bool, why string) *fault.Fault {
 	return &fault.Fault{Kind: fault.Upstream, Code: fault.CodeUpstreamInvalid, Message: invalidUpstreamMessage(compacted, why, d.held())}
-}
-
-func replaceBody(resp *http.Response, body []byte) {
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	resp.Header.Del("Content-Encoding")
 }
 
 // upstreamErrorFromBody keeps the upstream's own message and code when it sent an OpenAI envelope
@@ -186,12 +147,12 @@ type sseRewriter struct {
 	seqDelta int    // added to sequence_number once the item is in
 	pre      []byte // the injected events, before the event they precede
 	scratch  []byte // the lines before the current event's data, when it changed
-	edits    []splice
+	edits    []relay.Splice
 }
 
-func newSSERewriter(body io.ReadCloser, t *turn) *eventRewriter {
+func newSSERewriter(body io.ReadCloser, t *turn) *relay.EventRewriter {
 	r := &sseRewriter{t: t}
-	return newEventRewriter(body, r.rewriteEvent, func() []byte {
+	return relay.NewEventRewriter(body, r.rewriteEvent, func() []byte {
 		return dialectOpenAI.errorEvent(invalidUpstream(dialectOpenAI, t.item != nil, "sent an event that is not valid JSON"), t)
 	})
 }
@@ -216,20 +177,20 @@ func (r *sseRewriter) rewriteEvent(out [][]byte, ev *sse.Event, data []byte) [][
 	}
 	edits := r.edits[:0]
 	if r.seqDelta != 0 {
-		if sq := getAlias(data, "sequence_number"); sq.Exists() {
-			if e, ok := numberAt(sq, sq.Int()+int64(r.seqDelta)); ok {
+		if sq := relay.GetAlias(data, "sequence_number"); sq.Exists() {
+			if e, ok := relay.NumberAt(sq, sq.Int()+int64(r.seqDelta)); ok {
 				edits = append(edits, e)
 			}
 		}
 	}
-	if oi := getAlias(data, "output_index"); oi.Exists() {
-		if e, ok := numberAt(oi, oi.Int()+int64(r.shift)); ok {
+	if oi := relay.GetAlias(data, "output_index"); oi.Exists() {
+		if e, ok := relay.NumberAt(oi, oi.Int()+int64(r.shift)); ok {
 			edits = append(edits, e)
 		}
 	}
 	switch typ {
 	case "response.completed", "response.incomplete", "response.failed", "response.done":
-		if e, ok := prependAt(getAlias(data, "response.output"), r.t.item); ok {
+		if e, ok := relay.PrependAt(relay.GetAlias(data, "response.output"), r.t.item); ok {
 			edits = append(edits, e)
 		}
 	}
@@ -238,7 +199,7 @@ func (r *sseRewriter) rewriteEvent(out [][]byte, ev *sse.Event, data []byte) [][
 	if len(edits) == 0 {
 		return append(out, ev.Raw)
 	}
-	return spliceEvent(out, &r.scratch, ev, data, edits)
+	return relay.SpliceEvent(out, &r.scratch, ev, data, edits)
 }
 
 // injectEvents renders the compaction item's added/done pair, numbered from the sequence number
