@@ -2,6 +2,7 @@ package api
 
 import (
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -101,4 +102,16 @@ func PrependToArray(doc []byte, path string, elem []byte) ([]byte, bool) {
 		out = append(out, ',')
 	}
 	return append(out, doc[open+1:]...), true
+}
+
+// CompactdPrefix starts every encrypted_content compactd issues ("cmp_<id>.<sealed>").
+const CompactdPrefix = "cmp_"
+
+// IsForeign reports whether encrypted_content ec marks its item or block as sealed by someone
+// other than compactd (OpenAI's or Anthropic's own compaction, replayed after a provider
+// switch): a non-empty JSON string that does not start with CompactdPrefix. One that starts
+// with it claims to be compactd's, and a failure to open it is a 400, never a silent drop.
+// Nothing in ec is decoded.
+func IsForeign(ec gjson.Result) bool {
+	return ec.Type == gjson.String && ec.Str != "" && !strings.HasPrefix(ec.Str, CompactdPrefix)
 }

@@ -1,0 +1,115 @@
+package responses
+
+import (
+	"github.com/tidwall/sjson"
+
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/turn"
+)
+
+// Turn is one Responses request.
+type Turn struct {
+	a      Adapter
+	env    *turn.Env
+	req    *api.ResponsesRequest
+	items  []api.Item // the conversation as the upstream is to see it
+	prev   *engine.Opened
+	th     compact.Threshold // the client's context_management
+	stream turn.Stream
+
+	// changed: items differ from the client's input (a handoff, a compaction).
+	changed bool
+	// item is the compaction item to put at output[0] of the upstream's answer (nil: none), with
+	// its id.
+	item   []byte
+	itemID string
+	// The compaction_trigger turn's response id, creation time (explicit.go).
+	respID  string
+	created int64
+}
+
+var (
+	_ turn.Turn            = (*Turn)(nil)
+	_ turn.Explicit        = (*Turn)(nil)
+	_ turn.AgentCompaction = (*Turn)(nil)
+	_ turn.Recaller        = (*Turn)(nil)
+)
+
+func (t *Turn) Stream() *turn.Stream    { return &t.stream }
+func (t *Turn) Model() string           { return t.req.Model }
+func (t *Turn) Prev() *engine.Opened    { return t.prev }
+func (t *Turn) Units() []api.Item       { return t.items }
+func (t *Turn) Rewriter() turn.Rewriter { return t }
+
+// Threshold: the client speaks compaction with context_management or a carried item; a
+// previous_response_id chain keeps its history upstream, where compactd cannot compact it.
+func (t *Turn) Threshold() (compact.Threshold, bool, bool) {
+	return t.th, t.req.ContextManagement != nil || t.req.Compaction >= 0, t.req.PreviousResponseID == ""
+}
+
+func (t *Turn) Remember(env *turn.Env, mem *engine.Memory) {
+	t.prev, t.changed = mem.Opened, true
+	t.items = handoffAt(env, t.items[:mem.Items], t.items[mem.Items:], mem.Opened)
+}
+
+func (t *Turn) Tokens(env *turn.Env, limit int) int {
+	total, _ := env.Counter.Request(t.req.Instructions, t.items, t.req.Tools, limit)
+	return total
+}
+
+func (t *Turn) Speculation(env *turn.Env) engine.SpecRequest {
+	return engine.SpecRequest{Model: t.req.Model, Conversation: env.Label(t.req.PromptCacheKey, t.prev), Units: t.items, Retain: env.Retain}
+}
+
+// Compaction compacts the conversation into the kept window, the handoff message and a
+// speculative compaction's verbatim tail.
+func (t *Turn) Compaction(env *turn.Env, total int, _ bool) engine.Request {
+	return t.request(env, engine.Request{Model: t.req.Model, Items: t.items, TokensBefore: total, Prev: t.prev,
+		Conversation: env.Conversation(t.req.PromptCacheKey, t.prev), Retain: env.Retain, Speculate: true, Covers: len(t.req.Items)})
+}
+
+// request completes r with the rendering of the compacted context into the turn.
+func (t *Turn) request(env *turn.Env, r engine.Request) engine.Request {
+	items := r.Items
+	r.Finish = func(c *engine.Compaction) (int, int) {
+		out := append(make([]api.Item, 0, len(c.Kept)+1+c.Tail), c.Kept...)
+		if c.Handoff != "" {
+			out = append(out, handoffItem(c.Handoff))
+		}
+		t.items = append(out, items[len(c.Compacted):]...)
+		return env.Engine.CountItems(t.items), len(c.Compacted) - len(c.Window.Instructions) - len(c.Window.Retained)
+	}
+	return r
+}
+
+func (t *Turn) Compacted(c *engine.Compaction, transparent bool) {
+	t.changed = true
+	if !transparent {
+		t.item, t.itemID = api.CompactionItem(c.ID, c.EncryptedContent), c.ID
+	}
+}
+
+// Changed: the input differs from the client's, or context_management (which only compactd
+// implements) or Codex-only fields are to be taken out.
+func (t *Turn) Changed(env *turn.Env) bool {
+	return t.changed || t.req.ContextManagement != nil || env.Options.StripCodexFields
+}
+
+func (t *Turn) Body(env *turn.Env) []byte {
+	if !t.Changed(env) {
+		return t.req.Body
+	}
+	var out []byte
+	if !t.changed && t.req.InputString {
+		// Only context_management to drop: keep the string input as sent.
+		out, _ = sjson.DeleteBytes(t.req.Body, "context_management")
+	} else {
+		out = t.req.WithInput(rawItems(t.items, env.Options.StripCodexFields), true)
+	}
+	if env.Options.StripCodexFields {
+		out, _ = sjson.DeleteBytes(out, "client_metadata")
+	}
+	return out
+}
