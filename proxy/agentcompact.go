@@ -186,7 +186,7 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 	if !ok || len(api.MessageItems(msgs)) == 0 {
 		return false
 	}
-	mt := &msgTurn{t: &turn{stream: req.Stream}}
+	mt := &msgTurn{t: &turnState{stream: req.Stream}}
 	w.Header().Set(agentCompactionHeader, "claude-code")
 	var ka *keepAlive
 	if req.Stream {
@@ -359,7 +359,7 @@ func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, re
 	if !ok {
 		return false
 	}
-	t := &turn{stream: req.Stream}
+	t := &turnState{stream: req.Stream}
 	w.Header().Set(agentCompactionHeader, "codex")
 	var ka *keepAlive
 	if req.Stream {
@@ -383,7 +383,7 @@ func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, re
 		}
 		if !t.committed && s.passThroughOnFailure(w, dialectOpenAI, err) {
 			w.Header().Del(agentCompactionHeader)
-			s.forwardBody(w, r, &turn{stream: req.Stream}, req.Body)
+			s.forwardBody(w, r, &turnState{stream: req.Stream}, req.Body)
 			return true
 		}
 		if e := compactionFailure(err); e != nil {
@@ -403,7 +403,7 @@ func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, re
 // writeResponsesText answers a Responses turn with one assistant message: a response object, or
 // when streamed the Responses SSE sequence (created, output_item.added, output_text.delta,
 // output_item.done, completed with usage).
-func writeResponsesText(w http.ResponseWriter, req *api.ResponsesRequest, t *turn, text string, u summarizer.Usage) {
+func writeResponsesText(w http.ResponseWriter, req *api.ResponsesRequest, t *turnState, text string, u summarizer.Usage) {
 	respID, msgID := newID("resp_"), newID("msg_")
 	model := string(api.AppendString(nil, req.Model))
 	usage := `{"input_tokens":` + strconv.FormatInt(u.InputTokens, 10) + `,"input_tokens_details":{"cached_tokens":0},"output_tokens":` +

@@ -79,7 +79,7 @@ func (chatDialect) modifyResponse(s *Server) func(*http.Response) error { return
 // Completions stream carries when it fails (the openai SDKs' stream decoders end the stream with
 // an error on a chunk with an "error" member). No [DONE] follows it: a client that reads chunks
 // without checking for errors must not take the stream for a finished, empty answer.
-func (chatDialect) errorEvent(f *fault.Fault, _ *turn) []byte {
+func (chatDialect) errorEvent(f *fault.Fault, _ *turnState) []byte {
 	return chatErrorChunk(api.OpenAIFault(f))
 }
 
@@ -171,7 +171,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 		forwardChat(w, r, rp, nil, body)
 		return
 	}
-	t := &turn{stream: req.Stream}
+	t := &turnState{stream: req.Stream}
 	msgs, c, answered := s.compactChat(w, r, t, trigger, req, v, total)
 	if answered {
 		return
@@ -194,7 +194,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 // the compaction (nil: the turn goes on as it came). answered reports that the client has been answered (a failure).
 // A successful compaction is reported to the client here, and it is where the memo will record
 // it (the compacted prefix of v.msgs → the compaction), so the next turn applies it in viewChat.
-func (s *Server) compactChat(w http.ResponseWriter, r *http.Request, t *turn, trigger string, req *api.ChatRequest, v chatView, total int) ([][]byte, *compaction, bool) {
+func (s *Server) compactChat(w http.ResponseWriter, r *http.Request, t *turnState, trigger string, req *api.ChatRequest, v chatView, total int) ([][]byte, *compaction, bool) {
 	var msgs [][]byte
 	c, answered := s.thresholdCompaction(w, r, t, trigger, s.chatCompactIn(r, req, v, total, &msgs))
 	if c == nil {
@@ -264,7 +264,7 @@ func chatTools(req *api.ChatRequest) []byte {
 
 // forwardChat sends body to the upstream through rp. t is nil for pass-through (the response is
 // relayed untouched); a committed t has compactd's own 200 already on the wire.
-func forwardChat(w http.ResponseWriter, r *http.Request, rp http.Handler, t *turn, body []byte) {
+func forwardChat(w http.ResponseWriter, r *http.Request, rp http.Handler, t *turnState, body []byte) {
 	ctx := r.Context()
 	if t != nil {
 		ctx = withTurn(ctx, t)

@@ -211,7 +211,7 @@ func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactI
 // outcome is recorded, and a failure is answered in the dialect (or, under the passthrough
 // failure policy, the turn goes on uncompacted). answered reports that the client has been
 // answered; a nil compaction without answered means the turn goes on uncompacted.
-func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turn, trigger string, in compactIn) (c *compaction, answered bool) {
+func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turnState, trigger string, in compactIn) (c *compaction, answered bool) {
 	if !s.holdCompaction(r) {
 		s.metrics.budgetRefused()
 		writeFaultTo(w, in.dialect, t, s.budgetExceeded())
@@ -365,7 +365,7 @@ func compactedReport(c *compaction) string {
 // markCompactedTurn is markCompacted for a turn whose stream compactd may have committed while it
 // compacted (keep-alives): the headers are gone then, so the same report goes out as an SSE
 // comment, which every stream parser skips, before the upstream's first event.
-func markCompactedTurn(w http.ResponseWriter, t *turn, c *compaction) {
+func markCompactedTurn(w http.ResponseWriter, t *turnState, c *compaction) {
 	if t.committed {
 		_, _ = w.Write(sse.AppendComment(nil, compactionHeader+": "+compactedReport(c)))
 		return

@@ -36,7 +36,7 @@ type dialect interface {
 	renderError(f *fault.Fault) wireError
 	// errorEvent is e as the stream's terminal error event, once a stream is committed; t is
 	// the turn (sequence numbers and the response id, where the dialect has them).
-	errorEvent(f *fault.Fault, t *turn) []byte
+	errorEvent(f *fault.Fault, t *turnState) []byte
 	// noun is what the dialect calls a compaction in messages: "item" or "block".
 	noun() string
 	// held is what the client holds of a conversation, for a message that says it is still good.
@@ -94,7 +94,7 @@ func (responsesDialect) terminal(data []byte) bool {
 	return false
 }
 func (responsesDialect) modifyResponse(s *Server) func(*http.Response) error { return s.modifyResponse }
-func (responsesDialect) errorEvent(f *fault.Fault, t *turn) []byte {
+func (responsesDialect) errorEvent(f *fault.Fault, t *turnState) []byte {
 	seq, id := 0, ""
 	if t != nil {
 		seq, id = t.nextSeq(), t.responseID
@@ -125,9 +125,11 @@ func messagesUserMessage(text string) []byte {
 // pingEvent keeps a committed Messages stream alive while the summariser runs.
 var pingEvent = api.AppendSSE(nil, "ping", []byte(`{"type": "ping"}`))
 
-func (messagesDialect) keepAlive(bool) []byte                     { return pingEvent }
-func (messagesDialect) renderError(f *fault.Fault) wireError      { return anthropicFault(f) }
-func (messagesDialect) errorEvent(f *fault.Fault, _ *turn) []byte { return anthropicFault(f).SSE() }
+func (messagesDialect) keepAlive(bool) []byte                { return pingEvent }
+func (messagesDialect) renderError(f *fault.Fault) wireError { return anthropicFault(f) }
+func (messagesDialect) errorEvent(f *fault.Fault, _ *turnState) []byte {
+	return anthropicFault(f).SSE()
+}
 func (messagesDialect) terminal(data []byte) bool {
 	switch eventType(data) {
 	case "message_stop", "error":
@@ -149,7 +151,7 @@ func writeFault(w http.ResponseWriter, d dialect, f *fault.Fault) {
 
 // writeFaultTo answers f in d's envelope: as an HTTP response, or, once t's stream is committed,
 // as the stream's error event.
-func writeFaultTo(w http.ResponseWriter, d dialect, t *turn, f *fault.Fault) {
+func writeFaultTo(w http.ResponseWriter, d dialect, t *turnState, f *fault.Fault) {
 	if t != nil && t.committed {
 		_, _ = w.Write(d.errorEvent(f, t))
 		_ = http.NewResponseController(w).Flush()

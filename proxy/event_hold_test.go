@@ -44,29 +44,29 @@ func TestRelayHoldsAnEventOnce(t *testing.T) {
 	done := "data: [DONE]\n\n"
 	for _, tc := range []struct {
 		name, path, stream string
-		wrap               func(resp *http.Response, tr *turn)
+		wrap               func(resp *http.Response, tr *turnState)
 		head               string // what the client's stream starts with, as far as the large event's text
 	}{
-		{"responses pass-through", "/v1/responses", created + delta + completed, func(resp *http.Response, _ *turn) { guardResponsesStream(resp, false) },
+		{"responses pass-through", "/v1/responses", created + delta + completed, func(resp *http.Response, _ *turnState) { guardResponsesStream(resp, false) },
 			created + delta[:200]},
-		{"responses rewriter", "/v1/responses", created + delta + completed, func(resp *http.Response, tr *turn) {
+		{"responses rewriter", "/v1/responses", created + delta + completed, func(resp *http.Response, tr *turnState) {
 			tr.item, tr.itemID = []byte(`{"type":"compaction","id":"cmp_1","encrypted_content":"x"}`), "cmp_1"
 			guardResponsesStream(resp, true)
 			resp.Body = newSSERewriter(resp.Body, tr)
 		}, "\"sequence_number\":3,\"output_index\":1,\"delta\":\"xxxx"},
-		{"messages pass-through", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, _ *turn) { guardPassThrough(resp, dialectAnthropic) },
+		{"messages pass-through", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, _ *turnState) { guardPassThrough(resp, dialectAnthropic) },
 			start + msgDelta[:200]},
-		{"messages rewriter", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, tr *turn) {
+		{"messages rewriter", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, tr *turnState) {
 			guardMessagesStream(resp, true)
 			resp.Body = newMsgSSERewriter(resp.Body, &msgTurn{t: tr, block: []byte(`{}`), summary: "s", ecStr: "cmp_x.c2VhbGVk"})
 		}, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"xxxx"},
-		{"chat pass-through", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turn) { guardPassThrough(resp, dialectChat) }, chunk[:200]},
-		{"chat compacted", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turn) { guardChatStream(resp, false) }, chunk[:200]},
+		{"chat pass-through", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turnState) { guardPassThrough(resp, dialectChat) }, chunk[:200]},
+		{"chat compacted", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turnState) { guardChatStream(resp, false) }, chunk[:200]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stream := []byte(tc.stream)
 			req, _ := http.NewRequest(http.MethodPost, "http://upstream"+tc.path, nil)
-			tr := &turn{stream: true}
+			tr := &turnState{stream: true}
 			req = req.WithContext(withTurn(req.Context(), tr))
 			var before, held, after runtime.MemStats
 			runtime.GC()

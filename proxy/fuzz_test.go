@@ -27,9 +27,9 @@ import (
 
 const fuzzItemID = "cmp_0123456789abcdef0123456789abcdef"
 
-func fuzzTurn() *turn {
+func fuzzTurn() *turnState {
 	item := api.CompactionItem(fuzzItemID, fuzzItemID+".c2VhbGVk")
-	return &turn{item: item, itemID: fuzzItemID, stream: true}
+	return &turnState{item: item, itemID: fuzzItemID, stream: true}
 }
 
 // chunkedReader hands out src in pieces of at most n bytes, so event boundaries fall anywhere in
@@ -177,7 +177,7 @@ func FuzzSSERewriterStream(f *testing.F) {
 }
 
 func fuzzMsgTurn() *msgTurn {
-	return &msgTurn{t: &turn{stream: true}, block: []byte(`{}`), summary: "the summary", ecStr: fuzzItemID + ".c2VhbGVk"}
+	return &msgTurn{t: &turnState{stream: true}, block: []byte(`{}`), summary: "the summary", ecStr: fuzzItemID + ".c2VhbGVk"}
 }
 
 func rewriteMessagesSSE(t *testing.T, in []byte, chunk int) []byte {

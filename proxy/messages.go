@@ -24,7 +24,7 @@ import (
 
 // msgTurn is the state a rewritten Messages request shares with the response hook.
 type msgTurn struct {
-	t *turn // the dialect-neutral part: committed stream, for the shared error handler
+	t *turnState // the dialect-neutral part: committed stream, for the shared error handler
 
 	// block is the compaction block to put at content[0], nil when this turn did not compact.
 	block          []byte
@@ -107,7 +107,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	mt := &msgTurn{t: &turn{stream: req.Stream}}
+	mt := &msgTurn{t: &turnState{stream: req.Stream}}
 	msgs, changed := view.msgs, view.changed
 	if s.cfg.AnthropicApplyEdits && cm != nil {
 		var edited bool
@@ -317,7 +317,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		msgs, _, edited = s.applyEdits(req, cm, msgs)
 		changed = changed || edited
 	}
-	mt := &msgTurn{t: &turn{}, countTokens: true}
+	mt := &msgTurn{t: &turnState{}, countTokens: true}
 	if changed {
 		before, _ := s.cfg.Counter.Request(req.System, api.CountItems(req.Messages), req.Tools, 0)
 		after, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, 0)

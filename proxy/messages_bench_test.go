@@ -24,7 +24,7 @@ func BenchmarkMessagesSSERewrite(b *testing.B) {
 	src.Write(sse.AppendEvent(nil, "message_delta", []byte(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":800}}`)))
 	src.Write(sse.AppendEvent(nil, "message_stop", []byte(`{"type":"message_stop"}`)))
 	summary := strings.Repeat("summary text ", 500)
-	mt := &msgTurn{t: &turn{}, block: api.CompactionBlock(summary, "cmp_x.sealed", ""), summary: summary, ecStr: "cmp_x.sealed"}
+	mt := &msgTurn{t: &turnState{}, block: api.CompactionBlock(summary, "cmp_x.sealed", ""), summary: summary, ecStr: "cmp_x.sealed"}
 	b.SetBytes(int64(src.Len()))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -275,7 +275,7 @@ func (s *Server) messagesCompactIn(r *http.Request, req *api.MessagesRequest, ms
 // compactOnDemand answers a request with `compaction: {type: summarize}`: the conversation is
 // summarised into a signed block and nothing is sampled.
 func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *api.MessagesRequest, view msgView, instructions string) {
-	mt := &msgTurn{t: &turn{stream: req.Stream}}
+	mt := &msgTurn{t: &turnState{stream: req.Stream}}
 	nothing := fault.InvalidParam("", "compaction_nothing_to_summarize",
 		"messages holds no user or assistant content to summarize.")
 	if len(api.MessageItems(view.msgs)) == 0 {

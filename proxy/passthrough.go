@@ -13,7 +13,7 @@ import (
 )
 
 // newReverseProxy builds the ReverseProxy every upstream call of one API goes through. Routes
-// that rewrite a turn attach a *turn to the request context; ModifyResponse then rewrites the
+// that rewrite a turn attach a *turnState to the request context; ModifyResponse then rewrites the
 // response on its way back, as a stream.
 func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{

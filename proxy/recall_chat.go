@@ -42,7 +42,7 @@ type chatRecall struct {
 	s        *Server
 	rt       *recallTurn
 	req      *api.ChatRequest
-	t        *turn
+	t        *turnState
 	msgs     [][]byte // the upstream messages so far
 	tools    []byte   // the client's tools and the recall tool
 	usage    chatUsageSum
@@ -85,7 +85,7 @@ func (s *Server) chatRecallFor(ctx context.Context, req *api.ChatRequest, prev *
 }
 
 // forwardChatRecall runs a Chat turn that offers the recall tool, from the upstream messages.
-func (s *Server) forwardChatRecall(w http.ResponseWriter, r *http.Request, t *turn, d *chatRecall, msgs [][]byte) {
+func (s *Server) forwardChatRecall(w http.ResponseWriter, r *http.Request, t *turnState, d *chatRecall, msgs [][]byte) {
 	d.t, d.msgs = t, msgs
 	tools := d.req.Tools
 	if len(tools) == 0 || gjson.ParseBytes(tools).Type == gjson.Null {

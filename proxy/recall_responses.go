@@ -26,7 +26,7 @@ type responsesRecall struct {
 	s     *Server
 	rt    *recallTurn
 	req   *api.ResponsesRequest
-	t     *turn
+	t     *turnState
 	items [][]byte // the upstream input so far
 	usage usageSum
 	seq   int          // the client's next sequence number
@@ -50,7 +50,7 @@ func (s *Server) recallFor(ctx context.Context, req *api.ResponsesRequest, prev 
 }
 
 // forwardRecall runs a Responses turn that offers the recall tool, from the upstream input items.
-func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turn, d *responsesRecall, items [][]byte) {
+func (s *Server) forwardRecall(w http.ResponseWriter, r *http.Request, t *turnState, d *responsesRecall, items [][]byte) {
 	d.t, d.items = t, items
 	s.runRecall(w, r, d.rt, d, t.stream, t.committed)
 }

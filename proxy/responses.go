@@ -170,7 +170,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 }
 
 // forwardBody sends body to the upstream in place of the client's and relays the answer.
-func (s *Server) forwardBody(w http.ResponseWriter, r *http.Request, t *turn, body []byte) {
+func (s *Server) forwardBody(w http.ResponseWriter, r *http.Request, t *turnState, body []byte) {
 	out := withBody(r, withTurn(r.Context(), t), body)
 	var rw http.ResponseWriter = w
 	if t.committed {

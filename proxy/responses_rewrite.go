@@ -140,7 +140,7 @@ var dataPrefix = []byte("data:")
 // response object's output. Nothing is buffered beyond the event being rewritten, and nothing of
 // it is copied: an event it leaves alone goes on byte for byte, one it changes is spliced.
 type sseRewriter struct {
-	t *turn
+	t *turnState
 
 	injected bool
 	shift    int    // added to output_index once the item is in
@@ -150,7 +150,7 @@ type sseRewriter struct {
 	edits    []relay.Splice
 }
 
-func newSSERewriter(body io.ReadCloser, t *turn) *relay.EventRewriter {
+func newSSERewriter(body io.ReadCloser, t *turnState) *relay.EventRewriter {
 	r := &sseRewriter{t: t}
 	return relay.NewEventRewriter(body, r.rewriteEvent, func() []byte {
 		return dialectOpenAI.errorEvent(invalidUpstream(dialectOpenAI, t.item != nil, "sent an event that is not valid JSON"), t)
@@ -232,7 +232,7 @@ func compactionItemEvents(dst []byte, itemID string, item []byte, outputIndex, s
 
 // observeSeq remembers the next free sequence number (the event's, data's own plus delta, and
 // one) and the response id, for errors compactd has to append to a stream.
-func (t *turn) observeSeq(data []byte, delta int) {
+func (t *turnState) observeSeq(data []byte, delta int) {
 	if sq := gjson.GetBytes(data, "sequence_number"); sq.Exists() && int(sq.Int())+delta+1 > t.seq {
 		t.seq = int(sq.Int()) + delta + 1
 	}

@@ -45,7 +45,7 @@ func BenchmarkSSERewrite(b *testing.B) {
 			n := 0
 			c0 := cputime.Process()
 			for b.Loop() {
-				t := &turn{item: item, itemID: "cmp_0123456789abcdef0123456789abcdef", stream: true}
+				t := &turnState{item: item, itemID: "cmp_0123456789abcdef0123456789abcdef", stream: true}
 				rw := newSSERewriter(io.NopCloser(bytes.NewReader(stream)), t)
 				m, err := io.Copy(io.Discard, rw)
 				if err != nil || m <= int64(len(stream)) {

@@ -186,7 +186,7 @@ func TestStreamGuardOversizedEvent(t *testing.T) {
 				path, body, first = "/v1/messages", start+hugeMsg+stop, start
 			}
 			req, _ := http.NewRequest(http.MethodPost, "http://upstream"+path, nil)
-			tr := &turn{stream: true}
+			tr := &turnState{stream: true}
 			req = req.WithContext(withTurn(req.Context(), tr))
 			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 				Body: io.NopCloser(iotest.HalfReader(strings.NewReader(body)))}

@@ -8,7 +8,7 @@ import (
 )
 
 // turn is the per-request state a rewriting route shares with the ReverseProxy hooks.
-type turn struct {
+type turnState struct {
 	// item is the compaction item to put at output[0] of the upstream's response, or nil.
 	item   []byte
 	itemID string
@@ -21,29 +21,29 @@ type turn struct {
 	seq        int
 }
 
-func (t *turn) rewrite() bool { return t.item != nil || t.committed }
+func (t *turnState) rewrite() bool { return t.item != nil || t.committed }
 
-func (t *turn) nextSeq() int { return t.seq }
+func (t *turnState) nextSeq() int { return t.seq }
 
 type turnKey struct{}
 
 // newTurn is a turn for the request of ctx: the first one a request asks for lives in its
 // reqState (no allocation of its own), any other is allocated. Not pooled, like the reqState:
 // the ReverseProxy's hooks reach it through the upstream request's context.
-func newTurn(ctx context.Context, stream bool) *turn {
+func newTurn(ctx context.Context, stream bool) *turnState {
 	if st := stateFrom(ctx); st != nil && st.turnUsed.CompareAndSwap(false, true) {
-		st.turnBuf = turn{stream: stream}
+		st.turnBuf = turnState{stream: stream}
 		return &st.turnBuf
 	}
-	return &turn{stream: stream}
+	return &turnState{stream: stream}
 }
 
-func withTurn(ctx context.Context, t *turn) context.Context {
+func withTurn(ctx context.Context, t *turnState) context.Context {
 	return context.WithValue(ctx, turnKey{}, t)
 }
 
-func turnFrom(ctx context.Context) *turn {
-	t, _ := ctx.Value(turnKey{}).(*turn)
+func turnFrom(ctx context.Context) *turnState {
+	t, _ := ctx.Value(turnKey{}).(*turnState)
 	return t
 }
 
