@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 )
@@ -77,7 +78,7 @@ func checkRecall(ctx context.Context, base string, body []byte, requests func() 
 	}
 	var turns []fakeupstream.Recorded
 	for _, r := range requests() {
-		if r.Kind == fakeupstream.KindResponses {
+		if r.Kind == dialect.Responses {
 			turns = append(turns, r)
 		}
 	}

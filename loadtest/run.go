@@ -30,6 +30,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -179,7 +180,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer upTransport.CloseIdleConnections()
 	sumTransport := proxy.DefaultTransport()
 	defer sumTransport.CloseIdleConnections()
-	sum, err := summarizer.New(summarizer.Config{BaseURL: upURL + "/v1", API: summarizer.APIResponses,
+	sum, err := summarizer.New(summarizer.Config{BaseURL: upURL + "/v1", API: dialect.Responses,
 		HTTPClient: &http.Client{Transport: sumTransport}, Timeout: 30 * time.Second})
 	if err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Faults = faults.Counts()
 	rep.UpstreamRequests = map[string]int{}
 	for _, r := range fake.Requests() {
-		rep.UpstreamRequests[r.Kind]++
+		rep.UpstreamRequests[string(r.Kind)]++
 	}
 	rep.UpstreamRefused = map[string]int{}
 	for _, r := range fake.Refusals() {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -40,7 +41,7 @@ func TestCodexCLILocalCompactionUpgraded(t *testing.T) {
 		t.Fatal("compactd's summariser was never called")
 	}
 	after := false
-	for i, r := range h.upstream(fakeupstream.KindResponses) {
+	for i, r := range h.upstream(dialect.Responses) {
 		body := string(r.Body)
 		if strings.Contains(body, "CONTEXT CHECKPOINT COMPACTION") {
 			t.Fatalf("upstream request %d carries Codex's compaction prompt: compactd did not answer it", i)
@@ -50,6 +51,6 @@ func TestCodexCLILocalCompactionUpgraded(t *testing.T) {
 		}
 	}
 	if !after {
-		t.Errorf("no turn after the compaction carries compactd's summary (%d Responses requests)", len(h.upstream(fakeupstream.KindResponses)))
+		t.Errorf("no turn after the compaction carries compactd's summary (%d Responses requests)", len(h.upstream(dialect.Responses)))
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/compactd/compactd/proxy"
@@ -87,7 +88,7 @@ func checkAgentSummary(t *testing.T, h *msgHarness, msg *anthropic.Message) {
 	if string(msg.StopReason) != "end_turn" || msg.Usage.InputTokens <= 0 || msg.Usage.OutputTokens <= 0 {
 		t.Errorf("stop_reason %q, usage %+v: want end_turn and the summariser's usage", msg.StopReason, msg.Usage)
 	}
-	if n := len(h.upstream(fakeupstream.KindMessages)); n != 0 {
+	if n := len(h.upstream(dialect.Messages)); n != 0 {
 		t.Errorf("the model was called %d times; compactd should have answered", n)
 	}
 	sums := h.upstream(fakeupstream.KindSummary)
@@ -269,7 +270,7 @@ func TestAgentCompactionRecognition(t *testing.T) {
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, resp)
 			}
-			up := h.upstream(fakeupstream.KindMessages)
+			up := h.upstream(dialect.Messages)
 			if tc.upgrade {
 				if marked != "claude-code" || len(up) != 0 || !strings.Contains(replyText(resp), "<summary>") {
 					t.Fatalf("not upgraded: header %q, %d upstream calls, reply %.300s", marked, len(up), resp)
@@ -327,11 +328,11 @@ func TestAgentCompactionSummariserFailure(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			h := newMsgHarness(t, func(c *proxy.Config) {
 				c.Summarizer = failing{}
-				c.FailurePolicies = proxy.FailurePolicies{Responses: policy, Messages: policy}
+				c.FailurePolicies = proxy.FailurePolicies{dialect.Responses: policy, dialect.Messages: policy}
 			})
 			body := mustBody(t, agentParams(ccPrompt), nil)
 			status, _, resp := rawMessages(t, h.proxyURL, body, cc)
-			up := h.upstream(fakeupstream.KindMessages)
+			up := h.upstream(dialect.Messages)
 			if policy == proxy.PolicyFail {
 				if status != 529 || gjson.GetBytes(resp, "error.type").Str != "overloaded_error" || len(up) != 0 {
 					t.Fatalf("got %d %s with %d upstream calls; want 529 overloaded_error, nothing forwarded", status, resp, len(up))
@@ -430,7 +431,7 @@ func TestAgentCompactionCodexFixtures(t *testing.T) {
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %.300s", status, resp)
 			}
-			up := h.upstream(fakeupstream.KindResponses)
+			up := h.upstream(dialect.Responses)
 			if !tc.upgrade {
 				if marked != "" || len(up) != 1 {
 					t.Fatalf("not forwarded: header %q, %d upstream calls", marked, len(up))
@@ -501,7 +502,7 @@ func TestAgentCompactionCodexRecognition(t *testing.T) {
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %.300s", status, resp)
 			}
-			up := h.upstream(fakeupstream.KindResponses)
+			up := h.upstream(dialect.Responses)
 			if tc.upgrade != (marked == "codex") || tc.upgrade != (len(up) == 0) {
 				t.Fatalf("upgrade %v: header %q, %d upstream model calls", tc.upgrade, marked, len(up))
 			}

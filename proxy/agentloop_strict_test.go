@@ -11,6 +11,7 @@ import (
 	antoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -24,7 +25,7 @@ func TestMessagesAgentLoopUnderStrictUpstream(t *testing.T) {
 	for _, frac := range []float64{-1, 0.85} {
 		t.Run(fmt.Sprintf("speculative-fraction=%v", frac), func(t *testing.T) {
 			h := newMsgHarness(t, func(c *proxy.Config) {
-				c.Policy = compact.Policy{Routes: map[string]int{compact.RouteMessages: 30_000}}
+				c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Messages: 30_000}}
 				c.Speculative.Fraction = frac
 			})
 			hist := []anthropic.BetaMessageParam{userText("fix the build " + strings.Repeat("please ", 50))}

@@ -8,10 +8,10 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
+	dialectname "github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
-	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/tidwall/gjson"
@@ -40,23 +40,23 @@ import (
 // item or block.
 const chatSealKind = "openai.chat.compaction"
 
-// chatDialect is the Chat Completions API. It names itself "chat" in logs, speculation keys and
-// the failure policy (which, like every OpenAI dialect's, is the responses one); the metrics'
-// api label folds it into "openai" (apiLabel), and the route label tells it apart.
+// chatDialect is the Chat Completions API, named "chat" everywhere (dialectname.Chat): logs,
+// metrics, speculation keys, its --compact-threshold route, and its failure policy, which
+// follows the responses one unless --failure-policy names chat.
 type chatDialect struct{}
 
 var dialectChat dialect = chatDialect{}
 
-func (chatDialect) String() string      { return "chat" }
-func (chatDialect) policyRoute() string { return compact.RouteChat }
-func (chatDialect) noun() string        { return "item" }
-func (chatDialect) held() string        { return "messages" }
+func (chatDialect) String() string         { return string(dialectname.Chat) }
+func (chatDialect) name() dialectname.Name { return dialectname.Chat }
+func (chatDialect) noun() string           { return "item" }
+func (chatDialect) held() string           { return "messages" }
 
 // engine: the handoff is the Responses text. Its one claim about the window — "the user's most
 // recent messages are kept verbatim above" — is true of Chat too: chatCompactIn keeps the same
 // window (instructions and the newest user messages) before the handoff.
 func (chatDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: chatDialect{}.String(), SealKind: chatSealKind, Handoff: handoff.Text, Memo: memo.Chat,
+	return engine.Dialect{Name: dialectname.Chat, SealKind: chatSealKind, Handoff: handoff.Text, Memo: true,
 		UserMessage: api.ChatUserMessage}
 }
 
@@ -143,7 +143,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 		writeFault(w, dialectChat, api.BodyFault(err))
 		return
 	}
-	limit, trigger := s.cfg.Policy.ForRoute(dialectChat.policyRoute()).Effective(compact.Threshold{})
+	limit, trigger := s.cfg.Policy.ForRoute(dialectChat.name()).Effective(compact.Threshold{})
 	if limit <= 0 {
 		forwardChat(w, r, rp, nil, body)
 		return

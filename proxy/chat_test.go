@@ -20,6 +20,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -28,7 +29,7 @@ import (
 // chatPolicy turns the Chat Completions policy on at n tokens (and only there).
 func chatPolicy(n int) func(*proxy.Config) {
 	return func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteChat: n}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Chat: n}}
 		c.RetainTokens = 1000
 	}
 }
@@ -91,7 +92,7 @@ func TestChatPassThroughByteExact(t *testing.T) {
 			t.Run(tc.name+"/"+kind, func(t *testing.T) {
 				h.fake.Reset()
 				status, hdr, got := chatPost(t, h.proxyURL+"/v1/chat/completions", body)
-				reqs := h.upstream(fakeupstream.KindChat)
+				reqs := h.upstream(dialect.Chat)
 				if status != 200 || len(reqs) != 1 || string(reqs[0].Body) != body {
 					t.Fatalf("status %d, upstream saw %d requests, body %q", status, len(reqs), firstBody(reqs))
 				}
@@ -167,7 +168,7 @@ func TestChatPolicyCompaction(t *testing.T) {
 					t.Errorf("the summariser's transcript lacks %q", want)
 				}
 			}
-			reqs := h.upstream(fakeupstream.KindChat)
+			reqs := h.upstream(dialect.Chat)
 			if len(reqs) != 1 {
 				t.Fatalf("%d chat requests upstream, want 1", len(reqs))
 			}
@@ -237,11 +238,21 @@ func TestChatErrors(t *testing.T) {
 		}
 	})
 	t.Run("summariser down", func(t *testing.T) {
-		for _, policy := range []proxy.FailurePolicy{proxy.PolicyFail, proxy.PolicyPassthrough} {
+		// Chat follows the responses policy unless --failure-policy names chat.
+		for _, tc := range []struct {
+			policies proxy.FailurePolicies
+			policy   proxy.FailurePolicy // what the Chat turn does
+		}{
+			{proxy.FailurePolicies{dialect.Responses: proxy.PolicyFail, dialect.Messages: proxy.PolicyFail}, proxy.PolicyFail},
+			{proxy.FailurePolicies{dialect.Responses: proxy.PolicyPassthrough, dialect.Messages: proxy.PolicyFail}, proxy.PolicyPassthrough},
+			{proxy.FailurePolicies{dialect.Responses: proxy.PolicyPassthrough, dialect.Chat: proxy.PolicyFail}, proxy.PolicyFail},
+			{proxy.FailurePolicies{dialect.Responses: proxy.PolicyFail, dialect.Chat: proxy.PolicyPassthrough}, proxy.PolicyPassthrough},
+		} {
+			policy := tc.policy
 			h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) {
 				chatPolicy(2000)(c)
 				c.Summarizer = downSummarizer{errOutage}
-				c.FailurePolicies = proxy.FailurePolicies{Responses: policy, Messages: proxy.PolicyFail}
+				c.FailurePolicies = tc.policies
 			})
 			var raw *http.Response
 			cc, err := h.client.Chat.Completions.New(context.Background(), chatParams(chatHistory(4, 600)), option.WithResponseInto(&raw))
@@ -249,16 +260,16 @@ func TestChatErrors(t *testing.T) {
 			case proxy.PolicyFail:
 				var apiErr *openai.Error
 				if !errors.As(err, &apiErr) || apiErr.StatusCode != 502 || apiErr.Code != "compaction_failed" {
-					t.Fatalf("err = %v, want 502 compaction_failed", err)
+					t.Fatalf("%v: err = %v, want 502 compaction_failed", tc.policies, err)
 				}
-				if n := len(h.upstream(fakeupstream.KindChat)); n != 0 {
+				if n := len(h.upstream(dialect.Chat)); n != 0 {
 					t.Errorf("%d turns forwarded after the failure", n)
 				}
 			case proxy.PolicyPassthrough:
 				if err != nil || !strings.HasPrefix(cc.Choices[0].Message.Content, "MOCK-REPLY") || raw.Header.Get("X-Compactd-Warning") == "" {
-					t.Fatalf("err %v, warning %q", err, raw.Header.Get("X-Compactd-Warning"))
+					t.Fatalf("%v: err %v, warning %q", tc.policies, err, raw.Header.Get("X-Compactd-Warning"))
 				}
-				if reqs := h.upstream(fakeupstream.KindChat); len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), marker("T", 0)) {
+				if reqs := h.upstream(dialect.Chat); len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), marker("T", 0)) {
 					t.Error("the turn was not forwarded uncompacted")
 				}
 			}
@@ -330,7 +341,7 @@ func TestChatCommittedStream(t *testing.T) {
 				if err != nil || len(acc.Choices) == 0 || !strings.HasPrefix(acc.Choices[0].Message.Content, "MOCK-REPLY") || acc.Usage.PromptTokens == 0 {
 					t.Fatalf("err %v, accumulated %+v", err, acc.ChatCompletion)
 				}
-				up := h.upstream(fakeupstream.KindChat)
+				up := h.upstream(dialect.Chat)
 				if len(up) != 1 || !strings.Contains(string(up[0].Body), "GATED-SUMMARY") {
 					t.Error("the upstream did not get the compacted conversation")
 				}
@@ -407,7 +418,7 @@ func TestChatSpeculativeCompaction(t *testing.T) {
 		t.Fatalf("%d summariser calls (want 1), X-Compactd-Compaction %q", n, raw.Header.Get("X-Compactd-Compaction"))
 	}
 	// After the handoff: the messages that followed the summarised prefix, the client's bytes.
-	reqs := h.upstream(fakeupstream.KindChat)
+	reqs := h.upstream(dialect.Chat)
 	up := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages").Array()
 	body, _ := chatParams(msgs).MarshalJSON()
 	sent := gjson.GetBytes(body, "messages").Array()
@@ -437,7 +448,7 @@ func TestChatTruncatedUserMessage(t *testing.T) {
 	if _, err := h.client.Chat.Completions.New(context.Background(), chatParams(msgs)); err != nil {
 		t.Fatal(err)
 	}
-	reqs := h.upstream(fakeupstream.KindChat)
+	reqs := h.upstream(dialect.Chat)
 	up := gjson.GetBytes(reqs[0].Body, "messages").Array()
 	var huge gjson.Result
 	for _, m := range up {
@@ -452,12 +463,12 @@ func TestChatTruncatedUserMessage(t *testing.T) {
 }
 
 // TestChatCompactionMetric: a chat compaction is counted under the api label "chat", the
-// dialect's name in the log line (it was "openai", folded with Responses), with trigger "policy";
-// the agent trigger's series exist before its first use.
+// dialect's name (dialect.Chat, as in the log line), never folded into Responses, with trigger
+// "policy"; the agent trigger's series exist before its first use, one per dialect.
 func TestChatCompactionMetric(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, fakeupstream.Options{}, withRegistry(reg, chatPolicy(2000)))
-	for _, api := range []string{"anthropic", "chat"} {
+	for _, api := range []string{"responses", "messages", "chat"} {
 		if series(t, reg, "compactd_compactions_total", "api", api, "trigger", "agent", "outcome", "ok") == nil {
 			t.Errorf("no compactions{api=%s,trigger=agent,outcome=ok} series before the first agent compaction", api)
 		}
@@ -468,7 +479,7 @@ func TestChatCompactionMetric(t *testing.T) {
 	if got := value(t, reg, "compactd_compactions_total", "api", "chat", "trigger", "policy", "outcome", "ok"); got != 1 {
 		t.Errorf("compactions{api=chat,trigger=policy,outcome=ok} = %v, want 1", got)
 	}
-	if got := value(t, reg, "compactd_compactions_total", "api", "openai", "trigger", "policy", "outcome", "ok"); got != 0 {
-		t.Errorf("compactions{api=openai,trigger=policy,outcome=ok} = %v, want 0: a chat compaction is not a Responses one", got)
+	if got := value(t, reg, "compactd_compactions_total", "api", "responses", "trigger", "policy", "outcome", "ok"); got != 0 {
+		t.Errorf("compactions{api=responses,trigger=policy,outcome=ok} = %v, want 0: a chat compaction is not a Responses one", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 )
@@ -126,7 +127,7 @@ func assertCodexCompacted(t *testing.T, h *harness) {
 		t.Fatal("no compaction happened: the summariser was never called")
 	}
 	sawHandoff := false
-	for i, r := range h.upstream(fakeupstream.KindResponses) {
+	for i, r := range h.upstream(dialect.Responses) {
 		body := string(r.Body)
 		for _, bad := range []string{`"compaction_trigger"`, `"type":"compaction"`, `"compaction_summary"`, `"cmp_`} {
 			if strings.Contains(body, bad) {

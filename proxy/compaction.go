@@ -245,7 +245,7 @@ func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *
 // passThroughOnFailure reports whether a failed threshold compaction should be forwarded
 // uncompacted (the passthrough failure policy), and marks the response so the client can tell.
 func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err error) bool {
-	if !s.engine.PassThrough(d.String(), err) {
+	if !s.engine.PassThrough(d.name(), err) {
 		return false
 	}
 	w.Header().Add("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")

@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -50,7 +51,7 @@ func TestMessagesKeepsClaudeCodeSystemEntry(t *testing.T) {
 	body, _ = sjson.SetBytes(body, "stream", false)
 
 	h := newMsgHarness(t, func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteMessages: 20_000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Messages: 20_000}}
 		c.Speculative.Fraction = -1
 	})
 	post := func(body []byte) string {
@@ -106,7 +107,7 @@ func TestMessagesKeepsClaudeCodeSystemEntry(t *testing.T) {
 func TestInstructionsSurviveCompaction(t *testing.T) {
 	t.Run("responses", func(t *testing.T) {
 		h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) {
-			c.Policy = compact.Policy{Routes: map[string]int{compact.RouteResponses: 3_000}}
+			c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Responses: 3_000}}
 			c.RetainTokens = 1_000
 			c.Speculative.Fraction = -1
 		})
@@ -127,7 +128,7 @@ func TestInstructionsSurviveCompaction(t *testing.T) {
 	})
 	t.Run("chat", func(t *testing.T) {
 		h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) {
-			c.Policy = compact.Policy{Routes: map[string]int{compact.RouteChat: 3_000}}
+			c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Chat: 3_000}}
 			c.RetainTokens = 1_000
 			c.Speculative.Fraction = -1
 		})
@@ -139,7 +140,7 @@ func TestInstructionsSurviveCompaction(t *testing.T) {
 		if !strings.HasPrefix(hr.Header.Get("X-Compactd-Compaction"), "compacted;") {
 			t.Fatalf("not compacted: %q", hr.Header.Get("X-Compactd-Compaction"))
 		}
-		reqs := h.upstream(fakeupstream.KindChat)
+		reqs := h.upstream(dialect.Chat)
 		up := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages").Array()
 		if up[0].Get("role").Str != "developer" || up[0].Get("content").Str != "DEV-MARK keep me" ||
 			up[1].Get("role").Str != "system" || up[1].Get("content").Str != "You are a careful coding agent." {

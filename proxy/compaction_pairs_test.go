@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -69,7 +70,7 @@ func compactedTokens(t *testing.T, report string) (before, after int) {
 // assistant's tool_use, so the pair is kept together, and the compacted request is smaller.
 func TestMessagesSpeculationKeepsToolPairs(t *testing.T) {
 	h := newMsgHarness(t, func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteMessages: 25_000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Messages: 25_000}}
 	})
 	toolUse := anthropic.BetaMessageParam{OfAssistant: &anthropic.BetaAssistantMessageParam{Content: []anthropic.BetaContentBlockParamUnion{
 		anthropic.NewBetaToolUseBlock("toolu_A", map[string]any{"file_path": "notes.txt"}, "Read")}}}

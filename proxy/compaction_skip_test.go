@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -24,7 +25,7 @@ func TestCompactionsThatCannotSaveAreSkipped(t *testing.T) {
 	for _, tc := range []struct {
 		name, reason string
 		send         func(t *testing.T, h *harness) (body []byte, report string)
-		upstream     string
+		upstream     dialect.Name
 	}{
 		{"chat: a fresh conversation whose first request is past the policy", "nothing", func(t *testing.T, h *harness) ([]byte, string) {
 			msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are a careful coding agent."),
@@ -35,7 +36,7 @@ func TestCompactionsThatCannotSaveAreSkipped(t *testing.T) {
 			}
 			body, _ := json.Marshal(chatParams(msgs))
 			return body, hr.Header.Get("X-Compactd-Compaction")
-		}, fakeupstream.KindChat},
+		}, dialect.Chat},
 		{"responses: user messages the retain budget keeps, above the threshold", "min_saving", func(t *testing.T, h *harness) ([]byte, string) {
 			input := []map[string]any{
 				{"type": "message", "role": "user", "content": "U1 " + strings.Repeat("please refactor the parser module ", 600)},
@@ -49,7 +50,7 @@ func TestCompactionsThatCannotSaveAreSkipped(t *testing.T) {
 			}
 			body, _ := json.Marshal(map[string]any{"model": testModel, "input": input})
 			return body, hr.Header.Get("X-Compactd-Compaction")
-		}, fakeupstream.KindResponses},
+		}, dialect.Responses},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
@@ -69,16 +70,13 @@ func TestCompactionsThatCannotSaveAreSkipped(t *testing.T) {
 				t.Fatalf("%d upstream requests", len(reqs))
 			}
 			key := "messages"
-			if tc.upstream == fakeupstream.KindResponses {
+			if tc.upstream == dialect.Responses {
 				key = "input"
 			}
 			if got, want := gjson.GetBytes(reqs[0].Body, key+".#").Int(), gjson.GetBytes(body, key+".#").Int(); got != want {
 				t.Errorf("the upstream got %d %s, the client sent %d", got, key, want)
 			}
-			api := "openai"
-			if tc.upstream == fakeupstream.KindChat {
-				api = "chat"
-			}
+			api := string(tc.upstream) // the api label is the dialect's name
 			if v := value(t, reg, "compactd_compactions_skipped_total", "api", api, "reason", tc.reason); v != 1 {
 				t.Errorf("compactd_compactions_skipped_total{reason=%q} = %v, want 1", tc.reason, v)
 			}
@@ -108,7 +106,7 @@ func TestSummaryIsBoundedAndNeverSealedLarger(t *testing.T) {
 			huge := strings.Repeat("- the handler returns positioned errors now\n", tc.summary/44+1)
 			reg := prometheus.NewRegistry()
 			h := newHarness(t, fakeupstream.Options{Summaries: func(string) string { return huge }}, withRegistry(reg, retain(1000), func(c *proxy.Config) {
-				c.FailurePolicies = proxy.FailurePolicies{Responses: proxy.PolicyPassthrough}
+				c.FailurePolicies = proxy.FailurePolicies{dialect.Responses: proxy.PolicyPassthrough}
 				c.Speculative.Fraction = -1
 			}))
 			input := toAny(history(4, 400)) // ~4k tokens
@@ -124,14 +122,14 @@ func TestSummaryIsBoundedAndNeverSealedLarger(t *testing.T) {
 				}
 			}
 			clientBody, _ := json.Marshal(map[string]any{"model": testModel, "input": input})
-			if up := h.upstream(fakeupstream.KindResponses); len(up) != 1 || len(up[0].Body) > len(clientBody)+200 {
+			if up := h.upstream(dialect.Responses); len(up) != 1 || len(up[0].Body) > len(clientBody)+200 {
 				t.Fatalf("the upstream got %d requests, the last of %d bytes against the client's %d", len(up), len(up[len(up)-1].Body), len(clientBody))
 			}
-			if v := value(t, reg, "compactd_summaries_truncated_total", "api", "openai"); v != tc.truncated {
+			if v := value(t, reg, "compactd_summaries_truncated_total", "api", "responses"); v != tc.truncated {
 				t.Errorf("summaries truncated = %v, want %v", v, tc.truncated)
 			}
 			if tc.reason != "" {
-				if v := value(t, reg, "compactd_compactions_skipped_total", "api", "openai", "reason", tc.reason); v != 1 {
+				if v := value(t, reg, "compactd_compactions_skipped_total", "api", "responses", "reason", tc.reason); v != 1 {
 					t.Errorf("compactd_compactions_skipped_total{reason=%q} = %v, want 1", tc.reason, v)
 				}
 			}

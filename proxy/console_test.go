@@ -19,6 +19,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/console/consoletest"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -89,7 +90,7 @@ func TestConsoleShowsRealCompactionsAndRecalls(t *testing.T) {
 			}
 			c.login()
 			list := c.waitFor("/console/conversations", "conv-recall")
-			if !regexp.MustCompile(`(?s)conv-recall</a>.*?<td>sdk</td><td>openai</td>\s*<td class="n">1</td>`).MatchString(list) {
+			if !regexp.MustCompile(`(?s)conv-recall</a>.*?<td>sdk</td><td>responses</td>\s*<td class="n">1</td>`).MatchString(list) {
 				t.Errorf("the list row lacks the client kind, API or compaction count:\n%s", list)
 			}
 			tl := c.waitFor("/console/conversation?id=conv-recall", "Recall search", "Compaction</strong>")
@@ -166,7 +167,7 @@ func TestConsoleLoginSharesTheAdminThrottle(t *testing.T) {
 // turn is not handed the deleted compaction) and the event log.
 func TestConsoleDeleteIsTheAdminDelete(t *testing.T) {
 	h, c, _ := consoleHarness(t, false, func(cfg *proxy.Config) {
-		cfg.Policy = compact.Policy{Routes: map[string]int{compact.RouteResponses: 8_000}}
+		cfg.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Responses: 8_000}}
 		cfg.Speculative.Fraction = -1
 	})
 	input := toAny(history(4, 400))

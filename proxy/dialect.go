@@ -4,11 +4,10 @@ import (
 	"net/http"
 
 	"github.com/compactd/compactd/internal/api"
-	"github.com/compactd/compactd/internal/compact"
+	dialectname "github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
-	"github.com/compactd/compactd/internal/memo"
 	"github.com/tidwall/gjson"
 )
 
@@ -21,11 +20,12 @@ import (
 
 // dialect is one API's wire format.
 type dialect interface {
-	// String names the dialect in logs, speculation keys and the failure policy: "openai",
-	// "anthropic", "chat" (metrics fold every OpenAI dialect into api="openai").
+	// String is the dialect's name (dialectname.Name): logs' "api" attribute, the metrics' api
+	// label, the event log's API.
 	String() string
-	// policyRoute is the dialect's --compact-threshold route.
-	policyRoute() string
+	// name is the dialect's name: its --compact-threshold and --failure-policy route, its
+	// summariser (Config.MessagesSummarizer), its speculation keys.
+	name() dialectname.Name
 	// engine is what the compaction engine needs to know of the dialect.
 	engine() engine.Dialect
 	// compactionItem renders a compaction as the dialect's item (Responses) or block (Messages).
@@ -69,12 +69,12 @@ const (
 // responsesDialect is the OpenAI Responses API (and the OpenAI envelope of every OpenAI route).
 type responsesDialect struct{}
 
-func (responsesDialect) String() string      { return "openai" }
-func (responsesDialect) policyRoute() string { return compact.RouteResponses }
-func (responsesDialect) noun() string        { return "item" }
-func (responsesDialect) held() string        { return "items" }
+func (responsesDialect) String() string         { return string(dialectname.Responses) }
+func (responsesDialect) name() dialectname.Name { return dialectname.Responses }
+func (responsesDialect) noun() string           { return "item" }
+func (responsesDialect) held() string           { return "items" }
 func (responsesDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: responsesDialect{}.String(), SealKind: sealKind, Handoff: handoff.Text, Memo: memo.Responses,
+	return engine.Dialect{Name: dialectname.Responses, SealKind: sealKind, Handoff: handoff.Text, Memo: true,
 		UserMessage: api.UserMessage}
 }
 func (responsesDialect) compactionItem(c *engine.Compaction) []byte {
@@ -105,12 +105,12 @@ func (responsesDialect) errorEvent(f *fault.Fault, t *turnState) []byte {
 // messagesDialect is the Anthropic Messages API.
 type messagesDialect struct{}
 
-func (messagesDialect) String() string      { return "anthropic" }
-func (messagesDialect) policyRoute() string { return compact.RouteMessages }
-func (messagesDialect) noun() string        { return "block" }
-func (messagesDialect) held() string        { return "messages and compaction blocks" }
+func (messagesDialect) String() string         { return string(dialectname.Messages) }
+func (messagesDialect) name() dialectname.Name { return dialectname.Messages }
+func (messagesDialect) noun() string           { return "block" }
+func (messagesDialect) held() string           { return "messages and compaction blocks" }
 func (messagesDialect) engine() engine.Dialect {
-	return engine.Dialect{Name: messagesDialect{}.String(), SealKind: anthropicSealKind, Handoff: handoff.MessagesText, Memo: memo.Messages,
+	return engine.Dialect{Name: dialectname.Messages, SealKind: anthropicSealKind, Handoff: handoff.MessagesText, Memo: true,
 		UserMessage: messagesUserMessage}
 }
 func (messagesDialect) compactionItem(c *engine.Compaction) []byte {

@@ -242,7 +242,7 @@ func (s *Server) failureOutcome(d dialect, trigger string, err error) string {
 		return "canceled"
 	case errors.Is(err, summarizer.ErrBusy):
 		return "busy"
-	case s.cfg.FailurePolicies.For(d.String()) == PolicyPassthrough && (trigger == "threshold" || trigger == "policy" || trigger == agentTrigger):
+	case s.cfg.FailurePolicies.For(d.name()) == PolicyPassthrough && (trigger == "threshold" || trigger == "policy" || trigger == agentTrigger):
 		return string(PolicyPassthrough)
 	}
 	return string(PolicyFail)
@@ -285,10 +285,7 @@ func (s *Server) recordRecall(ctx context.Context, rt *recallTurn, query string,
 		return
 	}
 	e := archive.Event{Tenant: s.tenantOf(ctx), Owner: s.ownerOf(ctx), Conversation: rt.conversation, Kind: archive.EventRecall,
-		CreatedAt: time.Now(), Items: len(hits), Outcome: "ok", Client: rt.client}
-	if st := stateFrom(ctx); st != nil {
-		e.API = st.api
-	}
+		CreatedAt: time.Now(), Items: len(hits), Outcome: "ok", Client: rt.client, API: rt.api}
 	if rc := chi.RouteContext(ctx); rc != nil {
 		e.Route = rc.RoutePattern()
 	}

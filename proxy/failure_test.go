@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -33,16 +35,17 @@ func TestParseFailurePolicies(t *testing.T) {
 		want    proxy.FailurePolicies
 		wantErr bool
 	}{
-		{"", proxy.FailurePolicies{Responses: "fail", Messages: "fail"}, false},
-		{"extractive", proxy.FailurePolicies{Responses: "extractive", Messages: "extractive"}, false},
-		{"responses=passthrough,messages=extractive", proxy.FailurePolicies{Responses: "passthrough", Messages: "extractive"}, false},
-		{"responses=passthrough", proxy.FailurePolicies{Responses: "passthrough", Messages: "fail"}, false},
-		{"retry", proxy.FailurePolicies{}, true},
-		{"chat=fail", proxy.FailurePolicies{}, true},
+		{"", proxy.FailurePolicies{dialect.Responses: "fail", dialect.Messages: "fail"}, false},
+		{"extractive", proxy.FailurePolicies{dialect.Responses: "extractive", dialect.Messages: "extractive", dialect.Chat: "extractive"}, false},
+		{"responses=passthrough,messages=extractive", proxy.FailurePolicies{dialect.Responses: "passthrough", dialect.Messages: "extractive"}, false},
+		{"responses=passthrough", proxy.FailurePolicies{dialect.Responses: "passthrough", dialect.Messages: "fail"}, false},
+		{"chat=passthrough", proxy.FailurePolicies{dialect.Responses: "fail", dialect.Messages: "fail", dialect.Chat: "passthrough"}, false},
+		{"retry", nil, true},
+		{"openai=fail", nil, true},
 	}
 	for _, tt := range tests {
 		got, err := proxy.ParseFailurePolicies(tt.in)
-		if (err != nil) != tt.wantErr || (!tt.wantErr && got != tt.want) {
+		if (err != nil) != tt.wantErr || (!tt.wantErr && !maps.Equal(got, tt.want)) {
 			t.Errorf("ParseFailurePolicies(%q) = %+v, %v", tt.in, got, err)
 		}
 	}
@@ -67,7 +70,7 @@ func TestResponsesFailurePolicies(t *testing.T) {
 			h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) {
 				c.Summarizer = downSummarizer{tt.err}
 				c.RetainTokens = 1000
-				c.FailurePolicies = proxy.FailurePolicies{Responses: tt.policy, Messages: tt.policy}
+				c.FailurePolicies = proxy.FailurePolicies{dialect.Responses: tt.policy, dialect.Messages: tt.policy}
 			})
 			var raw *http.Response
 			resp, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel},
@@ -80,7 +83,7 @@ func TestResponsesFailurePolicies(t *testing.T) {
 				if tt.wantStatus == 429 && apiErr.Response.Header.Get("Retry-After") == "" {
 					t.Error("429 without Retry-After")
 				}
-				if n := len(h.upstream(fakeupstream.KindResponses)); n != 0 {
+				if n := len(h.upstream(dialect.Responses)); n != 0 {
 					t.Errorf("a failed compaction still called the upstream %d times", n)
 				}
 				return
@@ -88,7 +91,7 @@ func TestResponsesFailurePolicies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			body := string(h.upstream(fakeupstream.KindResponses)[0].Body)
+			body := string(h.upstream(dialect.Responses)[0].Body)
 			switch tt.policy {
 			case proxy.PolicyPassthrough:
 				if resp.Output[0].Type == "compaction" || raw.Header.Get("X-Compactd-Warning") == "" || !strings.Contains(body, marker("A", 0)) {
@@ -111,7 +114,7 @@ func TestMessagesFailurePolicies(t *testing.T) {
 		t.Run(string(tt.policy), func(t *testing.T) {
 			h := newMsgHarness(t, func(c *proxy.Config) {
 				c.Summarizer = downSummarizer{errOutage}
-				c.FailurePolicies = proxy.FailurePolicies{Messages: tt.policy}
+				c.FailurePolicies = proxy.FailurePolicies{dialect.Messages: tt.policy}
 			})
 			msg, err := h.ant.Beta.Messages.New(context.Background(), params(append(longHistory(16), userText("next?")), compactEdit(50_000, false)))
 			if tt.wantStatus != 200 {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -158,7 +159,7 @@ func TestCodexCLIForeignCompactionItem(t *testing.T) {
 			if issued == 0 {
 				t.Fatal("Codex never compacted with the OpenAI stand-in")
 			}
-			upstreamBefore := len(h.upstream(fakeupstream.KindResponses))
+			upstreamBefore := len(h.upstream(dialect.Responses))
 
 			// The switch: the same session, now straight to compactd.
 			shim.switchProvider()
@@ -193,7 +194,7 @@ func TestCodexCLIForeignCompactionItem(t *testing.T) {
 					!strings.Contains(gjson.GetBytes(answers[0].body, "error.message").Str, "--foreign-items drop") {
 					t.Errorf("first answer after the switch: %d %s, want 400 foreign_compaction_item naming the flag", answers[0].status, answers[0].body)
 				}
-				if n := len(h.upstream(fakeupstream.KindResponses)); n != upstreamBefore {
+				if n := len(h.upstream(dialect.Responses)); n != upstreamBefore {
 					t.Errorf("a refused turn reached the upstream (%d requests, %d before)", n, upstreamBefore)
 				}
 				t.Logf("Codex after the 400: err=%v, %d requests\n%.600s", err, len(replayed), out)
@@ -205,7 +206,7 @@ func TestCodexCLIForeignCompactionItem(t *testing.T) {
 			if answers[0].status != http.StatusOK || !strings.Contains(answers[0].header.Get("X-Compactd-Warning"), "foreign compaction item") {
 				t.Errorf("first answer after the switch: %d, X-Compactd-Warning %q", answers[0].status, answers[0].header.Get("X-Compactd-Warning"))
 			}
-			after := h.upstream(fakeupstream.KindResponses)[upstreamBefore:]
+			after := h.upstream(dialect.Responses)[upstreamBefore:]
 			if len(after) == 0 {
 				t.Fatal("no turn after the switch reached the upstream")
 			}

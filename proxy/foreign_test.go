@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -101,7 +102,7 @@ func TestForeignCompactionItems(t *testing.T) {
 				if tc.code == "foreign_compaction_item" && (!strings.Contains(apiErr.Message, "--foreign-items drop") || apiErr.Param != "input[2].encrypted_content") {
 					t.Errorf("reject message %q (param %q): want it to name the item and the flag", apiErr.Message, apiErr.Param)
 				}
-				if n := len(h.upstream(fakeupstream.KindResponses)); n != 0 {
+				if n := len(h.upstream(dialect.Responses)); n != 0 {
 					t.Errorf("a refused request reached the upstream %d times", n)
 				}
 				if warning != "" {
@@ -109,8 +110,8 @@ func TestForeignCompactionItems(t *testing.T) {
 				}
 			}
 			for action, want := range map[string]float64{"dropped": tc.dropped, "rejected": tc.reject} {
-				if got := value(t, reg, "compactd_foreign_items_total", "api", "openai", "action", action); got != want {
-					t.Errorf("compactd_foreign_items_total{api=openai,action=%s} = %v, want %v", action, got, want)
+				if got := value(t, reg, "compactd_foreign_items_total", "api", "responses", "action", action); got != want {
+					t.Errorf("compactd_foreign_items_total{api=responses,action=%s} = %v, want %v", action, got, want)
 				}
 			}
 		})
@@ -290,7 +291,7 @@ func TestForeignCompactionBlocks(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				reqs := h.upstream(fakeupstream.KindMessages)
+				reqs := h.upstream(dialect.Messages)
 				if len(reqs) != 1 {
 					t.Fatalf("%d upstream requests", len(reqs))
 				}
@@ -304,7 +305,7 @@ func TestForeignCompactionBlocks(t *testing.T) {
 				if w := raw.Header.Get("X-Compactd-Warning"); !strings.Contains(w, "messages.1.content.0") {
 					t.Errorf("X-Compactd-Warning = %q", w)
 				}
-				if got := value(t, reg, "compactd_foreign_items_total", "api", "anthropic", "action", "dropped"); got != 1 {
+				if got := value(t, reg, "compactd_foreign_items_total", "api", "messages", "action", "dropped"); got != 1 {
 					t.Errorf("dropped counter = %v", got)
 				}
 				return
@@ -316,7 +317,7 @@ func TestForeignCompactionBlocks(t *testing.T) {
 			if tc.policy == proxy.ForeignReject && !strings.Contains(apiErr.RawJSON(), "--foreign-items drop") {
 				t.Errorf("reject body %s: want the flag named", apiErr.RawJSON())
 			}
-			if n := len(h.upstream(fakeupstream.KindMessages)); n != 0 {
+			if n := len(h.upstream(dialect.Messages)); n != 0 {
 				t.Errorf("a refused request reached the upstream")
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -86,7 +87,7 @@ func newHarness(t testing.TB, opts fakeupstream.Options, mutate func(*proxy.Conf
 }
 
 // upstream returns the recorded requests of one kind ("responses", "summary", …).
-func (h *harness) upstream(kind string) []fakeupstream.Recorded {
+func (h *harness) upstream(kind dialect.Name) []fakeupstream.Recorded {
 	var out []fakeupstream.Recorded
 	for _, r := range h.fake.Requests() {
 		if r.Kind == kind {
@@ -99,7 +100,7 @@ func (h *harness) upstream(kind string) []fakeupstream.Recorded {
 // lastUpstreamInput is the input array of the last Responses request the upstream received.
 func (h *harness) lastUpstreamInput(t *testing.T) []gjson.Result {
 	t.Helper()
-	reqs := h.upstream(fakeupstream.KindResponses)
+	reqs := h.upstream(dialect.Responses)
 	if len(reqs) == 0 {
 		t.Fatal("upstream received no Responses request")
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/compactd/compactd/internal/handoff"
@@ -233,7 +234,7 @@ func responsesCompactEndpoint(t *testing.T) []gjson.Result {
 // history and the memo gives it the compaction back.
 func responsesTransparent(t *testing.T) []gjson.Result {
 	h := newHarness(t, fakeupstream.Options{}, withLedger(func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteResponses: 3000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Responses: 3000}}
 	}))
 	input := factResponsesInput(6)
 	send := func(want string) *responses.Response {
@@ -299,7 +300,7 @@ func messagesOnDemand(t *testing.T) []gjson.Result {
 // the next turn.
 func messagesTransparent(t *testing.T) []gjson.Result {
 	h := newMsgHarness(t, withLedger(func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteMessages: 30_000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Messages: 30_000}}
 	}))
 	hist := factMessages(12, "what next?")
 	send := func(want string) *anthropic.BetaMessage {
@@ -326,7 +327,7 @@ func messagesTransparent(t *testing.T) []gjson.Result {
 // applies it to the next turn.
 func chatTransparent(t *testing.T) []gjson.Result {
 	h := newHarness(t, fakeupstream.Options{}, withLedger(func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteChat: 3000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Chat: 3000}}
 	}))
 	msgs := []openai.ChatCompletionMessageParamUnion{
 		openai.SystemMessage("You are a careful coding agent."),
@@ -358,7 +359,7 @@ func chatTransparent(t *testing.T) []gjson.Result {
 	cc := send("compacted;")
 	msgs = append(msgs, openai.AssistantMessage(cc.Choices[0].Message.Content), openai.UserMessage("and then?"))
 	send("applied;")
-	reqs := h.upstream(fakeupstream.KindChat)
+	reqs := h.upstream(dialect.Chat)
 	return gjson.GetBytes(reqs[len(reqs)-1].Body, "messages").Array()
 }
 

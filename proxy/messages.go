@@ -83,7 +83,7 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy,
 
 // handleMessages serves POST /v1/messages.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	policy := s.cfg.Policy.ForRoute(dialectAnthropic.policyRoute())
+	policy := s.cfg.Policy.ForRoute(dialectAnthropic.name())
 	req, cm, ok := s.messagesPrelude(w, r, policy.Threshold > 0, true)
 	if !ok {
 		return

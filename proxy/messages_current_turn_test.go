@@ -10,6 +10,7 @@ import (
 	antoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
 )
@@ -38,7 +39,7 @@ func TestMessagesTransparentKeepsCurrentTurn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newMsgHarness(t, func(c *proxy.Config) {
-				c.Policy = compact.Policy{Routes: map[string]int{compact.RouteMessages: 30_000}}
+				c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Messages: 30_000}}
 				c.Speculative.Fraction = -1
 			})
 			hist := append(longHistory(12), tc.turn...)

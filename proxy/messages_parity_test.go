@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -160,7 +161,7 @@ func TestMessagesHandoffIsByteStable(t *testing.T) {
 // extends the one before it, byte for byte. A threshold for one route leaves the other alone.
 func TestMessagesTransparentPolicy(t *testing.T) {
 	h := newMsgHarness(t, func(c *proxy.Config) {
-		c.Policy = compact.Policy{Threshold: 0, Routes: map[string]int{compact.RouteMessages: 30_000}}
+		c.Policy = compact.Policy{Threshold: 0, Routes: map[dialect.Name]int{dialect.Messages: 30_000}}
 		c.Speculative.Fraction = -1 // one summary per compaction, counted exactly
 	})
 	hist := longHistory(8)

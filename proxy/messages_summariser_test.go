@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -57,7 +58,7 @@ func TestMessagesSummariserGetsTenantAnthropicKey(t *testing.T) {
 	h := newMsgHarness(t, func(c *proxy.Config) {
 		c.Tenants = testTenants(t)
 		c.RetainTokens = 1000
-		ms, err := summarizer.New(summarizer.Config{BaseURL: c.Upstream.String(), API: summarizer.APIMessages})
+		ms, err := summarizer.New(summarizer.Config{BaseURL: c.Upstream.String(), API: dialect.Messages})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func TestMessagesSummariserMetrics(t *testing.T) {
 	reg := proxy.NewRegistry()
 	h := newMsgHarness(t, withRegistry(reg, func(c *proxy.Config) {
 		c.RetainTokens = 1000
-		ms, err := summarizer.New(summarizer.Config{BaseURL: c.Upstream.String(), API: summarizer.APIMessages})
+		ms, err := summarizer.New(summarizer.Config{BaseURL: c.Upstream.String(), API: dialect.Messages})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +134,7 @@ func TestMessagesSummariserUnreachable(t *testing.T) {
 	closed.Close()
 	var attempts int
 	h := newMsgHarness(t, func(c *proxy.Config) {
-		ms, err := summarizer.New(summarizer.Config{BaseURL: addr, API: summarizer.APIMessages,
+		ms, err := summarizer.New(summarizer.Config{BaseURL: addr, API: dialect.Messages,
 			HTTPClient: &http.Client{Transport: countingRoundTripper{&attempts, &http.Transport{}}}})
 		if err != nil {
 			t.Fatal(err)

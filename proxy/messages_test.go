@@ -20,6 +20,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -85,7 +86,7 @@ func params(msgs []anthropic.BetaMessageParam, cm anthropic.BetaContextManagemen
 // lastMessages is the body of the last /v1/messages request the upstream received.
 func (h *msgHarness) lastMessages(t *testing.T) gjson.Result {
 	t.Helper()
-	reqs := h.upstream(fakeupstream.KindMessages)
+	reqs := h.upstream(dialect.Messages)
 	if len(reqs) == 0 {
 		t.Fatal("upstream received no Messages request")
 	}
@@ -134,7 +135,7 @@ func checkUpstreamHandoff(t *testing.T, h *msgHarness, summary string, wantMessa
 	if strings.Contains(up.Raw, `"compaction"`) || strings.Contains(up.Raw, "compact_20260112") {
 		t.Fatalf("a compaction block or edit reached the upstream")
 	}
-	reqs := h.upstream(fakeupstream.KindMessages)
+	reqs := h.upstream(dialect.Messages)
 	if b := reqs[len(reqs)-1].Header.Get("Anthropic-Beta"); strings.Contains(b, "compact-2026") {
 		t.Fatalf("compaction beta forwarded: %q", b)
 	}
@@ -225,7 +226,7 @@ func TestMessagesPauseAfterCompaction(t *testing.T) {
 			if msg.StopReason != anthropic.BetaStopReasonCompaction || msg.Usage.InputTokens != 0 || len(msg.Usage.Iterations) != 1 {
 				t.Fatalf("stop_reason %q, usage %s", msg.StopReason, msg.Usage.RawJSON())
 			}
-			if n := len(h.upstream(fakeupstream.KindMessages)); n != 0 {
+			if n := len(h.upstream(dialect.Messages)); n != 0 {
 				t.Fatalf("the model was sampled %d times after a paused compaction", n)
 			}
 		})
@@ -322,7 +323,7 @@ func TestMessagesOnDemand(t *testing.T) {
 	if cb.Signature == "" || msg.StopReason != anthropic.BetaStopReasonCompaction {
 		t.Fatalf("block %s, stop_reason %q", cb.RawJSON(), msg.StopReason)
 	}
-	if n := len(h.upstream(fakeupstream.KindMessages)); n != 0 {
+	if n := len(h.upstream(dialect.Messages)); n != 0 {
 		t.Fatalf("on-demand compaction sampled the model %d times", n)
 	}
 	// Streamed, it accumulates to the same shape, signature included.
@@ -399,7 +400,7 @@ func TestMessagesSummariserOutage(t *testing.T) {
 			}
 		})
 	}
-	if n := len(h.upstream(fakeupstream.KindMessages)); n != 0 {
+	if n := len(h.upstream(dialect.Messages)); n != 0 {
 		t.Fatalf("a failed compaction still called the model")
 	}
 }
@@ -551,7 +552,7 @@ func TestMessagesApplyEdits(t *testing.T) {
 		if up.Get("context_management").Exists() || strings.Count(up.Raw, `"type":"thinking"`) != 1 || !strings.Contains(up.Raw, marker("T", 2)) {
 			t.Fatalf("upstream body: %.400s", up.Raw)
 		}
-		reqs := h.upstream(fakeupstream.KindMessages)
+		reqs := h.upstream(dialect.Messages)
 		if b := reqs[len(reqs)-1].Header.Get("Anthropic-Beta"); strings.Contains(b, "context-management") {
 			t.Fatalf("context-management beta forwarded although compactd applied the edits: %q", b)
 		}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	dialectname "github.com/compactd/compactd/internal/dialect"
 )
 
 // NewRegistry returns a registry with the Go runtime and process collectors, the one compactd
@@ -19,7 +21,7 @@ func NewRegistry() *prometheus.Registry {
 // Label values that are fixed by compactd's code. Series for them are created up front (at zero),
 // so rate() and ratio expressions in dashboards and alerts have data before the first event.
 var (
-	metricAPIs     = []string{"openai", "anthropic", "chat"}
+	metricAPIs     = metricAPINames()
 	metricTriggers = []string{"threshold", "policy", "compact_endpoint", "compaction_trigger", "on_demand", agentTrigger}
 	metricOutcomes = []string{"ok", "failed", "nothing", "skipped"}
 	skipReasons    = []string{"nothing", "min_saving", "not_smaller"} // engine.SkipReason
@@ -258,7 +260,7 @@ func newMetrics(cfg Config) *metrics {
 
 // compactionEvent describes one compaction attempt, for metrics.
 type compactionEvent struct {
-	API          string // "openai", "anthropic" or "chat"
+	API          string // the dialect's name: "responses", "messages" or "chat"
 	Trigger      string // threshold, policy, compact_endpoint, compaction_trigger, on_demand, agent
 	Outcome      string // ok, failed, nothing, skipped
 	Model        string
@@ -272,7 +274,7 @@ func (m *metrics) compaction(ev compactionEvent) {
 	if m == nil {
 		return
 	}
-	api := apiLabel(ev.API)
+	api := ev.API
 	m.compactions.WithLabelValues(api, label(ev.Trigger), label(ev.Outcome)).Inc()
 	if ev.Outcome != "ok" || ev.TokensBefore <= 0 {
 		return
@@ -290,7 +292,7 @@ func (m *metrics) openFailure(api, reason string) {
 	if m == nil {
 		return
 	}
-	m.openFailures.WithLabelValues(apiLabel(api), label(reason)).Inc()
+	m.openFailures.WithLabelValues(api, label(reason)).Inc()
 }
 
 // foreignItems counts n foreign compaction items dropped or rejected (foreign.go).
@@ -298,7 +300,7 @@ func (m *metrics) foreignItems(api, action string, n int) {
 	if m == nil {
 		return
 	}
-	m.foreign.WithLabelValues(apiLabel(api), label(action)).Add(float64(n))
+	m.foreign.WithLabelValues(api, label(action)).Add(float64(n))
 }
 
 // handoffApplied counts a request whose compaction item was opened and expanded.
@@ -306,7 +308,7 @@ func (m *metrics) handoffApplied(api string) {
 	if m == nil {
 		return
 	}
-	m.handoffs.WithLabelValues(apiLabel(api)).Inc()
+	m.handoffs.WithLabelValues(api).Inc()
 }
 
 // recall counts one recall search and its hits.
@@ -428,14 +430,14 @@ func (m *metrics) summarised(outcome string, seconds float64, input, output int6
 	}
 }
 
-// apiLabel is the api label of a compaction-side metric: "openai" (Responses), "anthropic"
-// (Messages) or "chat" (Chat Completions), the dialect's name in the logs.
-func apiLabel(api string) string {
-	switch api {
-	case "anthropic", "chat":
-		return api
+// metricAPINames is the api label's values: one per dialect, its name (dialectname.All), as in
+// the logs. Every api label is a dialect's String().
+func metricAPINames() []string {
+	out := make([]string, len(dialectname.All))
+	for i, n := range dialectname.All {
+		out[i] = string(n)
 	}
-	return "openai"
+	return out
 }
 
 // methodLabel clamps the HTTP method: pass-through routes accept any method a client invents.
@@ -554,7 +556,7 @@ func (m *metrics) skipped(api, trigger, reason string) {
 		outcome = "nothing"
 	}
 	m.compaction(compactionEvent{API: api, Trigger: trigger, Outcome: outcome})
-	m.skips.WithLabelValues(apiLabel(api), label(reason)).Inc()
+	m.skips.WithLabelValues(api, label(reason)).Inc()
 }
 
 // summaryTruncated counts a summariser answer cut to its budget (engine.Observer).
@@ -562,7 +564,7 @@ func (m *metrics) summaryTruncated(api string) {
 	if m == nil {
 		return
 	}
-	m.truncated.WithLabelValues(apiLabel(api)).Inc()
+	m.truncated.WithLabelValues(api).Inc()
 }
 
 // memo counts conversation-memo outcomes (engine.Observer.Memo).
@@ -586,7 +588,7 @@ func (m *metrics) fallback(api, policy string) {
 	if m == nil {
 		return
 	}
-	m.fallbacks.WithLabelValues(apiLabel(api), label(policy)).Inc()
+	m.fallbacks.WithLabelValues(api, label(policy)).Inc()
 }
 
 // clientCompaction counts a compaction with the phase and reason the client gave for it. Both are
@@ -602,5 +604,5 @@ func (m *metrics) clientCompaction(api string, ct clientTurn) {
 	if reason == "" {
 		reason = "unknown"
 	}
-	m.clientCompactions.WithLabelValues(apiLabel(api), phase, reason).Inc()
+	m.clientCompactions.WithLabelValues(api, phase, reason).Inc()
 }

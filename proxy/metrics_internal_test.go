@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -12,6 +13,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	dialectname "github.com/compactd/compactd/internal/dialect"
 )
 
 func TestModelLabels(t *testing.T) {
@@ -40,13 +43,32 @@ func TestLabelClamps(t *testing.T) {
 		{methodLabel("BREW"), "other"},
 		{codeLabel(499), "499"},
 		{codeLabel(1000), "other"},
-		{apiLabel("anthropic"), "anthropic"},
-		{apiLabel(""), "openai"},
 	}
 	for i, tt := range tests {
 		if tt.got != tt.want {
 			t.Errorf("case %d: %q, want %q", i, tt.got, tt.want)
 		}
+	}
+}
+
+// The api label is the dialect's name, one value per dialect: every dialect's String() is its
+// name and one of metricAPIs, whose series are made up front.
+func TestAPILabelIsTheDialectName(t *testing.T) {
+	seen := map[string]bool{}
+	for _, d := range []dialect{dialectOpenAI, dialectAnthropic, dialectChat} {
+		if d.String() != string(d.name()) || !d.name().Valid() {
+			t.Errorf("%T: String %q, name %q: want the dialect's name", d, d.String(), d.name())
+		}
+		if !slices.Contains(metricAPIs, d.String()) {
+			t.Errorf("%T: api label %q is not in metricAPIs %q", d, d.String(), metricAPIs)
+		}
+		seen[d.String()] = true
+	}
+	if len(seen) != 3 || len(metricAPIs) != 3 {
+		t.Errorf("api labels %v, metricAPIs %q: want one per dialect", seen, metricAPIs)
+	}
+	if got := []string{string(dialectname.Responses), string(dialectname.Messages), string(dialectname.Chat)}; !slices.Equal(metricAPIs, got) {
+		t.Errorf("metricAPIs = %q, want %q", metricAPIs, got)
 	}
 }
 

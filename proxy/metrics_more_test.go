@@ -10,6 +10,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -31,7 +32,7 @@ func TestMetricsForClientReasonsSpeculationFallbacksAndAuth(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if v := value(t, reg, "compactd_client_compactions_total", "api", "openai", "phase", "pre_turn", "reason", "context_limit"); v != 1 {
+	if v := value(t, reg, "compactd_client_compactions_total", "api", "responses", "phase", "pre_turn", "reason", "context_limit"); v != 1 {
 		t.Errorf("client compactions = %v, want 1", v)
 	}
 	if series(t, reg, "compactd_client_compactions_total", "phase", "s-1") != nil {
@@ -51,7 +52,7 @@ func TestMetricsForClientReasonsSpeculationFallbacksAndAuth(t *testing.T) {
 	h2 := newHarness(t, fakeupstream.Options{}, withRegistry(reg2, func(c *proxy.Config) {
 		c.Tenants = testTenants(t)
 		c.Summarizer = downSummarizer{errOutage}
-		c.FailurePolicies = proxy.FailurePolicies{Responses: proxy.PolicyPassthrough}
+		c.FailurePolicies = proxy.FailurePolicies{dialect.Responses: proxy.PolicyPassthrough}
 	}))
 	req, _ := http.NewRequest("POST", h2.proxyURL+"/v1/responses", strings.NewReader(`{"model":"m","input":"hi"}`))
 	req.Header.Set("Authorization", "Bearer nope")
@@ -69,7 +70,7 @@ func TestMetricsForClientReasonsSpeculationFallbacksAndAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if v := value(t, reg2, "compactd_summariser_fallbacks_total", "api", "openai", "policy", "passthrough"); v != 1 || resp.StatusCode != 200 {
+	if v := value(t, reg2, "compactd_summariser_fallbacks_total", "api", "responses", "policy", "passthrough"); v != 1 || resp.StatusCode != 200 {
 		t.Errorf("passthrough fallbacks = %v (status %d), want 1", v, resp.StatusCode)
 	}
 }

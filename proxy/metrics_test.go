@@ -101,16 +101,16 @@ func TestMetricsScriptedCompactions(t *testing.T) {
 
 	// Turn 1: threshold compaction (JSON).
 	items, resp := turnOne(t, h)
-	if got := value(t, reg, "compactd_compactions_total", "api", "openai", "trigger", "threshold", "outcome", "ok"); got != 1 {
+	if got := value(t, reg, "compactd_compactions_total", "api", "responses", "trigger", "threshold", "outcome", "ok"); got != 1 {
 		t.Errorf("threshold compactions = %v, want 1", got)
 	}
-	saved := value(t, reg, "compactd_compaction_tokens_saved_total", "api", "openai")
-	before := histSum(t, reg, "compactd_compaction_tokens", "api", "openai", "stage", "before")
-	after := histSum(t, reg, "compactd_compaction_tokens", "api", "openai", "stage", "after")
+	saved := value(t, reg, "compactd_compaction_tokens_saved_total", "api", "responses")
+	before := histSum(t, reg, "compactd_compaction_tokens", "api", "responses", "stage", "before")
+	after := histSum(t, reg, "compactd_compaction_tokens", "api", "responses", "stage", "after")
 	if saved <= 0 || saved != before-after {
 		t.Errorf("tokens saved = %v, want before-after = %v-%v > 0", saved, before, after)
 	}
-	if n, sum := value(t, reg, "compactd_compaction_ratio", "api", "openai"), histSum(t, reg, "compactd_compaction_ratio", "api", "openai"); n != 1 || sum <= 0 || sum >= 1 || sum != after/before {
+	if n, sum := value(t, reg, "compactd_compaction_ratio", "api", "responses"), histSum(t, reg, "compactd_compaction_ratio", "api", "responses"); n != 1 || sum <= 0 || sum >= 1 || sum != after/before {
 		t.Errorf("compression ratio: %v samples, sum %v; want 1 sample of after/before = %v", n, sum, after/before)
 	}
 	if got := value(t, reg, "compactd_summariser_requests_total", "outcome", "ok"); got != 1 {
@@ -148,7 +148,7 @@ func TestMetricsScriptedCompactions(t *testing.T) {
 	if _, err := h.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next)); err != nil {
 		t.Fatal(err)
 	}
-	if got := value(t, reg, "compactd_handoffs_total", "api", "openai"); got != 1 {
+	if got := value(t, reg, "compactd_handoffs_total", "api", "responses"); got != 1 {
 		t.Errorf("handoffs = %v, want 1", got)
 	}
 
@@ -160,7 +160,7 @@ func TestMetricsScriptedCompactions(t *testing.T) {
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := value(t, reg, "compactd_compactions_total", "api", "openai", "trigger", "threshold", "outcome", "ok"); got != 2 {
+	if got := value(t, reg, "compactd_compactions_total", "api", "responses", "trigger", "threshold", "outcome", "ok"); got != 2 {
 		t.Errorf("threshold compactions = %v, want 2", got)
 	}
 	if got := value(t, reg, "compactd_streams_in_flight", "route", "/v1/responses"); got != 0 {
@@ -171,7 +171,7 @@ func TestMetricsScriptedCompactions(t *testing.T) {
 	if err := h.client.Post(ctx, "responses/compact", map[string]any{"model": testModel, "input": history(4, 400)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := value(t, reg, "compactd_compactions_total", "api", "openai", "trigger", "compact_endpoint", "outcome", "ok"); got != 1 {
+	if got := value(t, reg, "compactd_compactions_total", "api", "responses", "trigger", "compact_endpoint", "outcome", "ok"); got != 1 {
 		t.Errorf("compact_endpoint compactions = %v, want 1", got)
 	}
 
@@ -184,14 +184,14 @@ func TestMetricsScriptedCompactions(t *testing.T) {
 	if err == nil {
 		t.Fatal("tampered item accepted")
 	}
-	if got := value(t, reg, "compactd_item_open_failures_total", "api", "openai", "reason", "tampered"); got != 1 {
+	if got := value(t, reg, "compactd_item_open_failures_total", "api", "responses", "reason", "tampered"); got != 1 {
 		t.Errorf("tampered open failures = %v, want 1", got)
 	}
 	if got := value(t, reg, "compactd_http_requests_total", "route", "/v1/responses", "code", "400"); got != 1 {
 		t.Errorf("requests 400 = %v, want 1", got)
 	}
 	// Pre-created series exist at zero, so ratios in alerts have data before the first failure.
-	if m := series(t, reg, "compactd_compactions_total", "api", "anthropic", "trigger", "policy", "outcome", "failed"); m == nil || m.Counter.GetValue() != 0 {
+	if m := series(t, reg, "compactd_compactions_total", "api", "messages", "trigger", "policy", "outcome", "failed"); m == nil || m.Counter.GetValue() != 0 {
 		t.Errorf("pre-created series missing or non-zero: %v", m)
 	}
 	if got := value(t, reg, "compactd_http_requests_in_flight"); got != 0 {
@@ -232,8 +232,8 @@ func TestMetricsSummariserFailure(t *testing.T) {
 		kv   []string
 		want float64
 	}{
-		{"compactd_compactions_total", []string{"api", "openai", "trigger", "threshold", "outcome", "failed"}, 1},
-		{"compactd_compactions_total", []string{"api", "openai", "trigger", "threshold", "outcome", "ok"}, 0},
+		{"compactd_compactions_total", []string{"api", "responses", "trigger", "threshold", "outcome", "failed"}, 1},
+		{"compactd_compactions_total", []string{"api", "responses", "trigger", "threshold", "outcome", "ok"}, 0},
 		{"compactd_summariser_requests_total", []string{"outcome", "failed"}, 1},
 		{"compactd_summariser_llm_calls_total", nil, 1},
 		{"compactd_http_requests_total", []string{"route", "/v1/responses", "code", "502"}, 1},

@@ -20,9 +20,12 @@ import (
 // transport and the summariser decorator add the time they spent waiting to it, so the
 // middleware can tell compactd's own cost (overhead) from the time it was only waiting.
 type reqState struct {
-	id    string
-	api   string // dialectOf(path).String(): which upstream the path goes to
-	start time.Time
+	id string
+	// upstream is which upstream the path goes to, the upstream metrics' label: "anthropic"
+	// for the Messages routes (Config.AnthropicUpstream), "openai" for every other. It names
+	// a provider, not a dialect (the Chat route goes to the OpenAI upstream).
+	upstream string
+	start    time.Time
 
 	upstreamNanos   atomic.Int64
 	summariserNanos atomic.Int64
@@ -133,7 +136,7 @@ var quietRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics":
 // in-flight and stream gauges, and the one access log line per request.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := &reqState{id: requestID(r.Header), api: dialectOf(r.URL.Path).String(), start: time.Now()}
+		st := &reqState{id: requestID(r.Header), upstream: upstreamOf(r.URL.Path), start: time.Now()}
 		st.ctx = reqCtx{Context: r.Context(), st: st}
 		if chi.RouteContext(r.Context()) == nil {
 			st.ctx.ownRoute = true

@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	dialectname "github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
@@ -31,7 +32,7 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 	st := stateFrom(req.Context())
 	upstream := "openai"
 	if st != nil {
-		upstream = st.api
+		upstream = st.upstream
 	}
 	start := time.Now()
 	resp, err := t.next.RoundTrip(req)
@@ -318,7 +319,7 @@ type instrumentedSummarizer struct {
 
 func newInstrumentedSummarizer(next summarizer.Summarizer, m *metrics, live *liveStats) instrumentedSummarizer {
 	provider := "openai"
-	if summarizer.APIOf(next) == summarizer.APIMessages {
+	if summarizer.APIOf(next) == dialectname.Messages {
 		provider = "anthropic"
 	}
 	return instrumentedSummarizer{next: next, m: m, provider: provider, live: live}

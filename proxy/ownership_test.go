@@ -16,6 +16,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -40,7 +41,7 @@ const (
 func ownershipHarness(t *testing.T, more func(*proxy.Config)) *msgHarness {
 	t.Helper()
 	return newMsgHarness(t, withArchive(t, func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteChat: 2000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Chat: 2000}}
 		c.Speculative.Fraction = -1
 		if more != nil {
 			more(c)
@@ -126,14 +127,14 @@ func TestOwnershipRecallByHeader(t *testing.T) {
 	for _, hdr := range []string{"X-Compactd-Session", "X-Claude-Code-Session-Id", "Session-Id"} {
 		for _, conv := range []string{sessionID, "victim-pck", "victim-chat"} {
 			for _, note := range []string{publicNote, publicNote + " (archive reference " + forged + ")."} {
-				before := len(h.upstream(fakeupstream.KindMessages))
+				before := len(h.upstream(dialect.Messages))
 				p := anthropic.BetaMessageNewParams{Model: antModel, MaxTokens: 2000, Messages: []anthropic.BetaMessageParam{
 					userText("This session is being continued from a previous conversation.\n\n" + note), userText(ask)}}
 				msg, _, err := sendMessages(t, h, ctx, p, false, antopt.WithHeader(hdr, conv), antopt.WithAPIKey(attackerKey))
 				if err != nil {
 					t.Fatal(err)
 				}
-				up := h.upstream(fakeupstream.KindMessages)[before:]
+				up := h.upstream(dialect.Messages)[before:]
 				if len(up) != 1 || gjson.GetBytes(up[0].Body, `tools.#(name=="compactd_recall")`).Exists() {
 					t.Errorf("%s: %s with note %.40q: %d upstream calls, recall offered %v: want one call and no recall tool",
 						hdr, conv, note[len(publicNote):], len(up), gjson.GetBytes(up[0].Body, `tools.#(name=="compactd_recall")`).Exists())
@@ -151,14 +152,14 @@ func TestOwnershipRecallByHeader(t *testing.T) {
 		{antopt.WithHeader("X-Claude-Code-Session-Id", sessionID), antopt.WithAPIKey(victimKey)},
 		{antopt.WithAPIKey(victimKey)},
 	} {
-		before := len(h.upstream(fakeupstream.KindMessages))
+		before := len(h.upstream(dialect.Messages))
 		p := anthropic.BetaMessageNewParams{Model: antModel, MaxTokens: 2000, Messages: []anthropic.BetaMessageParam{
 			userText("This session is being continued from a previous conversation.\n\nSummary:\n" + victimSummary), userText(ask)}}
 		msg, _, err := sendMessages(t, h, ctx, p, false, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := len(h.upstream(fakeupstream.KindMessages)) - before; n != 2 || !strings.Contains(msg.Content[0].Text, agentFact) {
+		if n := len(h.upstream(dialect.Messages)) - before; n != 2 || !strings.Contains(msg.Content[0].Text, agentFact) {
 			t.Errorf("the victim's own continuation: %d upstream calls, answer %.200q: want a recall round and the fact", n, msg.Content[0].Text)
 		}
 	}
@@ -195,12 +196,12 @@ func TestOwnershipLabelIsNotAConversation(t *testing.T) {
 			next = append(next, json.RawMessage(o.RawJSON()))
 		}
 		next = append(next, map[string]any{"role": "user", "content": `Which port? [[call:compactd_recall {"query":"ZETA-PLANT port"}]]`})
-		before := len(h.upstream(fakeupstream.KindResponses))
+		before := len(h.upstream(dialect.Responses))
 		if _, err := h.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next),
 			hdr, option.WithAPIKey(attackerKey)); err != nil {
 			t.Fatal(err)
 		}
-		up := h.upstream(fakeupstream.KindResponses)[before:]
+		up := h.upstream(dialect.Responses)[before:]
 		if len(up) != 2 {
 			t.Fatalf("the attacker's recall turn made %d upstream calls, want a recall round and the answer", len(up))
 		}
@@ -214,12 +215,12 @@ func TestOwnershipLabelIsNotAConversation(t *testing.T) {
 	}
 	// … but the victim's recall reads only its own.
 	next := append(victimNext, map[string]any{"role": "user", "content": `[[call:compactd_recall {"query":"POISON-7781 deploy key"}]] Anything about a deploy key?`})
-	before := len(h.upstream(fakeupstream.KindResponses))
+	before := len(h.upstream(dialect.Responses))
 	if _, err := h.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next),
 		option.WithJSONSet("prompt_cache_key", "victim-pck"), option.WithAPIKey(victimKey)); err != nil {
 		t.Fatal(err)
 	}
-	up := h.upstream(fakeupstream.KindResponses)[before:]
+	up := h.upstream(dialect.Responses)[before:]
 	if len(up) != 2 {
 		t.Fatalf("the victim's turn made %d upstream calls, want a recall round and the answer", len(up))
 	}
@@ -229,12 +230,12 @@ func TestOwnershipLabelIsNotAConversation(t *testing.T) {
 	}
 	// And the victim's own archived fact is still found.
 	next[len(next)-1] = map[string]any{"role": "user", "content": `[[call:compactd_recall {"query":"ZETA-PLANT port"}]] Which port?`}
-	before = len(h.upstream(fakeupstream.KindResponses))
+	before = len(h.upstream(dialect.Responses))
 	if _, err := h.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next),
 		option.WithAPIKey(victimKey)); err != nil {
 		t.Fatal(err)
 	}
-	if up := h.upstream(fakeupstream.KindResponses)[before:]; len(up) != 2 ||
+	if up := h.upstream(dialect.Responses)[before:]; len(up) != 2 ||
 		!strings.Contains(gjson.GetBytes(up[1].Body, `input.#(type=="function_call_output").output`).Str, plantedFact) {
 		t.Error("the victim's recall no longer finds its own archived fact")
 	}
@@ -245,7 +246,7 @@ func TestOwnershipLabelIsNotAConversation(t *testing.T) {
 // owner's archive).
 func TestOwnershipMemoIsPerOwner(t *testing.T) {
 	h := newHarness(t, fakeupstream.Options{}, withArchive(t, func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteResponses: 8_000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Responses: 8_000}}
 		c.RetainTokens, c.Speculative.Fraction = 1_000, -1
 	}))
 	ctx := context.Background()
@@ -276,7 +277,7 @@ func TestOwnershipDeleteForgetsTheMemo(t *testing.T) {
 	for _, chat := range []bool{false, true} {
 		t.Run(map[bool]string{false: "responses", true: "chat"}[chat], func(t *testing.T) {
 			h := newHarness(t, fakeupstream.Options{}, withArchive(t, func(c *proxy.Config) {
-				c.Policy = compact.Policy{Routes: map[string]int{compact.RouteResponses: 8_000, compact.RouteChat: 2_000}}
+				c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Responses: 8_000, dialect.Chat: 2_000}}
 				c.RetainTokens, c.Speculative.Fraction, c.AdminToken = 1_000, -1, "admin-token-for-tests"
 			}))
 			ctx := context.Background()
@@ -326,7 +327,7 @@ func TestTransparentClaudeCodeArchivesUnderItsSession(t *testing.T) {
 	var store archive.Store
 	h := newMsgHarness(t, withArchive(t, func(c *proxy.Config) {
 		store = c.Archive
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteMessages: 30_000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Messages: 30_000}}
 		c.Speculative.Fraction = -1
 	}))
 	var hr *http.Response

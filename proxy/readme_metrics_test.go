@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // metricName is a metric name as this package's sources register it: the first argument of the
@@ -47,6 +49,60 @@ func TestREADMEDocumentsEveryMetric(t *testing.T) {
 	for name := range names {
 		if !strings.Contains(rows.String(), "`"+name+"`") {
 			t.Errorf("metric %s has no row in README.md's metrics table", name)
+		}
+	}
+}
+
+// apiSelector is an api label matcher in PromQL or a series selector: api="…", api=~"…", api!="…".
+var apiSelector = regexp.MustCompile(`\bapi\s*(?:=~|!~|!=|=)\s*\\?"([^"\\]*)`)
+
+// TestAPILabelValuesAreDialectNames: the api label is the dialect's name, one value per dialect
+// (internal/dialect), and every place that names its values says so: the README's metrics table,
+// and every api matcher in the Grafana dashboard, the alert rules and their tests (which still
+// named openai and anthropic when compactd began writing responses and messages).
+func TestAPILabelValuesAreDialectNames(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| `compactd_compactions_total` |") {
+			row = line
+		}
+	}
+	for _, n := range dialect.All {
+		if !strings.Contains(row, "`"+string(n)+"`") {
+			t.Errorf("README's compactd_compactions_total row does not name the api value %q", n)
+		}
+	}
+	for _, old := range []string{"`openai`", "`anthropic`"} {
+		if strings.Contains(row, old) {
+			t.Errorf("README's compactd_compactions_total row names the api value %s", old)
+		}
+	}
+	files, _ := filepath.Glob("../deploy/grafana/dashboards/*.json")
+	rules, _ := filepath.Glob("../deploy/prometheus/*.yml")
+	files = append(files, rules...)
+	if len(files) < 3 {
+		t.Fatalf("found only %v", files)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range apiSelector.FindAllStringSubmatch(string(b), -1) {
+			for _, v := range strings.Split(m[1], "|") {
+				if !dialect.Name(v).Valid() {
+					t.Errorf("%s: %s selects api %q, which is no dialect's name (want one of %q)", f, m[0], v, dialect.All)
+				}
+			}
+		}
+		for _, old := range []string{"openai = Responses", "anthropic = Messages"} {
+			if strings.Contains(string(b), old) {
+				t.Errorf("%s still describes the api label as %q", f, old)
+			}
 		}
 	}
 }

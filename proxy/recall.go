@@ -108,6 +108,7 @@ type recallTurn struct {
 	conversation string
 	owners       owner.Set // whose segments in conversation the turn may read (readSet)
 	client       string    // the client's kind, for the event log (runRecall sets it)
+	api          string    // the route's dialect name, for the event log (runRecall sets it)
 }
 
 // recallConfig returns the recall settings and the archive conversation of a turn, with the
@@ -281,7 +282,7 @@ type doneStopper interface{ doneStops() bool }
 // answer the client sees. r's context cancels every round; committed says compactd already sent
 // the stream's headers (keep-alives while it compacted).
 func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d recallDialect, stream, committed bool) {
-	rt.client = clientKind(r.Header)
+	rt.client, rt.api = clientKind(r.Header), d.api().String()
 	if stream {
 		s.streamRecall(w, r, rt, d, committed)
 		return

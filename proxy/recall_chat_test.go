@@ -20,6 +20,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -112,7 +113,7 @@ func chatRoundUsage(t *testing.T, opts fakeupstream.Options, recs []fakeupstream
 // (in a stream: on the usage chunk when the client asked, else on no chunk at all).
 func checkChatRecallTurn(t *testing.T, h *harness, opts fakeupstream.Options, before int, ct chatTurn, stream, usage bool) {
 	t.Helper()
-	up := h.upstream(fakeupstream.KindChat)[before:]
+	up := h.upstream(dialect.Chat)[before:]
 	if len(up) != 2 {
 		t.Fatalf("the turn made %d upstream calls, want 2 (recall round + answer)", len(up))
 	}
@@ -220,7 +221,7 @@ func TestChatRecall(t *testing.T) {
 		t.Run(m.name+"/after the compaction", func(t *testing.T) {
 			h := newHarness(t, fakeupstream.Options{}, withArchive(t, chatPolicy(2000)))
 			next := compactedChat(t, h, chatRecallAsk)
-			before := len(h.upstream(fakeupstream.KindChat))
+			before := len(h.upstream(dialect.Chat))
 			ct, err := sendChat(t, h, context.Background(), chatParams(next), m.stream, m.usage)
 			if err != nil {
 				t.Fatal(err)
@@ -245,7 +246,7 @@ func TestChatRecallClientToolOfTheSameName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := h.upstream(fakeupstream.KindChat)
+	up := h.upstream(dialect.Chat)
 	if len(up) != 1 {
 		t.Fatalf("%d upstream calls, want 1: compactd must not run recall rounds", len(up))
 	}
@@ -267,12 +268,12 @@ func TestChatRecallMaxRounds(t *testing.T) {
 				c.Recall.MaxRounds = 2
 			}))
 			next := compactedChat(t, h, `[[call-always:compactd_recall {"query":"ZETA-PLANT port"}]] Which port?`)
-			before := len(h.upstream(fakeupstream.KindChat))
+			before := len(h.upstream(dialect.Chat))
 			ct, err := sendChat(t, h, context.Background(), chatParams(next), m.stream, m.usage)
 			if err != nil {
 				t.Fatal(err)
 			}
-			up := h.upstream(fakeupstream.KindChat)[before:]
+			up := h.upstream(dialect.Chat)[before:]
 			if len(up) != 3 {
 				t.Fatalf("%d upstream calls, want 3 (two recall rounds, then the answer)", len(up))
 			}

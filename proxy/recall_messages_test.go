@@ -22,6 +22,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -102,7 +103,7 @@ func sum(v []int64) int64 {
 // iterations one per round (after the compaction's, when the turn compacted).
 func checkRecallTurn(t *testing.T, h *msgHarness, opts fakeupstream.Options, before int, msg *anthropic.BetaMessage, events []string, compacted bool) {
 	t.Helper()
-	up := h.upstream(fakeupstream.KindMessages)[before:]
+	up := h.upstream(dialect.Messages)[before:]
 	if len(up) != 2 {
 		t.Fatalf("the turn made %d upstream calls, want 2 (recall round + answer)", len(up))
 	}
@@ -218,7 +219,7 @@ func TestMessagesRecall(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkCompaction(t, first, 2)
-			before := len(h.upstream(fakeupstream.KindMessages))
+			before := len(h.upstream(dialect.Messages))
 			next := append(append(hist, first.ToParam()), userText(recallAsk))
 			var raw *http.Response
 			msg, events, err := sendMessages(t, h, ctx, params(next, compactEdit(50_000, false)), stream, option.WithResponseInto(&raw))
@@ -244,7 +245,7 @@ func TestMessagesRecallClientToolOfTheSameName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := h.upstream(fakeupstream.KindMessages)
+	up := h.upstream(dialect.Messages)
 	if len(up) != 1 {
 		t.Fatalf("%d upstream calls, want 1: compactd must not run recall rounds", len(up))
 	}
@@ -268,7 +269,7 @@ func TestMessagesRecallMaxRounds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			up := h.upstream(fakeupstream.KindMessages)
+			up := h.upstream(dialect.Messages)
 			if len(up) != 3 {
 				t.Fatalf("%d upstream calls, want 3 (two recall rounds, then the answer)", len(up))
 			}
@@ -375,7 +376,7 @@ func TestMessagesRecallAfterAgentCompaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			up := h.upstream(fakeupstream.KindMessages)
+			up := h.upstream(dialect.Messages)
 			if len(up) != 2 {
 				t.Fatalf("%d upstream calls, want 2 (recall round + answer)", len(up))
 			}
@@ -410,7 +411,7 @@ func TestMessagesRecallAfterAgentCompaction(t *testing.T) {
 			if _, _, err := sendMessages(t, h, ctx, cut, stream, hdr); err != nil {
 				t.Fatal(err)
 			}
-			up = h.upstream(fakeupstream.KindMessages)
+			up = h.upstream(dialect.Messages)
 			if len(up) != 3 || gjson.GetBytes(up[2].Body, "tools").Exists() {
 				t.Errorf("%d upstream calls, tools %s: a turn without the signed reference got the recall tool", len(up), gjson.GetBytes(up[len(up)-1].Body, "tools").Raw)
 			}

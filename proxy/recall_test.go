@@ -19,6 +19,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -77,7 +78,7 @@ func compactThenAsk(t *testing.T, h *harness) []any {
 // assertRecallRound checks what the upstream saw: the recall tool offered, then its result fed back.
 func assertRecallRound(t *testing.T, h *harness, firstTurnRequests int) {
 	t.Helper()
-	up := h.upstream(fakeupstream.KindResponses)[firstTurnRequests:]
+	up := h.upstream(dialect.Responses)[firstTurnRequests:]
 	if len(up) != 2 {
 		t.Fatalf("turn two made %d upstream calls, want 2 (recall round + answer)", len(up))
 	}
@@ -93,7 +94,7 @@ func assertRecallRound(t *testing.T, h *harness, firstTurnRequests int) {
 func TestRecallJSONIsInvisibleToTheClient(t *testing.T) {
 	h := newHarness(t, fakeupstream.Options{}, withArchive(t, nil))
 	next := compactThenAsk(t, h)
-	before := len(h.upstream(fakeupstream.KindResponses))
+	before := len(h.upstream(dialect.Responses))
 	resp, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +115,7 @@ func TestRecallJSONIsInvisibleToTheClient(t *testing.T) {
 	// Usage is the sum of both rounds: replay the recorded rounds against a fresh fake.
 	var want int64
 	fresh := fakeupstream.New(fakeupstream.Options{})
-	for _, r := range h.upstream(fakeupstream.KindResponses)[before:] {
+	for _, r := range h.upstream(dialect.Responses)[before:] {
 		rec := httptestRecorder(fresh, r.Body)
 		want += gjson.GetBytes(rec, "usage.input_tokens").Int()
 	}
@@ -126,7 +127,7 @@ func TestRecallJSONIsInvisibleToTheClient(t *testing.T) {
 func TestRecallSSEIsInvisibleToTheClient(t *testing.T) {
 	h := newHarness(t, fakeupstream.Options{Deltas: 3}, withArchive(t, nil))
 	next := compactThenAsk(t, h)
-	before := len(h.upstream(fakeupstream.KindResponses))
+	before := len(h.upstream(dialect.Responses))
 	stream := h.client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next))
 	seq := int64(-1)
 	var text strings.Builder
@@ -173,11 +174,11 @@ func TestRecallOffWithoutArchiveOrWhenDisabled(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, fakeupstream.Options{}, mutate)
 			next := compactThenAsk(t, h)
-			before := len(h.upstream(fakeupstream.KindResponses))
+			before := len(h.upstream(dialect.Responses))
 			if _, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next)); err != nil {
 				t.Fatal(err)
 			}
-			up := h.upstream(fakeupstream.KindResponses)[before:]
+			up := h.upstream(dialect.Responses)[before:]
 			if len(up) != 1 || strings.Contains(string(up[0].Body), `"compactd_recall","description"`) {
 				t.Errorf("recall offered or run: %d upstream calls", len(up))
 			}

@@ -108,7 +108,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	t := newTurn(r.Context(), req.Stream)
 	changed := prev != nil
 	var c *compaction
-	if limit, trigger := s.cfg.Policy.ForRoute(dialectOpenAI.policyRoute()).Effective(th); limit > 0 && req.PreviousResponseID == "" {
+	if limit, trigger := s.cfg.Policy.ForRoute(dialectOpenAI.name()).Effective(th); limit > 0 && req.PreviousResponseID == "" {
 		// transparent: the operator's policy for a client that asked for nothing (see
 		// compaction.go); its compactions go to the memo, and come back from it.
 		transparent := trigger == "policy" && req.ContextManagement == nil && req.Compaction < 0

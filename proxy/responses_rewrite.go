@@ -79,9 +79,9 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	return nil
 }
 
-// unrewritable replaces an upstream response compactd cannot rewrite with a 502 in the dialect
-// of the route ("openai" or "anthropic"), or, when compactd already committed the stream, with
-// the dialect's terminal error events.
+// unrewritable replaces an upstream response compactd cannot rewrite with a 502 in the route's
+// dialect's envelope (OpenAI's or Anthropic's), or, when compactd already committed the stream,
+// with the dialect's terminal error events.
 func (s *Server) unrewritable(resp *http.Response, d dialect, compacted bool, why string) {
 	s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", d.String(), "reason", why, "status", resp.StatusCode)
 	t := turnFrom(resp.Request.Context())

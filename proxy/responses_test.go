@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/compactd/compactd/internal/handoff"
@@ -60,7 +61,7 @@ func TestThresholdCompactionJSON(t *testing.T) {
 		t.Errorf("summariser called %d times, want 1", n)
 	}
 
-	up := h.upstream(fakeupstream.KindResponses)
+	up := h.upstream(dialect.Responses)
 	if len(up) != 1 {
 		t.Fatalf("upstream got %d Responses requests", len(up))
 	}
@@ -111,7 +112,7 @@ func TestNextTurnAppliesHandoff(t *testing.T) {
 	if resp2.Output[0].Type == "compaction" {
 		t.Error("a turn under the threshold compacted again")
 	}
-	body := string(h.upstream(fakeupstream.KindResponses)[1].Body)
+	body := string(h.upstream(dialect.Responses)[1].Body)
 	blob := resp.Output[0].AsCompaction().EncryptedContent
 	for _, bad := range []string{`"compaction"`, blob[:40], marker("A", 0), marker("A", 5)} {
 		if strings.Contains(body, bad) {
@@ -194,7 +195,7 @@ func TestBelowThresholdForwardsBodyUnchanged(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	got := string(h.upstream(fakeupstream.KindResponses)[0].Body)
+	got := string(h.upstream(dialect.Responses)[0].Body)
 	want := `{"model":"gpt-test","future_field":{"nested":[1,2,3]},"input":[{"role":"user","content":"hi"}],"prompt_cache_key":"abc"}`
 	if got != want {
 		t.Errorf("upstream body\n got %s\nwant %s", got, want)
@@ -211,7 +212,7 @@ func TestInvalidContextManagement(t *testing.T) {
 			t.Errorf("context_management %s: err = %v", cm, err)
 		}
 	}
-	if n := len(h.upstream(fakeupstream.KindResponses)); n != 0 {
+	if n := len(h.upstream(dialect.Responses)); n != 0 {
 		t.Errorf("invalid requests reached the upstream %d times", n)
 	}
 }
@@ -253,7 +254,7 @@ func TestRejectedItemsNeverReachUpstream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := len(tt.h.upstream(fakeupstream.KindResponses))
+			before := len(tt.h.upstream(dialect.Responses))
 			input := []any{
 				map[string]any{"type": "compaction", "id": tt.id, "encrypted_content": tt.enc},
 				map[string]any{"type": "message", "role": "user", "content": "continue"},
@@ -266,7 +267,7 @@ func TestRejectedItemsNeverReachUpstream(t *testing.T) {
 			if !strings.Contains(apiErr.Message, tt.want) {
 				t.Errorf("message %q lacks %q", apiErr.Message, tt.want)
 			}
-			if after := len(tt.h.upstream(fakeupstream.KindResponses)); after != before {
+			if after := len(tt.h.upstream(dialect.Responses)); after != before {
 				t.Error("a rejected request reached the upstream")
 			}
 		})
@@ -285,7 +286,7 @@ func TestRetiredKeyOpensOldItems(t *testing.T) {
 	if _, err := h2.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", input)); err != nil {
 		t.Fatalf("retired key did not open the item: %v", err)
 	}
-	if !strings.Contains(string(h2.upstream(fakeupstream.KindResponses)[0].Body), fakeupstream.SummaryPrefix) {
+	if !strings.Contains(string(h2.upstream(dialect.Responses)[0].Body), fakeupstream.SummaryPrefix) {
 		t.Error("upstream did not receive the summary")
 	}
 	// Without the old key the same item is refused with advice about the keyring.
@@ -331,7 +332,7 @@ func TestCompactEndpoint(t *testing.T) {
 	if c.Usage.InputTokens == 0 || c.Usage.OutputTokens == 0 {
 		t.Errorf("usage = %+v, want the summariser's", c.Usage)
 	}
-	if n := len(h.upstream(fakeupstream.KindResponses)); n != 0 {
+	if n := len(h.upstream(dialect.Responses)); n != 0 {
 		t.Errorf("compact called the upstream model %d times", n)
 	}
 	// The returned window is the next context as-is.
@@ -343,7 +344,7 @@ func TestCompactEndpoint(t *testing.T) {
 	if _, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel}, option.WithJSONSet("input", next)); err != nil {
 		t.Fatal(err)
 	}
-	body := string(h.upstream(fakeupstream.KindResponses)[0].Body)
+	body := string(h.upstream(dialect.Responses)[0].Body)
 	if !strings.Contains(body, fakeupstream.SummaryPrefix) || !strings.Contains(body, marker("U", 5)) || strings.Contains(body, `"compaction"`) {
 		t.Errorf("next turn upstream body lacks summary or retained message: %.300s", body)
 	}
@@ -376,7 +377,7 @@ func TestCompactionTriggerStream(t *testing.T) {
 	if completed.ID == "" || completed.Usage.TotalTokens == 0 {
 		t.Errorf("response.completed lacks id or usage: %+v", completed)
 	}
-	if n := len(h.upstream(fakeupstream.KindResponses)); n != 0 {
+	if n := len(h.upstream(dialect.Responses)); n != 0 {
 		t.Errorf("the trigger turn reached the upstream model %d times", n)
 	}
 }
@@ -472,7 +473,7 @@ func TestStripCodexFields(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		got := h.upstream(fakeupstream.KindResponses)[0].Body
+		got := h.upstream(dialect.Responses)[0].Body
 		has := strings.Contains(string(got), "internal_chat_message_metadata_passthrough") || gjson.GetBytes(got, "client_metadata").Exists()
 		if has == strip {
 			t.Errorf("strip=%v: Codex-only fields present=%v", strip, has)

@@ -25,6 +25,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	dialectname "github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/memo"
@@ -262,12 +263,12 @@ func (o engineObserver) Speculative(outcome string) {
 	o.m.speculative(outcome)
 	o.live.speculative(outcome)
 }
-func (o engineObserver) Fallback(dialect, policy string) { o.m.fallback(dialect, policy) }
+func (o engineObserver) Fallback(d dialectname.Name, policy string) { o.m.fallback(string(d), policy) }
 func (o engineObserver) Memo(outcome string) {
 	o.m.memo(outcome)
 	o.live.memo(outcome)
 }
-func (o engineObserver) SummaryTruncated(dialect string) { o.m.summaryTruncated(dialect) }
+func (o engineObserver) SummaryTruncated(d dialectname.Name) { o.m.summaryTruncated(string(d)) }
 
 // Server is the compactd HTTP handler.
 type Server struct {
@@ -303,11 +304,11 @@ type Server struct {
 
 // routeSummarizers is the engine's per-dialect summarisers (engine.Config.Summarizers): the
 // Messages route's own when one is configured. Called after setupObservability, which wraps them.
-func (s *Server) routeSummarizers() map[string]summarizer.Summarizer {
+func (s *Server) routeSummarizers() map[dialectname.Name]summarizer.Summarizer {
 	if s.cfg.MessagesSummarizer == nil {
 		return nil
 	}
-	return map[string]summarizer.Summarizer{dialectAnthropic.String(): s.cfg.MessagesSummarizer}
+	return map[dialectname.Name]summarizer.Summarizer{dialectAnthropic.name(): s.cfg.MessagesSummarizer}
 }
 
 // New builds a Server from cfg, or says which field of cfg makes no sense (see Config.validate).
@@ -570,12 +571,22 @@ func checkPathSpelling(w http.ResponseWriter, raw, canon string, d dialect) bool
 
 // dialectOf is the dialect of a path, the one place compactd decides it: Anthropic's at and
 // below /v1/messages, OpenAI's everywhere else (every other path goes to the OpenAI-compatible
-// upstream). It names the upstream, the error envelope and the metric label.
+// upstream). It names the upstream (upstreamOf) and the error envelope.
 func dialectOf(path string) dialect {
 	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") {
 		return dialectAnthropic
 	}
 	return dialectOpenAI
+}
+
+// upstreamOf is the upstream label of a path (reqState.upstream): "anthropic" for the paths
+// dialectOf gives the Messages dialect, "openai" for every other. A provider's name, not a
+// dialect's: the Chat and Responses routes share the OpenAI-compatible upstream.
+func upstreamOf(path string) string {
+	if dialectOf(path) == dialectAnthropic {
+		return "anthropic"
+	}
+	return "openai"
 }
 
 // canonicalPath is raw, an escaped path, resolved the way the most lenient server might (see

@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/sse"
@@ -185,7 +186,7 @@ func TestUpstreamSSESpellings(t *testing.T) {
 		{"responses recall turn", "openai", false, func(t *testing.T) func(*proxy.Config) { return withArchive(t, nil) },
 			func(t *testing.T, h *harness, style string) []byte {
 				next := compactThenAsk(t, h)
-				before := len(h.upstream(fakeupstream.KindResponses))
+				before := len(h.upstream(dialect.Responses))
 				body := mustJSON(t, map[string]any{"model": testModel, "input": next, "stream": true})
 				out := postRaw(t, h.proxyURL+"/v1/responses", body, openAIHeaders(style))
 				assertRecallRound(t, h, before)
@@ -248,7 +249,7 @@ func TestRecallRoundsTakeTheUpstreamPath(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			h := newHarness(t, fakeupstream.Options{}, withArchive(t, withRegistry(reg)))
 			next := compactThenAsk(t, h)
-			before := len(h.upstream(fakeupstream.KindResponses))
+			before := len(h.upstream(dialect.Responses))
 			requests := value(t, reg, "compactd_upstream_requests_total", "upstream", "openai", "status_class", "2xx")
 			hdr := openAIHeaders("")
 			hdr.Set("Connection", "X-Hop")
@@ -272,7 +273,7 @@ func TestRecallRoundsTakeTheUpstreamPath(t *testing.T) {
 				t.Errorf("hop-by-hop headers in the answer: %v", resp.Header)
 			}
 			assertRecallRound(t, h, before)
-			for i, r := range h.upstream(fakeupstream.KindResponses)[before:] {
+			for i, r := range h.upstream(dialect.Responses)[before:] {
 				for _, k := range []string{"X-Hop", "Keep-Alive", "Proxy-Authorization"} {
 					if v := r.Header.Get(k); v != "" {
 						t.Errorf("round %d: %s: %q reached the upstream", i, k, v)

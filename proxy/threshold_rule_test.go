@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -34,19 +35,20 @@ func TestThresholdRuleIsTheSameOnEveryRoute(t *testing.T) {
 		return append(out, map[string]any{"role": "user", "content": "and now the tests"})
 	}
 	cases := []struct {
-		route, path string
-		body        map[string]any
+		route dialect.Name
+		path  string
+		body  map[string]any
 	}{
-		{compact.RouteResponses, "/v1/responses", map[string]any{"model": testModel, "input": history(6, 300)}},
-		{compact.RouteMessages, "/v1/messages", map[string]any{"model": testModel, "max_tokens": 256, "messages": msgs(false)}},
-		{compact.RouteChat, "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs(true)}},
+		{dialect.Responses, "/v1/responses", map[string]any{"model": testModel, "input": history(6, 300)}},
+		{dialect.Messages, "/v1/messages", map[string]any{"model": testModel, "max_tokens": 256, "messages": msgs(false)}},
+		{dialect.Chat, "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs(true)}},
 	}
 	tokensBefore := regexp.MustCompile(`tokens_before=(\d+)`)
-	send := func(t *testing.T, route, path string, body []byte, threshold int) string {
+	send := func(t *testing.T, route dialect.Name, path string, body []byte, threshold int) string {
 		t.Helper()
 		h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) {
 			c.AnthropicUpstream = c.Upstream
-			c.Policy = compact.Policy{Routes: map[string]int{route: threshold}}
+			c.Policy = compact.Policy{Routes: map[dialect.Name]int{route: threshold}}
 			c.RetainTokens, c.Speculative.Fraction = 32, -1
 		})
 		req, _ := http.NewRequest(http.MethodPost, h.proxyURL+path, bytes.NewReader(body))
@@ -66,7 +68,7 @@ func TestThresholdRuleIsTheSameOnEveryRoute(t *testing.T) {
 		return resp.Header.Get("X-Compactd-Compaction")
 	}
 	for _, tc := range cases {
-		t.Run(tc.route, func(t *testing.T) {
+		t.Run(string(tc.route), func(t *testing.T) {
 			body := mustJSON(t, tc.body)
 			// Far from a threshold compactd estimates; near one it counts exactly. Set the
 			// threshold to the count the last compaction reported until a run does not compact:

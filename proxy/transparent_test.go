@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -34,7 +35,7 @@ func TestResponsesTransparentPolicy(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) {
-				c.Policy = compact.Policy{Routes: map[string]int{compact.RouteResponses: 8_000}}
+				c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Responses: 8_000}}
 				c.RetainTokens = 1_000
 				c.Speculative.Fraction = -1 // one summary per compaction, counted exactly
 				mode.mutate(c)
@@ -118,7 +119,7 @@ func hasHandoff(items []gjson.Result) bool {
 // compactions each upstream request's messages extend the turn before's, byte for byte.
 func TestChatTransparentPolicyWithMemo(t *testing.T) {
 	h := newHarness(t, fakeupstream.Options{}, func(c *proxy.Config) {
-		c.Policy = compact.Policy{Routes: map[string]int{compact.RouteChat: 6_000}}
+		c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Chat: 6_000}}
 		c.RetainTokens = 1_000
 		c.Speculative.Fraction = -1
 	})
@@ -139,7 +140,7 @@ func TestChatTransparentPolicyWithMemo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reqs := h.upstream(fakeupstream.KindChat)
+		reqs := h.upstream(dialect.Chat)
 		up := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages").Array()
 		state := hr.Header.Get("X-Compactd-Compaction")
 		n := len(h.upstream(fakeupstream.KindSummary))

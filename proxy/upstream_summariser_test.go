@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/proxy"
 )
@@ -73,9 +74,9 @@ func TestUpstreamSummariserPushbackReachesClient(t *testing.T) {
 			responses: want{502, "compaction_failed", 7}, messages: want{529, "overloaded_error", 7}},
 	}
 	for _, tt := range tests {
-		for _, dialect := range []string{"responses", "messages"} {
+		for _, wire := range []string{"responses", "messages"} {
 			for _, breaker := range []bool{false, true} {
-				name := tt.name + "/" + dialect
+				name := tt.name + "/" + wire
 				if breaker {
 					name += "/breaker open"
 				}
@@ -96,7 +97,7 @@ func TestUpstreamSummariserPushbackReachesClient(t *testing.T) {
 						c.Summarizer = resilientSummariser(t, ts.URL, time.Minute, rc)
 					})
 					w := tt.responses
-					if dialect == "messages" {
+					if wire == "messages" {
 						w = tt.messages
 					}
 					turns := 1
@@ -105,16 +106,16 @@ func TestUpstreamSummariserPushbackReachesClient(t *testing.T) {
 						w.retryMax = int(cooldown / time.Second)
 					}
 					for i := 0; i < turns; i++ {
-						resp := brokenTurn(t, h, dialect, false)
+						resp := brokenTurn(t, h, wire, false)
 						body := readAnswer(t, resp)
 						got := gjson.GetBytes(body, "error.code").Str
-						if dialect == "messages" {
+						if wire == "messages" {
 							got = gjson.GetBytes(body, "error.type").Str
 						}
 						wi := w
 						if i < turns-1 {
 							wi = tt.responses
-							if dialect == "messages" {
+							if wire == "messages" {
 								wi = tt.messages
 							}
 						}
@@ -129,7 +130,7 @@ func TestUpstreamSummariserPushbackReachesClient(t *testing.T) {
 					if *calls != 1 {
 						t.Errorf("summariser called %d times, want 1", *calls)
 					}
-					if n := len(h.upstream(fakeupstream.KindResponses)) + len(h.upstream(fakeupstream.KindMessages)); n != 0 {
+					if n := len(h.upstream(dialect.Responses)) + len(h.upstream(dialect.Messages)); n != 0 {
 						t.Errorf("a failed compaction still called the upstream %d times", n)
 					}
 				})
@@ -143,9 +144,9 @@ func TestUpstreamSummariserPushbackReachesClient(t *testing.T) {
 // dialect that names --compaction-timeout; extractive still compacts; passthrough forwards the
 // turn uncompacted.
 func TestUpstreamCompactionDeadline(t *testing.T) {
-	for _, dialect := range []string{"responses", "messages"} {
+	for _, wire := range []string{"responses", "messages"} {
 		for _, policy := range []proxy.FailurePolicy{proxy.PolicyFail, proxy.PolicyExtractive, proxy.PolicyPassthrough} {
-			t.Run(dialect+"/"+string(policy), func(t *testing.T) {
+			t.Run(wire+"/"+string(policy), func(t *testing.T) {
 				release := make(chan struct{})
 				ts, _ := summariserServer(t, func(w http.ResponseWriter, r *http.Request) {
 					select { // hang until compactd gives up on the call (or the test ends)
@@ -158,15 +159,15 @@ func TestUpstreamCompactionDeadline(t *testing.T) {
 					c.AnthropicUpstream = c.Upstream
 					c.RetainTokens = 1000
 					c.CompactionTimeout = 50 * time.Millisecond
-					c.FailurePolicies = proxy.FailurePolicies{Responses: policy, Messages: policy}
+					c.FailurePolicies = proxy.FailurePolicies{dialect.Responses: policy, dialect.Messages: policy}
 					// Two attempts of 5s each: without the deadline the turn would fail after
 					// both, as a 502/529 compaction failure.
 					c.Summarizer = resilientSummariser(t, ts.URL, 5*time.Second, summarizer.ResilienceConfig{MaxAttempts: 2, BreakerFailures: -1})
 				})
-				resp := brokenTurn(t, h, dialect, false)
+				resp := brokenTurn(t, h, wire, false)
 				body := readAnswer(t, resp)
 				arr := "output"
-				if dialect == "messages" {
+				if wire == "messages" {
 					arr = "content"
 				}
 				switch policy {
@@ -174,7 +175,7 @@ func TestUpstreamCompactionDeadline(t *testing.T) {
 					if resp.StatusCode != http.StatusGatewayTimeout {
 						t.Fatalf("status %d, want 504: %s", resp.StatusCode, body)
 					}
-					msg := checkTimeoutEnvelope(t, dialect, body)
+					msg := checkTimeoutEnvelope(t, wire, body)
 					if !strings.Contains(msg, "--compaction-timeout") || !strings.Contains(msg, "50ms") {
 						t.Errorf("message does not name the deadline: %q", msg)
 					}
@@ -192,9 +193,9 @@ func TestUpstreamCompactionDeadline(t *testing.T) {
 	}
 }
 
-func checkTimeoutEnvelope(t *testing.T, dialect string, body []byte) string {
+func checkTimeoutEnvelope(t *testing.T, wire string, body []byte) string {
 	t.Helper()
-	if dialect == "messages" {
+	if wire == "messages" {
 		if gjson.GetBytes(body, "type").Str != "error" || gjson.GetBytes(body, "error.type").Str != "timeout_error" ||
 			gjson.GetBytes(body, "error.details.error_code").Str != "compaction_timeout" {
 			t.Fatalf("not an Anthropic timeout_error: %s", body)

@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -139,7 +140,7 @@ func (e agentEnv) readPrompt() string {
 func messagesBodies(fake *fakeupstream.Server) []string {
 	var out []string
 	for _, r := range fake.Requests() {
-		if r.Kind == fakeupstream.KindMessages {
+		if r.Kind == dialect.Messages {
 			out = append(out, string(r.Body))
 		}
 	}
@@ -326,14 +327,14 @@ supports_websockets = false
 					fake.Reset()
 					e.run(t, codex, append(base, "resume", "--last", q)...)
 					for _, r := range fake.Requests() {
-						if n := strings.Count(string(r.Body), "compactd (SessionStart hook)"); r.Kind == fakeupstream.KindResponses && n != 1 {
+						if n := strings.Count(string(r.Body), "compactd (SessionStart hook)"); r.Kind == dialect.Responses && n != 1 {
 							t.Errorf("resume %d: a request carries the SessionStart essentials %d times, want once", i+1, n)
 						}
 					}
 				}
 			}
 			for _, r := range fake.Requests() {
-				if r.Kind == fakeupstream.KindResponses {
+				if r.Kind == dialect.Responses {
 					bodies = append(bodies, string(r.Body))
 				}
 			}

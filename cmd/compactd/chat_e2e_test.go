@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -86,7 +87,7 @@ func chatSessionChecks(t *testing.T, fake *fakeupstream.Server, compactions, bou
 	sums := 0
 	for _, r := range fake.Requests() {
 		switch r.Kind {
-		case fakeupstream.KindChat:
+		case dialect.Chat:
 			chats = append(chats, r)
 		case fakeupstream.KindSummary:
 			sums++
@@ -290,7 +291,7 @@ func TestQwenCodeEndToEnd(t *testing.T) {
 	}
 
 	for _, q := range fake.Requests() {
-		if q.Kind != fakeupstream.KindChat && q.Kind != fakeupstream.KindSummary {
+		if q.Kind != dialect.Chat && q.Kind != fakeupstream.KindSummary {
 			t.Errorf("Qwen made a %s request to %s: want every model request on /v1/chat/completions", q.Kind, q.Path)
 		}
 	}

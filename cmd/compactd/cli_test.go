@@ -15,6 +15,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -478,12 +479,12 @@ func TestServeCompactThreshold(t *testing.T) {
 	for _, tt := range []struct {
 		args      []string
 		threshold int
-		routes    map[string]int
+		routes    map[dialect.Name]int
 	}{
 		{nil, 0, nil},
 		{[]string{"--compact-threshold", "150000"}, 150000, nil},
-		{[]string{"--compact-threshold", "responses=150000,messages=120000"}, 0, map[string]int{"responses": 150000, "messages": 120000}},
-		{[]string{"--compact-threshold", "chat=8000,messages=120000"}, 0, map[string]int{"chat": 8000, "messages": 120000}},
+		{[]string{"--compact-threshold", "responses=150000,messages=120000"}, 0, map[dialect.Name]int{"responses": 150000, "messages": 120000}},
+		{[]string{"--compact-threshold", "chat=8000,messages=120000"}, 0, map[dialect.Name]int{"chat": 8000, "messages": 120000}},
 	} {
 		clearCompactdEnv(t)
 		c, _, err := parseServeFlags(tt.args)

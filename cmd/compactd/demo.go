@@ -22,6 +22,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/proxy"
@@ -135,7 +136,7 @@ func runDemo(args []string) error {
 		}
 		var upInput []json.RawMessage
 		for _, r := range fake.Requests()[before:] {
-			if r.Kind == fakeupstream.KindResponses {
+			if r.Kind == dialect.Responses {
 				for _, it := range gjson.GetBytes(r.Body, "input").Array() {
 					upInput = append(upInput, json.RawMessage(it.Raw))
 				}

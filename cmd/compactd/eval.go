@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/eval"
 )
 
@@ -37,13 +38,13 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	upstream := fs.String("upstream", "", "model upstream base URL without /v1 (OpenAI, Anthropic, vLLM, Ollama, a gateway); empty: the built-in fake upstream")
-	apiName := fs.String("api", eval.APIResponses, "wire API of the sessions: responses (every shape on /v1/responses), messages (Claude Code sessions on /v1/messages, compacted with compact_20260112) or chat (chat-agent sessions on /v1/chat/completions, compacted by compactd's threshold policy chat=--threshold; defaults there: --turns 1 --threshold 4000 --steps 48)")
+	apiName := fs.String("api", string(dialect.Responses), "wire API of the sessions: responses (every shape on /v1/responses), messages (Claude Code sessions on /v1/messages, compacted with compact_20260112) or chat (chat-agent sessions on /v1/chat/completions, compacted by compactd's threshold policy chat=--threshold; defaults there: --turns 1 --threshold 4000 --steps 48)")
 	compactdURL := fs.String("compactd", "", "measure an already running compactd at this base URL instead of in-process ones (one configuration: whatever it runs)")
 	model := fs.String("model", d.Model, "model the sessions and questions are sent to")
 	keyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "environment variable holding the upstream API key, sent as a bearer token on responses and as x-api-key on messages (where ANTHROPIC_API_KEY is used unless this is set); an unset variable sends none")
 	sumURL := fs.String("summarizer-url", "", "summariser base URL including /v1 (default: the upstream's /v1)")
 	sumModel := fs.String("summarizer-model", "", "summariser model (default: the request's model)")
-	sumAPI := fs.String("summarizer-api", "responses", "summariser wire API: responses or chat; with --api messages and --upstream, chat (Anthropic's OpenAI-compatible /v1/chat/completions) unless this is set")
+	sumAPI := fs.String("summarizer-api", string(dialect.Responses), "summariser wire API: responses or chat; with --api messages and --upstream, chat (Anthropic's OpenAI-compatible /v1/chat/completions) unless this is set")
 	sumKeyEnv := fs.String("summarizer-key-env", "", "environment variable holding the summariser API key (default: forward the upstream key)")
 	seed := fs.Uint64("seed", d.Seed, "seed: the same seed gives the same sessions, facts and (with the fake upstream) scores")
 	seedList := fs.String("seeds", "", "run several seeds and report recall pooled over them with its spread (lowest–highest seed) and the lowest per-kind scores: a list (1,2,3) or a count N (seeds 1..N); session s of seed k is generated from seed k+s-1, so seeds closer than --sessions share sessions")
@@ -97,8 +98,8 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	modelSet := set["model"]
-	if *apiName == eval.APIChat { // the Chat route's own sizes (eval.DefaultConfigFor), unless given
-		cd := eval.DefaultConfigFor(eval.APIChat)
+	if dialect.Name(*apiName) == dialect.Chat { // the Chat route's own sizes (eval.DefaultConfigFor), unless given
+		cd := eval.DefaultConfigFor(dialect.Chat)
 		if !set["turns"] {
 			*turns = cd.Turns
 		}
@@ -129,21 +130,21 @@ func evalMain(args []string, stdout, stderr io.Writer, progress bool) error {
 			return usageErrorf("eval", "--sweep-retain: %d budgets is more than %d, the most eval sweeps: each is a whole run of every configuration", len(retains), maxEvalSweep)
 		}
 	}
-	if *apiName == eval.APIMessages {
+	if dialect.Name(*apiName) == dialect.Messages {
 		if !set["api-key-env"] {
 			*keyEnv = "ANTHROPIC_API_KEY"
 		}
 		if !set["summarizer-api"] && *upstream != "" {
-			*sumAPI = "chat"
+			*sumAPI = string(dialect.Chat)
 		}
 	}
 	if (*upstream != "" || *compactdURL != "") && !modelSet {
 		return usageErrorf("eval", "--model is required with --upstream or --compactd (the default %q is the fake upstream's)", d.Model)
 	}
 	cfg := eval.Config{Seed: *seed, Sessions: *sessions, Steps: *steps, Facts: *facts, Turns: *turns,
-		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, SummaryTokens: *summaryTokens, Model: *model, API: *apiName,
+		Threshold: *threshold, Retain: *retain, LedgerBytes: *ledger, SummaryTokens: *summaryTokens, Model: *model, API: dialect.Name(*apiName),
 		Upstream: strings.TrimRight(*upstream, "/"), Compactd: *compactdURL,
-		SummarizerURL: *sumURL, SummarizerModel: *sumModel, SummarizerAPI: *sumAPI,
+		SummarizerURL: *sumURL, SummarizerModel: *sumModel, SummarizerAPI: dialect.Name(*sumAPI),
 		Lossy: d.Lossy, Seeds: seeds, SweepRetain: retains}
 	cfg.Lossy.Keep, cfg.Lossy.MaxLines = *keep, *maxLines
 	cfg.APIKey = os.Getenv(*keyEnv)

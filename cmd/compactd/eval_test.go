@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/eval"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
@@ -141,8 +142,8 @@ func TestEvalCommandMessages(t *testing.T) {
 	}
 	kinds := map[string]int{}
 	for _, r := range fake.Requests() {
-		kinds[r.Kind+" "+r.Path]++
-		if r.Kind == fakeupstream.KindMessages && r.Header.Get("X-Api-Key") != "sk-ant-cmd-test" {
+		kinds[string(r.Kind)+" "+r.Path]++
+		if r.Kind == dialect.Messages && r.Header.Get("X-Api-Key") != "sk-ant-cmd-test" {
 			t.Errorf("Messages turn with x-api-key %q", r.Header.Get("X-Api-Key"))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -247,7 +248,7 @@ func TestCodexProjectHooksEndToEnd(t *testing.T) {
 	e.run(t, codex, append(base, `Read the notes [[call:exec_command {"cmd":"cat notes.txt"}]]`)...)
 	hasContext := func() bool {
 		for _, r := range fake.Requests() {
-			if r.Kind == fakeupstream.KindResponses && strings.Contains(section(string(r.Body), "compactd (SessionStart hook)", 4000), agentFact) {
+			if r.Kind == dialect.Responses && strings.Contains(section(string(r.Body), "compactd (SessionStart hook)", 4000), agentFact) {
 				return true
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -265,7 +266,7 @@ func (c *conversation) turn(r *replica) string {
 	}
 	var sent []byte
 	for _, rec := range c.fake.Requests()[before:] {
-		if rec.Kind == fakeupstream.KindResponses {
+		if rec.Kind == dialect.Responses {
 			sent = rec.Body
 		}
 	}

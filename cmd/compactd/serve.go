@@ -21,6 +21,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/owner"
 	"github.com/compactd/compactd/proxy"
 )
@@ -153,7 +154,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.speculative.MaxConcurrent, "speculative-max-concurrent", proxy.DefaultSpeculativeMaxConcurrent, "background summarisations at once")
 	fs.DurationVar(&c.speculative.TTL, "speculative-ttl", proxy.DefaultSpeculativeTTL, "how long an unused speculative summary is kept")
 	fs.Float64Var(&c.speculative.MinGrowth, "speculative-min-growth", 0, "share of the threshold a conversation must grow by before another background summary of it is started (0: half the room between --speculative-fraction and the threshold; negative: one every turn)")
-	fs.StringVar(&c.failurePolicy, "summarizer-failure-policy", string(proxy.PolicyFail), "when the summariser fails: fail, passthrough or extractive, or per route: responses=…,messages=…")
+	fs.StringVar(&c.failurePolicy, "summarizer-failure-policy", string(proxy.PolicyFail), "when the summariser fails: fail, passthrough or extractive, or per route: responses=…,messages=…,chat=… (chat left out follows responses)")
 	fs.IntVar(&c.resilience.MaxAttempts, "summarizer-attempts", summarizer.DefaultMaxAttempts, "attempts per summarisation, the first included (retries on 429/5xx with exponential backoff and jitter, honouring Retry-After; 1: no retries)")
 	deprecate(fs, "summarizer-retries", "summarizer-attempts")
 	fs.IntVar(&c.resilience.BreakerFailures, "breaker-failures", summarizer.DefaultBreakerFailures, "consecutive failed summarisations that open the circuit breaker (0: off, no breaker)")
@@ -233,9 +234,7 @@ func (c *serveConfig) check() error {
 	if math.IsNaN(c.minSaving) || c.minSaving < 0 || c.minSaving >= 1 {
 		return usageErrorf("serve", "--compaction-min-saving must be a share of the request's tokens, from 0 (off) to below 1")
 	}
-	switch c.summarizerAPI {
-	case "", summarizer.APIResponses, summarizer.APIChat, summarizer.APIMessages:
-	default:
+	if c.summarizerAPI != "" && !dialect.Name(c.summarizerAPI).Valid() {
 		return usageErrorf("serve", "--summarizer-api must be responses, chat or messages, not %q", c.summarizerAPI)
 	}
 	if _, err := proxy.ParseForeignItems(c.foreignItems); err != nil {
@@ -386,12 +385,12 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		}
 		built[p] = pair
 	}
-	for _, route := range []string{compact.RouteResponses, compact.RouteMessages, compact.RouteChat} {
+	for _, route := range dialect.All {
 		log.Info("summariser", plans[route].logAttrs(route, c.summarizerKey != "", c.tenantsFile != "")...)
 	}
-	main, messages := built[plans[compact.RouteResponses]], built[plans[compact.RouteMessages]]
+	main, messages := built[plans[dialect.Responses]], built[plans[dialect.Messages]]
 	var messagesSum, messagesAgentSum summarizer.Summarizer
-	if plans[compact.RouteMessages] != plans[compact.RouteResponses] {
+	if plans[dialect.Messages] != plans[dialect.Responses] {
 		messagesSum, messagesAgentSum = messages[0], messages[1]
 	}
 	store, err := c.openArchive(ring, log)
@@ -548,7 +547,7 @@ func serveUntilSignal(srv *http.Server, ln net.Listener, grace time.Duration, lo
 type thresholdFlag struct {
 	text      string
 	threshold int
-	routes    map[string]int
+	routes    map[dialect.Name]int
 }
 
 func (f *thresholdFlag) String() string {

@@ -5,8 +5,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/compactd/compactd/internal/compact"
-	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // Which summariser each route uses. By default every route summarises with the backend it
@@ -20,14 +19,15 @@ import (
 // summariserPlan is the summariser of one or more routes. Routes with equal plans share one
 // summariser (one retry budget, breaker and concurrency cap).
 type summariserPlan struct {
-	api, url          string
+	api               dialect.Name // the summariser's wire API
+	url               string
 	model, agentModel string // "": the request's own model; for agentModel, as model
 }
 
-// summariserPlans maps each route (compact.RouteResponses, RouteMessages, RouteChat) to its plan.
-func (c *serveConfig) summariserPlans() map[string]summariserPlan {
-	openAI := summariserPlan{api: summarizer.APIResponses, url: strings.TrimRight(c.upstream, "/") + "/v1"}
-	messages := summariserPlan{api: summarizer.APIMessages, url: strings.TrimRight(c.anthropicUpstream, "/") + "/v1"}
+// summariserPlans maps each route (every dialect.All) to its plan.
+func (c *serveConfig) summariserPlans() map[dialect.Name]summariserPlan {
+	openAI := summariserPlan{api: dialect.Responses, url: strings.TrimRight(c.upstream, "/") + "/v1"}
+	messages := summariserPlan{api: dialect.Messages, url: strings.TrimRight(c.anthropicUpstream, "/") + "/v1"}
 	if c.summarizerURL != "" || c.summarizerAPI != "" || c.summarizerKey != "" {
 		// One summariser for every route, as configured; what is not configured is the
 		// Responses route's default.
@@ -35,20 +35,20 @@ func (c *serveConfig) summariserPlans() map[string]summariserPlan {
 			openAI.url = c.summarizerURL
 		}
 		if c.summarizerAPI != "" {
-			openAI.api = c.summarizerAPI
+			openAI.api = dialect.Name(c.summarizerAPI)
 		}
 		messages = openAI
 	}
-	openAI.model, messages.model = c.summarizerModel.forRoute(compact.RouteResponses), c.summarizerModel.forRoute(compact.RouteMessages)
-	openAI.agentModel = c.agentSummarizerModel.forRoute(compact.RouteResponses)
-	messages.agentModel = c.agentSummarizerModel.forRoute(compact.RouteMessages)
-	return map[string]summariserPlan{compact.RouteResponses: openAI, compact.RouteChat: openAI, compact.RouteMessages: messages}
+	openAI.model, messages.model = c.summarizerModel.forRoute(dialect.Responses), c.summarizerModel.forRoute(dialect.Messages)
+	openAI.agentModel = c.agentSummarizerModel.forRoute(dialect.Responses)
+	messages.agentModel = c.agentSummarizerModel.forRoute(dialect.Messages)
+	return map[dialect.Name]summariserPlan{dialect.Responses: openAI, dialect.Chat: openAI, dialect.Messages: messages}
 }
 
 // logAttrs describes the plan for the start log: API, base URL without credentials, models, and
 // where the credentials come from. keyed: --summarizer-key is set; tenants: proxy authentication
 // is on (the tenant's own provider key replaces the client's).
-func (p summariserPlan) logAttrs(route string, keyed, tenants bool) []any {
+func (p summariserPlan) logAttrs(route dialect.Name, keyed, tenants bool) []any {
 	model := p.model
 	if model == "" {
 		model = "the request's model"
@@ -61,11 +61,11 @@ func (p summariserPlan) logAttrs(route string, keyed, tenants bool) []any {
 	switch {
 	case keyed:
 		creds = "the configured key (--summarizer-key)"
-	case tenants && p.api == summarizer.APIMessages:
+	case tenants && p.api == dialect.Messages:
 		creds = "the tenant's Anthropic key"
 	case tenants:
 		creds = "the tenant's OpenAI key"
-	case p.api == summarizer.APIMessages:
+	case p.api == dialect.Messages:
 		creds = "the client's (x-api-key, or Authorization: Bearer)"
 	default:
 		creds = "the client's (Authorization, api-key)"
@@ -75,7 +75,7 @@ func (p summariserPlan) logAttrs(route string, keyed, tenants bool) []any {
 		pu.User = nil // a password in the URL is a credential
 		u = pu.String()
 	}
-	return []any{"route", route, "api", p.api, "url", u, "model", model, "agent_model", agent, "credentials", creds}
+	return []any{"route", string(route), "api", string(p.api), "url", u, "model", model, "agent_model", agent, "credentials", creds}
 }
 
 // routeModel is --summarizer-model and --agent-summarizer-model: a model for every route, or
@@ -102,12 +102,13 @@ func (m *routeModel) Set(s string) error {
 	}
 	for part := range strings.SplitSeq(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		switch {
-		case !ok:
+		if !ok {
 			return fmt.Errorf("%q: want a model, or responses=MODEL,messages=MODEL", part)
-		case k == compact.RouteResponses:
+		}
+		switch d, _ := dialect.Parse(k); d {
+		case dialect.Responses:
 			out.responses = v
-		case k == compact.RouteMessages:
+		case dialect.Messages:
 			out.messages = v
 		default:
 			return fmt.Errorf("route %q: want responses or messages (chat follows responses)", k)
@@ -118,8 +119,8 @@ func (m *routeModel) Set(s string) error {
 }
 
 // forRoute is the model of a route ("": the request's own model).
-func (m routeModel) forRoute(route string) string {
-	if route == compact.RouteMessages {
+func (m routeModel) forRoute(route dialect.Name) string {
+	if route == dialect.Messages {
 		return m.messages
 	}
 	return m.responses
@@ -133,5 +134,5 @@ func responsesModel(s string) string {
 	if m.Set(s) != nil {
 		return s
 	}
-	return m.forRoute(compact.RouteResponses)
+	return m.forRoute(dialect.Responses)
 }

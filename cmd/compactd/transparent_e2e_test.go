@@ -355,7 +355,7 @@ func TestClaudeCodeTransparentPolicyEndToEnd(t *testing.T) {
 	if n := s.summaries(); n != compacted {
 		t.Errorf("%d summariser calls for %d compactions", n, compacted)
 	}
-	if v := metric(t, s.r, `compactd_compactions_total{api="anthropic",outcome="ok",trigger="policy"}`); v != fmt.Sprint(compacted) {
+	if v := metric(t, s.r, `compactd_compactions_total{api="messages",outcome="ok",trigger="policy"}`); v != fmt.Sprint(compacted) {
 		t.Errorf("compactd_compactions_total (policy, ok) = %q, want %d", v, compacted)
 	}
 	// A turn that got the memo's compaction and then grew past the threshold is a memo hit too:

@@ -52,7 +52,7 @@ type Event struct {
 	CreatedAt    time.Time
 
 	// Clear-text labels and figures: compactd's own words and numbers, never client content.
-	API      string // "openai", "anthropic", "chat"
+	API      string // the route's dialect name (internal/dialect): "responses", "messages", "chat"
 	Route    string // the route pattern, e.g. "/v1/responses"
 	Client   string // client kind: codex, claude_code, chat_agent, sdk, other
 	Trigger  string // threshold, policy, compact_endpoint, compaction_trigger, on_demand, agent

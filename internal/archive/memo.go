@@ -48,7 +48,7 @@ type MemoRecord struct {
 	// the conversation deletes the row.
 	Conversation string
 	Kind         string // MemoCompaction or MemoSpeculative
-	Dialect      string // the route's dialect (memo.Dialect), required
+	Dialect      string // the route's dialect name (dialect.Name), required
 	Model        string // speculative summaries only: the summariser model
 	Prefix       [32]byte
 	Items        int

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // MinCompactThreshold is OpenAI's lower bound for context_management[].compact_threshold.
@@ -136,10 +138,13 @@ func Over(total, limit int) bool { return limit > 0 && total > limit }
 type Policy struct {
 	// Threshold compacts every request past this many input tokens; 0 turns the policy off.
 	Threshold int
-	// Routes overrides Threshold for one route ("responses", "messages", "chat"): the APIs serve
-	// models with different context windows, so one number rarely fits both. A route absent from
-	// it uses Threshold; 0 turns the policy off for that route.
-	Routes map[string]int
+	// Routes overrides Threshold for one route, by its dialect's name (dialect.Responses,
+	// Messages, Chat; dialect.Chat is POST /v1/chat/completions, where a compaction is
+	// transparent: Chat Completions has no compaction item, so the upstream sees the compacted
+	// conversation, the client its usual answer). The APIs serve models with different context
+	// windows, so one number rarely fits both. A route absent from it uses Threshold; 0 turns the
+	// policy off for that route.
+	Routes map[dialect.Name]int
 	// Override applies Threshold even when the client sent its own context_management.
 	Override bool
 	// DefaultClientThreshold is used when the client asked for compaction without a threshold
@@ -147,18 +152,9 @@ type Policy struct {
 	DefaultClientThreshold int
 }
 
-// Routes compactd applies a policy threshold to, as --compact-threshold names them. RouteChat
-// is POST /v1/chat/completions, where a compaction is transparent (Chat Completions has no
-// compaction item: the upstream sees the compacted conversation, the client its usual answer).
-const (
-	RouteResponses = "responses"
-	RouteMessages  = "messages"
-	RouteChat      = "chat"
-)
-
 // ForRoute is the policy as it applies to one route: Threshold is the route's own when Routes
 // names it.
-func (p Policy) ForRoute(route string) Policy {
+func (p Policy) ForRoute(route dialect.Name) Policy {
 	if n, ok := p.Routes[route]; ok {
 		p.Threshold = n
 	}
@@ -170,7 +166,7 @@ func (p Policy) ForRoute(route string) Policy {
 // "responses=N,messages=M,chat=C" (a route left out gets 0, off). Thresholds must not be
 // negative; 0 is off. Plain N covers chat too: it is the same OpenAI-compatible upstream and
 // models as responses, and an operator who sets one number means "compact past it" everywhere.
-func ParseThresholds(s string) (threshold int, routes map[string]int, err error) {
+func ParseThresholds(s string) (threshold int, routes map[dialect.Name]int, err error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, nil, nil
@@ -186,12 +182,12 @@ func ParseThresholds(s string) (threshold int, routes map[string]int, err error)
 		n, err := num(s)
 		return n, nil, err
 	}
-	routes = map[string]int{}
+	routes = map[dialect.Name]int{}
 	for _, part := range strings.Split(s, ",") {
-		k, v, _ := strings.Cut(part, "=")
-		k = strings.TrimSpace(k)
-		if k != RouteResponses && k != RouteMessages && k != RouteChat {
-			return 0, nil, fmt.Errorf("compact threshold route %q: want responses, messages or chat", k)
+		name, v, _ := strings.Cut(part, "=")
+		k, err := dialect.Parse(name)
+		if err != nil {
+			return 0, nil, fmt.Errorf("compact threshold route %q: want responses, messages or chat", strings.TrimSpace(name))
 		}
 		if _, dup := routes[k]; dup {
 			return 0, nil, fmt.Errorf("compact threshold route %q given twice", k)

@@ -3,6 +3,8 @@ package compact
 import (
 	"errors"
 	"testing"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 func TestParseContextManagement(t *testing.T) {
@@ -99,21 +101,23 @@ func TestParseThresholds(t *testing.T) {
 	for _, tt := range []struct {
 		in        string
 		threshold int
-		routes    map[string]int
+		routes    map[dialect.Name]int
 		wantErr   bool
 	}{
 		{"", 0, nil, false},
 		{"150000", 150000, nil, false},
 		{" 0 ", 0, nil, false},
-		{"responses=150000,messages=120000", 0, map[string]int{RouteResponses: 150000, RouteMessages: 120000}, false},
-		{"messages=120000", 0, map[string]int{RouteMessages: 120000}, false},
-		{"responses = 1000 , messages=0", 0, map[string]int{RouteResponses: 1000, RouteMessages: 0}, false},
+		{"responses=150000,messages=120000", 0, map[dialect.Name]int{dialect.Responses: 150000, dialect.Messages: 120000}, false},
+		{"messages=120000", 0, map[dialect.Name]int{dialect.Messages: 120000}, false},
+		{"responses = 1000 , messages=0", 0, map[dialect.Name]int{dialect.Responses: 1000, dialect.Messages: 0}, false},
 		{"-1", 0, nil, true},
 		{"abc", 0, nil, true},
-		{"chat=1000", 0, map[string]int{RouteChat: 1000}, false},
-		{"responses=2000,messages=3000,chat=1000", 0, map[string]int{RouteResponses: 2000, RouteMessages: 3000, RouteChat: 1000}, false},
+		{"chat=1000", 0, map[dialect.Name]int{dialect.Chat: 1000}, false},
+		{"responses=2000,messages=3000,chat=1000", 0, map[dialect.Name]int{dialect.Responses: 2000, dialect.Messages: 3000, dialect.Chat: 1000}, false},
 		{"chat=1000,chat=2000", 0, nil, true},
 		{"completions=1000", 0, nil, true},
+		{"openai=1000", 0, nil, true}, // a provider, not a route
+		{"anthropic=1000", 0, nil, true},
 		{"messages=1000,messages=2000", 0, nil, true},
 		{"messages=-5", 0, nil, true},
 		{"messages", 0, nil, true},
@@ -135,23 +139,23 @@ func TestParseThresholds(t *testing.T) {
 }
 
 func TestPolicyForRoute(t *testing.T) {
-	p := Policy{Threshold: 100_000, Routes: map[string]int{RouteMessages: 80_000, RouteResponses: 0}, Override: true}
+	p := Policy{Threshold: 100_000, Routes: map[dialect.Name]int{dialect.Messages: 80_000, dialect.Responses: 0}, Override: true}
 	for _, tt := range []struct {
-		route string
+		route dialect.Name
 		want  int
-	}{{RouteMessages, 80_000}, {RouteResponses, 0}, {"other", 100_000}} {
+	}{{dialect.Messages, 80_000}, {dialect.Responses, 0}, {"other", 100_000}} {
 		got := p.ForRoute(tt.route)
 		if got.Threshold != tt.want || !got.Override || got.Routes != nil {
 			t.Errorf("ForRoute(%s) = %+v, want threshold %d", tt.route, got, tt.want)
 		}
 	}
 	// The single-number form applies to every route, chat included.
-	if one := (Policy{Threshold: 5000}); one.ForRoute(RouteMessages).Threshold != 5000 || one.ForRoute(RouteResponses).Threshold != 5000 ||
-		one.ForRoute(RouteChat).Threshold != 5000 {
+	if one := (Policy{Threshold: 5000}); one.ForRoute(dialect.Messages).Threshold != 5000 || one.ForRoute(dialect.Responses).Threshold != 5000 ||
+		one.ForRoute(dialect.Chat).Threshold != 5000 {
 		t.Error("a single threshold does not apply to every route")
 	}
 	// The per-route form leaves chat off unless it names it.
-	if _, routes, _ := ParseThresholds("responses=1000"); (Policy{Routes: routes}).ForRoute(RouteChat).Threshold != 0 {
+	if _, routes, _ := ParseThresholds("responses=1000"); (Policy{Routes: routes}).ForRoute(dialect.Chat).Threshold != 0 {
 		t.Error("a per-route threshold that does not name chat turns chat on")
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/console/consoletest"
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 const testToken = "console-admin-token"
@@ -99,10 +100,10 @@ func newFake(t *testing.T) *fakeBackend {
 			t.Fatal(err)
 		}
 		if err := ev.Append(ctx, []archive.Event{
-			{Tenant: c.tenant, Conversation: c.conv, Owner: "owner1", Kind: archive.EventCompaction, API: "openai", Route: "/v1/responses",
+			{Tenant: c.tenant, Conversation: c.conv, Owner: "owner1", Kind: archive.EventCompaction, API: "responses", Route: "/v1/responses",
 				Client: "codex", Trigger: "threshold", Outcome: "ok", Model: "m", Item: "cmp_1", Segment: ref.ID, Before: 9000, After: 900, Items: 2,
 				Latency: time.Second, Content: &archive.EventContent{Summary: "SUMMARY-OF-" + c.conv + " " + hostile, Ledger: "## Facts ledger\n### Values\n- `SECRET_FACT_PORT=7431`"}},
-			{Tenant: c.tenant, Conversation: c.conv, Owner: "owner1", Kind: archive.EventRecall, API: "openai", Client: "codex", Items: 1,
+			{Tenant: c.tenant, Conversation: c.conv, Owner: "owner1", Kind: archive.EventRecall, API: "responses", Client: "codex", Items: 1,
 				Content: &archive.EventContent{Query: "QUERY-" + c.conv, Excerpts: []archive.EventExcerpt{{Segment: ref.ID, Text: "EXCERPT-" + c.conv}}}},
 		}); err != nil {
 			t.Fatal(err)
@@ -393,5 +394,59 @@ func TestConsoleLiveJSON(t *testing.T) {
 		if code != 200 || !strings.HasPrefix(h.Get("Content-Type"), typ) {
 			t.Errorf("%s: %d %q", p, code, h.Get("Content-Type"))
 		}
+	}
+}
+
+// The API filter offers the dialects' names (internal/dialect), and event rows written before
+// the dialects had one name ("openai" for Responses, "anthropic" for Messages) read as theirs:
+// listed, filtered and shown under responses and messages, not as a fourth and fifth API.
+func TestConsoleAPINames(t *testing.T) {
+	b := newFake(t)
+	ctx := context.Background()
+	if err := b.ev.Append(ctx, []archive.Event{
+		{Tenant: "default", Conversation: "conv-old-responses", Owner: "owner1", Kind: archive.EventCompaction, API: "openai", Route: "/v1/responses", Client: "codex", Before: 10, After: 5},
+		{Tenant: "default", Conversation: "conv-old-messages", Owner: "owner1", Kind: archive.EventCompaction, API: "anthropic", Route: "/v1/messages", Client: "claude_code", Before: 10, After: 5},
+		{Tenant: "default", Conversation: "conv-chat", Owner: "owner1", Kind: archive.EventCompaction, API: "chat", Route: "/v1/chat/completions", Client: "chat_agent", Before: 10, After: 5},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := newConsole(t, b, Options{})
+	if c.Login(testToken) != http.StatusSeeOther {
+		t.Fatal("login failed")
+	}
+	_, _, all := c.Do("GET", "/console/conversations", nil)
+	for _, n := range dialect.All {
+		if !strings.Contains(all, `<option value="`+string(n)+`"`) {
+			t.Errorf("the API filter does not offer %q", n)
+		}
+	}
+	for _, old := range []string{"openai", "anthropic"} {
+		if strings.Contains(all, `value="`+old+`"`) || strings.Contains(all, "<td>"+old+"</td>") {
+			t.Errorf("the list shows the old name %q", old)
+		}
+	}
+	for _, tt := range []struct {
+		api       dialect.Name
+		want, not []string
+	}{
+		{dialect.Responses, []string{">conv-old-responses<", ">conv-a<"}, []string{"conv-old-messages", "conv-chat"}},
+		{dialect.Messages, []string{">conv-old-messages<"}, []string{"conv-old-responses", ">conv-a<", "conv-chat"}},
+		{dialect.Chat, []string{">conv-chat<"}, []string{"conv-old-responses", "conv-old-messages", ">conv-a<"}},
+	} {
+		_, _, list := c.Do("GET", "/console/conversations?api="+string(tt.api), nil)
+		for _, w := range tt.want {
+			if !strings.Contains(list, w) {
+				t.Errorf("api=%s: the list lacks %s", tt.api, w)
+			}
+		}
+		for _, n := range tt.not {
+			if strings.Contains(list, n) {
+				t.Errorf("api=%s: the list holds %s", tt.api, n)
+			}
+		}
+	}
+	_, _, tl := c.Do("GET", "/console/conversation?id=conv-old-messages", nil)
+	if !strings.Contains(tl, "<dd>messages <code>/v1/messages</code>") || strings.Contains(tl, "anthropic <code>") {
+		t.Errorf("an old Messages event's API is not shown as messages:\n%s", tl)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // page is what every template gets; Data is the view's own.
@@ -126,9 +127,43 @@ type convList struct {
 
 var (
 	clientKinds = []string{"codex", "claude_code", "chat_agent", "sdk", "other"}
-	apiKinds    = []string{"openai", "anthropic", "chat"}
+	apiKinds    = apiNames()
 	sinces      = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour}
 )
+
+// apiNames is the API filter's values: the dialects' names (dialect.All).
+func apiNames() []string {
+	out := make([]string, len(dialect.All))
+	for i, n := range dialect.All {
+		out[i] = string(n)
+	}
+	return out
+}
+
+// oldAPINames are the API names of event rows written before the dialects had one name
+// (internal/dialect). The log keeps its rows for weeks, so the console reads them as the
+// dialect they name.
+var oldAPINames = map[string]dialect.Name{"openai": dialect.Responses, "anthropic": dialect.Messages}
+
+// apiName is an event row's API as the console names it.
+func apiName(api string) string {
+	if n, ok := oldAPINames[api]; ok {
+		return string(n)
+	}
+	return api
+}
+
+// apiNamesOf is a conversation's distinct APIs, sorted, with old names read as apiName does.
+func apiNamesOf(apis []string) []string {
+	out := make([]string, 0, len(apis))
+	for _, a := range apis {
+		if n := apiName(a); !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 func (c *console) conversations(w http.ResponseWriter, r *http.Request, s *session) {
 	tenant, ok := c.tenant(r)
@@ -177,7 +212,7 @@ func (c *console) conversations(w http.ResponseWriter, r *http.Request, s *sessi
 				rows[e.Conversation] = row
 			}
 			row.Compactions, row.Failures, row.TokensSaved = e.Compactions, e.Failures, e.TokensSaved
-			row.MemoHits, row.Recalls, row.Owners, row.APIs, row.Clients = e.MemoHits, e.Recalls, e.Owners, e.APIs, e.Clients
+			row.MemoHits, row.Recalls, row.Owners, row.APIs, row.Clients = e.MemoHits, e.Recalls, e.Owners, apiNamesOf(e.APIs), e.Clients
 			if e.Last.After(row.Last) {
 				row.Last = e.Last
 			}
@@ -286,6 +321,7 @@ func (c *console) conversation(w http.ResponseWriter, r *http.Request, s *sessio
 		owners := map[string]bool{}
 		var before, after []float64
 		for _, e := range evs {
+			e.API = apiName(e.API)
 			v := eventView{Event: e, Label: triggerLabels[e.Trigger]}
 			if v.Label == "" {
 				v.Label = e.Trigger

@@ -12,8 +12,8 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/handoff"
-	"github.com/compactd/compactd/internal/memo"
 )
 
 // countingSum answers every summarisation with summary(req) and counts the calls.
@@ -47,8 +47,8 @@ type countingObs struct {
 	spec      []string
 }
 
-func (o *countingObs) SummaryTruncated(string) { o.mu.Lock(); o.truncated++; o.mu.Unlock() }
-func (o *countingObs) Speculative(s string)    { o.mu.Lock(); o.spec = append(o.spec, s); o.mu.Unlock() }
+func (o *countingObs) SummaryTruncated(dialect.Name) { o.mu.Lock(); o.truncated++; o.mu.Unlock() }
+func (o *countingObs) Speculative(s string)          { o.mu.Lock(); o.spec = append(o.spec, s); o.mu.Unlock() }
 
 func testEngine(t *testing.T, sum summarizer.Summarizer, mutate func(*Config)) (*Engine, *countingObs) {
 	t.Helper()
@@ -72,7 +72,7 @@ func testEngine(t *testing.T, sum summarizer.Summarizer, mutate func(*Config)) (
 	return e, obs
 }
 
-var responsesDialect = Dialect{Name: "openai", SealKind: "openai.compaction", Handoff: handoff.Text, Memo: memo.Responses, UserMessage: api.UserMessage}
+var responsesDialect = Dialect{Name: dialect.Responses, SealKind: "openai.compaction", Handoff: handoff.Text, Memo: true, UserMessage: api.UserMessage}
 
 func msg(role, text string) api.Item {
 	b := api.AppendString([]byte(`{"type":"message","role":`), role)
@@ -235,7 +235,7 @@ func TestKeepWindowWritesTheDialectsMessage(t *testing.T) {
 	if w.Truncated != 0 {
 		t.Fatalf("window %+v: want the one user message shortened", w)
 	}
-	chat := Dialect{Name: "chat", UserMessage: api.ChatUserMessage}
+	chat := Dialect{Name: dialect.Chat, UserMessage: api.ChatUserMessage}
 	for _, tc := range []struct {
 		name  string
 		d     Dialect

@@ -3,17 +3,21 @@ package engine
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/memo"
 )
 
-var anthropicDialect = Dialect{Name: "anthropic", SealKind: "anthropic.compaction", Handoff: handoff.MessagesText, Memo: memo.Messages}
+var anthropicDialect = Dialect{Name: dialect.Messages, SealKind: "anthropic.compaction", Handoff: handoff.MessagesText, Memo: true}
+
+var chatDialect = Dialect{Name: dialect.Chat, SealKind: "openai.chat.compaction", Handoff: handoff.Text, Memo: true, UserMessage: api.ChatUserMessage}
 
 // failingSum fails every summarisation with err, reporting the call it made.
 func failingSum(err error) *scriptSum {
@@ -45,7 +49,10 @@ func TestCompactFailurePolicies(t *testing.T) {
 		msg("assistant", words(3000)),
 		msg("user", "USER-LAST: now fix the tests"),
 	}
-	policies := func(r, m FailurePolicy) *FailurePolicies { return &FailurePolicies{Responses: r, Messages: m} }
+	policies := func(r, m FailurePolicy) *FailurePolicies {
+		return &FailurePolicies{dialect.Responses: r, dialect.Messages: m}
+	}
+	withChat := func(p *FailurePolicies, c FailurePolicy) *FailurePolicies { (*p)[dialect.Chat] = c; return p }
 	tests := []struct {
 		name        string
 		policies    *FailurePolicies // nil: no policy function configured
@@ -58,10 +65,13 @@ func TestCompactFailurePolicies(t *testing.T) {
 		{"fail", policies(PolicyFail, PolicyExtractive), responsesDialect, down, summarizer.ErrUnavailable, false, ""},
 		{"no policy configured: fail", nil, responsesDialect, down, summarizer.ErrUnavailable, false, ""},
 		{"an unset policy: fail", policies("", ""), anthropicDialect, down, summarizer.ErrUnavailable, false, ""},
-		{"passthrough", policies(PolicyPassthrough, PolicyFail), responsesDialect, down, summarizer.ErrUnavailable, true, "fallback:openai/passthrough"},
-		{"extractive", policies(PolicyExtractive, PolicyFail), responsesDialect, down, nil, false, "fallback:openai/extractive"},
-		{"extractive, circuit open", policies(PolicyExtractive, PolicyFail), responsesDialect, circuit, nil, false, "fallback:openai/extractive"},
-		{"anthropic follows the Messages policy", policies(PolicyFail, PolicyExtractive), anthropicDialect, down, nil, false, "fallback:anthropic/extractive"},
+		{"passthrough", policies(PolicyPassthrough, PolicyFail), responsesDialect, down, summarizer.ErrUnavailable, true, "fallback:responses/passthrough"},
+		{"extractive", policies(PolicyExtractive, PolicyFail), responsesDialect, down, nil, false, "fallback:responses/extractive"},
+		{"extractive, circuit open", policies(PolicyExtractive, PolicyFail), responsesDialect, circuit, nil, false, "fallback:responses/extractive"},
+		{"messages follows the Messages policy", policies(PolicyFail, PolicyExtractive), anthropicDialect, down, nil, false, "fallback:messages/extractive"},
+		{"chat follows the Responses policy", policies(PolicyExtractive, PolicyFail), chatDialect, down, nil, false, "fallback:chat/extractive"},
+		{"chat follows the Responses policy: fail", policies(PolicyFail, PolicyExtractive), chatDialect, down, summarizer.ErrUnavailable, false, ""},
+		{"chat= wins over the Responses policy", withChat(policies(PolicyExtractive, PolicyExtractive), PolicyPassthrough), chatDialect, down, summarizer.ErrUnavailable, true, "fallback:chat/passthrough"},
 		{"extractive never covers a full queue", policies(PolicyExtractive, PolicyFail), responsesDialect, summarizer.ErrBusy, summarizer.ErrBusy, false, ""},
 		{"passthrough never forwards past a full queue", policies(PolicyPassthrough, PolicyFail), responsesDialect, summarizer.ErrBusy, summarizer.ErrBusy, false, ""},
 		{"extractive does not cover nothing to summarise", policies(PolicyExtractive, PolicyFail), responsesDialect, summarizer.ErrNothingToSummarize, summarizer.ErrNothingToSummarize, false, ""},
@@ -154,7 +164,7 @@ func TestCompactDeadlineAgainstClientCancel(t *testing.T) {
 			obs := &recObs{}
 			e, _ := testEngine(t, sum, func(c *Config) {
 				c.CompactionTimeout, c.Archive, c.Observer = tt.timeout, arch, obs
-				c.FailurePolicy = FailurePolicies{Responses: tt.policy}.For
+				c.FailurePolicy = FailurePolicies{dialect.Responses: tt.policy}.For
 			})
 			in := request(e, items, 64_000)
 			in.Tenant = "t1"
@@ -187,14 +197,14 @@ func TestCompactDeadlineAgainstClientCancel(t *testing.T) {
 			// Only a deadline is covered by the extractive summary; a client gone is not (its
 			// compaction is never made, so never archived either).
 			wantExtractive := tt.policy == PolicyExtractive && !tt.wantTimeout && tt.wantErr == nil
-			if got := obs.has("fallback:openai/extractive"); got != wantExtractive {
+			if got := obs.has("fallback:responses/extractive"); got != wantExtractive {
 				t.Errorf("extractive fallback counted: %v, want %v", got, wantExtractive)
 			}
 			if err != nil {
 				if strings.HasPrefix(err.Error(), "archive:") {
 					t.Errorf("the compaction went on to archive: %v", err)
 				}
-				if got := e.PassThrough("openai", err); got != tt.passThrough {
+				if got := e.PassThrough(dialect.Responses, err); got != tt.passThrough {
 					t.Errorf("PassThrough = %v, want %v", got, tt.passThrough)
 				}
 				if len(arch.segments()) != 0 {
@@ -297,19 +307,47 @@ func TestParseFailurePolicies(t *testing.T) {
 		want    FailurePolicies
 		wantErr bool
 	}{
-		{"", FailurePolicies{PolicyFail, PolicyFail}, false},
-		{"extractive", FailurePolicies{PolicyExtractive, PolicyExtractive}, false},
-		{" passthrough ", FailurePolicies{PolicyPassthrough, PolicyPassthrough}, false},
-		{"responses=extractive", FailurePolicies{PolicyExtractive, PolicyFail}, false},
-		{"messages=passthrough, responses=extractive", FailurePolicies{PolicyExtractive, PolicyPassthrough}, false},
-		{"retry", FailurePolicies{}, true},
-		{"responses=retry", FailurePolicies{}, true},
-		{"chat=fail", FailurePolicies{}, true},
+		{"", FailurePolicies{dialect.Responses: PolicyFail, dialect.Messages: PolicyFail}, false},
+		{"extractive", FailurePolicies{dialect.Responses: PolicyExtractive, dialect.Messages: PolicyExtractive, dialect.Chat: PolicyExtractive}, false},
+		{" passthrough ", FailurePolicies{dialect.Responses: PolicyPassthrough, dialect.Messages: PolicyPassthrough, dialect.Chat: PolicyPassthrough}, false},
+		{"responses=extractive", FailurePolicies{dialect.Responses: PolicyExtractive, dialect.Messages: PolicyFail}, false},
+		{"messages=passthrough, responses=extractive", FailurePolicies{dialect.Responses: PolicyExtractive, dialect.Messages: PolicyPassthrough}, false},
+		{"chat=passthrough", FailurePolicies{dialect.Responses: PolicyFail, dialect.Messages: PolicyFail, dialect.Chat: PolicyPassthrough}, false},
+		{"responses=extractive,chat=fail", FailurePolicies{dialect.Responses: PolicyExtractive, dialect.Messages: PolicyFail, dialect.Chat: PolicyFail}, false},
+		{"retry", nil, true},
+		{"responses=retry", nil, true},
+		{"openai=fail", nil, true},    // a provider, not a dialect
+		{"anthropic=fail", nil, true}, // a provider, not a dialect
+		{"responses=fail,responses=extractive", nil, true},
+		{"responses=fail,", nil, true},
 	}
 	for _, tt := range tests {
 		got, err := ParseFailurePolicies(tt.in)
-		if (err != nil) != tt.wantErr || (!tt.wantErr && got != tt.want) {
+		if (err != nil) != tt.wantErr || (!tt.wantErr && !maps.Equal(got, tt.want)) {
 			t.Errorf("ParseFailurePolicies(%q) = %+v, %v; want %+v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// For: a dialect the policies leave out fails, except chat, which follows responses.
+func TestFailurePoliciesFor(t *testing.T) {
+	for _, tt := range []struct {
+		p    FailurePolicies
+		d    dialect.Name
+		want FailurePolicy
+	}{
+		{nil, dialect.Responses, PolicyFail},
+		{nil, dialect.Chat, PolicyFail},
+		{FailurePolicies{dialect.Responses: PolicyExtractive}, dialect.Chat, PolicyExtractive},
+		{FailurePolicies{dialect.Responses: PolicyExtractive}, dialect.Messages, PolicyFail},
+		{FailurePolicies{dialect.Responses: PolicyExtractive, dialect.Chat: PolicyPassthrough}, dialect.Chat, PolicyPassthrough},
+		{FailurePolicies{dialect.Messages: PolicyPassthrough}, dialect.Messages, PolicyPassthrough},
+		{FailurePolicies{dialect.Messages: PolicyPassthrough}, dialect.Responses, PolicyFail},
+		{FailurePolicies{dialect.Responses: ""}, dialect.Responses, PolicyFail},
+		{FailurePolicies{dialect.Responses: PolicyExtractive}, "openai", PolicyFail}, // not a dialect
+	} {
+		if got := tt.p.For(tt.d); got != tt.want {
+			t.Errorf("%v.For(%q) = %q, want %q", tt.p, tt.d, got, tt.want)
 		}
 	}
 }
@@ -342,7 +380,7 @@ func TestPushbackOf(t *testing.T) {
 func TestCompactUsesTheDialectsSummarizer(t *testing.T) {
 	general, messages := entriesSum(), entriesSum()
 	e, _ := testEngine(t, general, func(c *Config) {
-		c.Summarizers = map[string]summarizer.Summarizer{"anthropic": messages, "openai": nil}
+		c.Summarizers = map[dialect.Name]summarizer.Summarizer{dialect.Messages: messages, dialect.Responses: nil}
 	})
 	items := []api.Item{msg("user", words(1000)), msg("assistant", words(3000)), msg("user", "go on")}
 	for _, d := range []Dialect{anthropicDialect, responsesDialect} {

@@ -193,7 +193,7 @@ func TestRememberedContract(t *testing.T) {
 	t.Run("a dialect without memo", func(t *testing.T) {
 		e, _ := testEngine(t, entriesSum(), func(c *Config) { c.Memo = memo.NewLocal(0, time.Hour) })
 		d := responsesDialect
-		d.Memo = ""
+		d.Memo = false
 		if m := e.Remembered(ctx, d, sc, rawItems(items)); m != nil {
 			t.Error("a lookup for a dialect without memo")
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/memo"
 )
 
@@ -74,10 +75,12 @@ func (o *recObs) add(s string) {
 	}
 }
 
-func (o *recObs) Speculative(s string)            { o.add("spec:" + s) }
-func (o *recObs) Fallback(dialect, policy string) { o.add("fallback:" + dialect + "/" + policy) }
+func (o *recObs) Speculative(s string) { o.add("spec:" + s) }
+func (o *recObs) Fallback(d dialect.Name, policy string) {
+	o.add("fallback:" + string(d) + "/" + policy)
+}
 func (o *recObs) Memo(s string)                   { o.add("memo:" + s) }
-func (o *recObs) SummaryTruncated(dialect string) { o.add("truncated:" + dialect) }
+func (o *recObs) SummaryTruncated(d dialect.Name) { o.add("truncated:" + string(d)) }
 func (o *recObs) has(s string) bool               { return slices.Contains(o.all(), s) }
 func (o *recObs) all() []string                   { o.mu.Lock(); defer o.mu.Unlock(); return slices.Clone(o.seen) }
 func (o *recObs) hasPrefix(p string) (found bool) {
@@ -369,7 +372,7 @@ func TestCompactLedgerAndGapCheck(t *testing.T) {
 			if c.Usage.OutputTokens != tt.wantUsage {
 				t.Errorf("usage %d output tokens, want %d", c.Usage.OutputTokens, tt.wantUsage)
 			}
-			if got := obs.has("truncated:openai"); got != tt.wantCut {
+			if got := obs.has("truncated:responses"); got != tt.wantCut {
 				t.Errorf("a gap check answer cut: %v, want %v", got, tt.wantCut)
 			}
 			if tt.wantCut && (strings.Contains(c.Ledger, "service 399 ") || !strings.Contains(c.Ledger, "service 0 ")) {
@@ -526,7 +529,7 @@ func TestCompactGapCheckCutLeavesNoMarkerInTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !obs.has("truncated:openai") || !strings.Contains(c1.Ledger, "service 0 ") {
+	if !obs.has("truncated:responses") || !strings.Contains(c1.Ledger, "service 0 ") {
 		t.Fatalf("the gap check's answer was not cut, or its findings lost: %v", obs.all())
 	}
 	const marker = "[compactd: the summary was cut here"

@@ -29,6 +29,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/memo"
 )
 
@@ -45,13 +46,13 @@ type Observer interface {
 	// Speculative counts a speculative compaction outcome: started, hit, miss, failed.
 	Speculative(outcome string)
 	// Fallback counts a summariser failure covered by a failure policy (extractive, passthrough).
-	Fallback(dialect, policy string)
+	Fallback(d dialect.Name, policy string)
 	// Memo counts a conversation-memo outcome: hit, miss, stale, error, recorded, record_error,
 	// and for speculative summaries shared through it spec_shared, spec_hit.
 	Memo(outcome string)
 	// SummaryTruncated counts a summariser answer cut to Config.MaxSummaryTokens before it was
 	// used (a dialect's compaction, a speculative summary, a gap check).
-	SummaryTruncated(dialect string)
+	SummaryTruncated(d dialect.Name)
 }
 
 // Config is what the engine works with. Sealer, Summarizer and Counter are required.
@@ -61,7 +62,7 @@ type Config struct {
 	// Summarizers overrides Summarizer per dialect (by Dialect.Name) for every summariser call
 	// of that dialect's compactions: summary, gap check, speculation. A dialect not in it uses
 	// Summarizer.
-	Summarizers map[string]summarizer.Summarizer
+	Summarizers map[dialect.Name]summarizer.Summarizer
 	Counter     *compact.Counter
 	// Archive keeps the raw items every compaction replaced (nil: no archive).
 	Archive archive.Store
@@ -73,8 +74,9 @@ type Config struct {
 	CompactionTimeout time.Duration
 	// ItemMaxAge refuses compactions older than this when opened (0: no limit).
 	ItemMaxAge time.Duration
-	// FailurePolicy is the policy of a dialect (by name) when the summariser fails.
-	FailurePolicy func(dialect string) FailurePolicy
+	// FailurePolicy is the policy of a dialect (by name) when the summariser fails
+	// (FailurePolicies.For).
+	FailurePolicy func(d dialect.Name) FailurePolicy
 	// Speculative configures speculative compaction (Fraction < 0: off).
 	Speculative SpeculativeConfig
 	// Memo remembers compactions for clients that do not carry compaction items back, and shares
@@ -113,10 +115,10 @@ type Engine struct {
 
 type nopObserver struct{}
 
-func (nopObserver) Speculative(string)      {}
-func (nopObserver) Fallback(string, string) {}
-func (nopObserver) Memo(string)             {}
-func (nopObserver) SummaryTruncated(string) {}
+func (nopObserver) Speculative(string)            {}
+func (nopObserver) Fallback(dialect.Name, string) {}
+func (nopObserver) Memo(string)                   {}
+func (nopObserver) SummaryTruncated(dialect.Name) {}
 
 // New returns an engine for cfg.
 func New(cfg Config) *Engine {
@@ -140,8 +142,8 @@ func New(cfg Config) *Engine {
 }
 
 // summarizer is the summariser of a dialect's compactions (Config.Summarizers).
-func (e *Engine) summarizer(dialect string) summarizer.Summarizer {
-	if s, ok := e.cfg.Summarizers[dialect]; ok && s != nil {
+func (e *Engine) summarizer(d dialect.Name) summarizer.Summarizer {
+	if s, ok := e.cfg.Summarizers[d]; ok && s != nil {
 		return s
 	}
 	return e.cfg.Summarizer
@@ -158,16 +160,18 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // Dialect is what the engine needs to know of the API a compaction is for.
 type Dialect struct {
-	// Name names the dialect in logs, metrics, speculation keys and the failure policy
-	// ("openai", "anthropic").
-	Name string
+	// Name names the dialect in logs, metrics, speculation keys, the summariser choice
+	// (Config.Summarizers), the failure policy and the conversation memo.
+	Name dialect.Name
 	// SealKind is the crypto binding kind of the dialect's items or blocks.
 	SealKind string
 	// Handoff renders the dialect's handoff text: true to what the dialect keeps verbatim, and a
 	// pure function of summary and ledger, so it is byte-stable turn after turn.
 	Handoff func(summary, ledger string) string
-	// Memo is the dialect's canonicalisation in the conversation memo ("": no memo).
-	Memo memo.Dialect
+	// Memo puts the dialect's compactions in the conversation memo (Config.Memo), its items
+	// canonicalised by the memo's rules for Name; false: no memo, and speculation hashes raw
+	// bytes.
+	Memo bool
 	// UserMessage renders a user message of text in the dialect's wire form: what KeepWindow
 	// writes for the one retained message it shortens. The engine writes no dialect's JSON of
 	// its own; with no UserMessage that message is kept whole.
@@ -394,7 +398,7 @@ func (e *Engine) Compact(ctx context.Context, in Request) (*Compaction, error) {
 // ledger is the facts ledger sealed with a summary: the hard facts of the replaced items the
 // summary lacks, and, with GapCheck, what a second summariser pass found still missing. A failed
 // gap check costs the turn nothing: the ledger goes out without it.
-func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Auth, model string, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
+func (e *Engine) ledger(ctx context.Context, d dialect.Name, auth summarizer.Auth, model string, items []api.Item, w compact.Window, res summarizer.Result, usage *summarizer.Usage) string {
 	if e.cfg.LedgerBytes <= 0 || len(w.Summarise) == 0 {
 		return ""
 	}
@@ -403,7 +407,7 @@ func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Aut
 		return ledger
 	}
 	entries := append([]string{"[summary and ledger so far]\n" + res.Summary + "\n\n" + ledger}, compact.RenderEntries(items, w.Summarise)...)
-	gap, err := e.summarizer(dialect).Summarize(ctx, summarizer.Request{
+	gap, err := e.summarizer(d).Summarize(ctx, summarizer.Request{
 		Model: model, Entries: entries, Instructions: compact.GapCheckPrompt(),
 		Auth: auth,
 	})
@@ -411,7 +415,7 @@ func (e *Engine) ledger(ctx context.Context, dialect string, auth summarizer.Aut
 		e.log.Warn("gap check failed; sealing the ledger without it", "err", err)
 		return ledger
 	}
-	if e.capSummary(dialect, &gap) {
+	if e.capSummary(d, &gap) {
 		// The cut marker is for a reader of a summary: among the findings it would be sealed,
 		// and carried forward, as a fact.
 		gap.Summary = strings.TrimSuffix(gap.Summary, cutMarker(e.cfg.MaxSummaryTokens))
@@ -527,7 +531,7 @@ func (e *Engine) smaller(in Request, c *Compaction, replaced int) error {
 // capSummary cuts a summariser answer longer than Config.MaxSummaryTokens at the last line break
 // that fits (a rune boundary if there is none), marks the cut, and logs and counts it. It reports
 // whether it cut.
-func (e *Engine) capSummary(dialect string, res *summarizer.Result) bool {
+func (e *Engine) capSummary(d dialect.Name, res *summarizer.Result) bool {
 	limit := e.cfg.MaxSummaryTokens
 	s := res.Summary
 	if limit <= 0 || len(s) <= limit {
@@ -557,8 +561,8 @@ func (e *Engine) capSummary(dialect string, res *summarizer.Result) bool {
 			keep = int(float64(keep) * float64(budget) / float64(n) * 0.97)
 		}
 	}
-	e.log.Warn("summary truncated to its token budget", "api", dialect, "bytes", len(res.Summary), "kept_bytes", len(out), "max_tokens", limit)
-	e.obs.SummaryTruncated(dialect)
+	e.log.Warn("summary truncated to its token budget", "api", string(d), "bytes", len(res.Summary), "kept_bytes", len(out), "max_tokens", limit)
+	e.obs.SummaryTruncated(d)
 	res.Summary = strings.TrimRight(out, " \t\n") + marker
 	return true
 }

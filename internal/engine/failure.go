@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // What a turn does when the summariser fails (after the resilient client's retries, or at once
@@ -32,50 +33,61 @@ const (
 	PolicyExtractive  FailurePolicy = "extractive"
 )
 
-// FailurePolicies holds the policy of each API.
-type FailurePolicies struct{ Responses, Messages FailurePolicy }
+// FailurePolicies holds the policy of each dialect. A dialect it does not name fails (PolicyFail),
+// except Chat, which follows Responses: the same OpenAI-compatible upstream and summariser.
+type FailurePolicies map[dialect.Name]FailurePolicy
 
-// ParseFailurePolicies reads "POLICY" (both APIs) or "responses=POLICY,messages=POLICY".
+// ParseFailurePolicies reads --failure-policy: "POLICY" (every dialect) or a comma-separated
+// "responses=POLICY,messages=POLICY,chat=POLICY" (a dialect left out fails; chat left out
+// follows responses).
 func ParseFailurePolicies(s string) (FailurePolicies, error) {
-	p := FailurePolicies{Responses: PolicyFail, Messages: PolicyFail}
 	valid := func(v string) (FailurePolicy, error) {
 		switch f := FailurePolicy(strings.TrimSpace(v)); f {
 		case PolicyFail, PolicyPassthrough, PolicyExtractive:
 			return f, nil
 		}
-		return "", fmt.Errorf("failure policy %q: want fail, passthrough or extractive", v)
+		return "", fmt.Errorf("failure policy %q: want fail, passthrough or extractive", strings.TrimSpace(v))
 	}
 	if s = strings.TrimSpace(s); s == "" {
-		return p, nil
+		return FailurePolicies{dialect.Responses: PolicyFail, dialect.Messages: PolicyFail}, nil
 	}
 	if !strings.Contains(s, "=") {
 		f, err := valid(s)
-		return FailurePolicies{Responses: f, Messages: f}, err
+		if err != nil {
+			return nil, err
+		}
+		p := FailurePolicies{}
+		for _, d := range dialect.All {
+			p[d] = f
+		}
+		return p, nil
 	}
+	p := FailurePolicies{dialect.Responses: PolicyFail, dialect.Messages: PolicyFail}
+	seen := map[dialect.Name]bool{}
 	for _, part := range strings.Split(s, ",") {
 		k, v, _ := strings.Cut(part, "=")
+		d, err := dialect.Parse(k)
+		if err != nil {
+			return nil, fmt.Errorf("failure policy route %q: want responses, messages or chat", strings.TrimSpace(k))
+		}
+		if seen[d] {
+			return nil, fmt.Errorf("failure policy route %q given twice", d)
+		}
+		seen[d] = true
 		f, err := valid(v)
 		if err != nil {
-			return p, err
+			return nil, err
 		}
-		switch strings.TrimSpace(k) {
-		case "responses":
-			p.Responses = f
-		case "messages":
-			p.Messages = f
-		default:
-			return p, fmt.Errorf("failure policy route %q: want responses or messages", k)
-		}
+		p[d] = f
 	}
 	return p, nil
 }
 
-// For is the policy of a dialect by name ("anthropic" is the Messages route; every other
-// dialect speaks an OpenAI API and follows the Responses policy).
-func (p FailurePolicies) For(dialect string) FailurePolicy {
-	f := p.Responses
-	if dialect == "anthropic" {
-		f = p.Messages
+// For is the policy of dialect d.
+func (p FailurePolicies) For(d dialect.Name) FailurePolicy {
+	f, ok := p[d]
+	if !ok && d == dialect.Chat {
+		f = p[dialect.Responses]
 	}
 	if f == "" {
 		return PolicyFail
@@ -83,11 +95,11 @@ func (p FailurePolicies) For(dialect string) FailurePolicy {
 	return f
 }
 
-func (e *Engine) failurePolicy(dialect string) FailurePolicy {
+func (e *Engine) failurePolicy(d dialect.Name) FailurePolicy {
 	if e.cfg.FailurePolicy == nil {
 		return PolicyFail
 	}
-	return e.cfg.FailurePolicy(dialect)
+	return e.cfg.FailurePolicy(d)
 }
 
 // extractiveBytes bounds an extractive fallback summary.
@@ -95,26 +107,26 @@ const extractiveBytes = 16 << 10
 
 // summarise calls the summariser and applies the extractive policy to a failure, the compaction
 // deadline running out included. Cancellation and a full queue are never papered over.
-func (e *Engine) summarise(ctx context.Context, dialect string, req summarizer.Request) (summarizer.Result, error) {
-	res, err := e.summarizer(dialect).Summarize(ctx, req)
+func (e *Engine) summarise(ctx context.Context, d dialect.Name, req summarizer.Request) (summarizer.Result, error) {
+	res, err := e.summarizer(d).Summarize(ctx, req)
 	if err != nil {
 		if te := compactionTimedOut(ctx); te != nil {
 			err = te // the compaction's deadline, not the client, ended the call
 		}
 	}
 	if err == nil {
-		e.capSummary(dialect, &res)
+		e.capSummary(d, &res)
 		return res, nil
 	}
 	clientGone := ctx.Err() != nil && compactionTimedOut(ctx) == nil
 	if clientGone || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, summarizer.ErrNothingToSummarize) {
 		return res, err
 	}
-	if e.failurePolicy(dialect) != PolicyExtractive {
+	if e.failurePolicy(d) != PolicyExtractive {
 		return res, err
 	}
-	e.log.Warn("summariser unavailable: using an extractive summary", "api", dialect, "err", err)
-	e.obs.Fallback(dialect, string(PolicyExtractive))
+	e.log.Warn("summariser unavailable: using an extractive summary", "api", string(d), "err", err)
+	e.obs.Fallback(d, string(PolicyExtractive))
 	entries := req.Entries
 	if req.Previous != "" {
 		entries = append([]string{"[previous summary] " + req.Previous}, entries...)
@@ -122,13 +134,13 @@ func (e *Engine) summarise(ctx context.Context, dialect string, req summarizer.R
 	return summarizer.Result{Summary: summarizer.Extractive(entries, extractiveBytes), Model: "compactd-extractive", Usage: res.Usage, Calls: res.Calls}, nil
 }
 
-// PassThrough reports whether a failed threshold compaction of dialect should be forwarded
+// PassThrough reports whether a failed threshold compaction of dialect d should be forwarded
 // uncompacted (the passthrough policy; never for a full queue or a client gone), and counts it.
-func (e *Engine) PassThrough(dialect string, err error) bool {
-	if e.failurePolicy(dialect) != PolicyPassthrough || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, context.Canceled) {
+func (e *Engine) PassThrough(d dialect.Name, err error) bool {
+	if e.failurePolicy(d) != PolicyPassthrough || errors.Is(err, summarizer.ErrBusy) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	e.obs.Fallback(dialect, string(PolicyPassthrough))
+	e.obs.Fallback(d, string(PolicyPassthrough))
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/memo"
 )
 
@@ -24,7 +25,7 @@ type Scope struct{ Tenant, Owner, Conversation string }
 
 // Memory is what the memo knows of one turn's client items.
 type Memory struct {
-	dialect  memo.Dialect
+	dialect  dialect.Name
 	scope    Scope
 	prefixes []memo.Hash // prefixes[i] names the client's items[0..i]
 	// safe[n] reports that the client's items can be cut at n without parting a tool call from
@@ -41,18 +42,18 @@ type Memory struct {
 // longest prefix of them, if any. It never fails: a memo that errs, a record that no longer
 // opens (a rotated key, an expired item), or no memo at all is a miss.
 func (e *Engine) Remembered(ctx context.Context, d Dialect, sc Scope, items []json.RawMessage) *Memory {
-	if e.cfg.Memo == nil || d.Memo == "" {
+	if e.cfg.Memo == nil || !d.Memo {
 		return nil
 	}
 	units := make([]api.Item, len(items))
 	for i, raw := range items {
 		units[i] = api.Item{Raw: raw}
 	}
-	m := &Memory{dialect: d.Memo, scope: sc, safe: compact.SafeCuts(units)}
-	l, err := memo.Find(ctx, e.cfg.Memo, sc.key(d.Memo), items)
+	m := &Memory{dialect: d.Name, scope: sc, safe: compact.SafeCuts(units)}
+	l, err := memo.Find(ctx, e.cfg.Memo, sc.key(d.Name), items)
 	m.prefixes = l.Prefixes
 	if err != nil {
-		e.log.Warn("memo lookup failed; compacting as usual", "api", d.Name, "err", err)
+		e.log.Warn("memo lookup failed; compacting as usual", "api", string(d.Name), "err", err)
 		e.obs.Memo("error")
 	}
 	if !l.Hit {
@@ -62,13 +63,13 @@ func (e *Engine) Remembered(ctx context.Context, d Dialect, sc Scope, items []js
 	if l.Entry.Items > len(items) || !m.safe[l.Entry.Items] {
 		// Applying it would summarise a tool call away and keep its result (or the other way
 		// round): the upstream would refuse the request. Compact as usual instead.
-		e.log.Warn("memo record ends between a tool call and its result; compacting as usual", "api", d.Name)
+		e.log.Warn("memo record ends between a tool call and its result; compacting as usual", "api", string(d.Name))
 		e.obs.Memo("miss")
 		return m
 	}
 	o, err := e.Open(string(l.Entry.Compaction), "", d.SealKind, sc.Tenant, "")
 	if err != nil {
-		e.log.Warn("memo record does not open; compacting as usual", "api", d.Name, "reason", Reason(err))
+		e.log.Warn("memo record does not open; compacting as usual", "api", string(d.Name), "reason", Reason(err))
 		e.obs.Memo("stale")
 		return m
 	}
@@ -100,7 +101,7 @@ func (e *Engine) remember(ctx context.Context, m *Memory, covers int, c *Compact
 	e.obs.Memo("recorded")
 }
 
-func (sc Scope) key(d memo.Dialect) memo.Key {
+func (sc Scope) key(d dialect.Name) memo.Key {
 	return memo.Key{Tenant: sc.Tenant, Owner: sc.Owner, Dialect: d, Conversation: sc.Conversation}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/memo"
 )
@@ -34,7 +35,7 @@ func TestSpeculationNeverCutsAToolPair(t *testing.T) {
 
 	sum := &countingSum{}
 	e, obs := testEngine(t, sum, func(c *Config) { c.Speculative = SpeculativeConfig{Fraction: 0.5} })
-	d := Dialect{Name: "anthropic", SealKind: "anthropic.compaction", Handoff: handoff.MessagesText, Memo: memo.Messages}
+	d := Dialect{Name: dialect.Messages, SealKind: "anthropic.compaction", Handoff: handoff.MessagesText, Memo: true}
 	u, p := messagesUnits(below)
 	e.Speculate(SpecRequest{Dialect: d, Model: "m", Units: u, Prefix: p, Total: 9000, Limit: 10000})
 

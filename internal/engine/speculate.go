@@ -13,6 +13,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/memo"
 )
 
@@ -82,7 +83,7 @@ type speculator struct {
 	// item between turns (Claude Code moves cache_control to the newest message every request)
 	// still finds the summary prepared for the same conversation. Keyed per model string, so
 	// one speculator serves every dialect: a dialect without canonical forms hashes raw bytes.
-	canon func(key string) memo.Dialect
+	canon func(key string) dialect.Name
 	sem   chan struct{}
 
 	mu      sync.Mutex
@@ -353,17 +354,21 @@ func (e *Engine) Speculating(total, limit int) bool {
 // specKey keys speculation by dialect and model: two dialects' prefixes are different bytes, and
 // a summary written for one is never used by the other; and by tenant and owner, like the memo:
 // a summary prepared for one owner's conversation is never handed to another's request.
-// The key also names the dialect's canonical form (memo.Dialect), which the prefix hashes are
-// taken over (specCanon).
+// The key also names the dialect whose canonical form (the memo's, when Dialect.Memo) the prefix
+// hashes are taken over (specCanon), "" for raw bytes.
 func specKey(d Dialect, model, tenant, owner string) string {
-	return d.Name + "\x00" + string(d.Memo) + "\x00" + model + "\x00" + tenant + "\x00" + owner
+	canon := dialect.Name("")
+	if d.Memo {
+		canon = d.Name
+	}
+	return string(d.Name) + "\x00" + string(canon) + "\x00" + model + "\x00" + tenant + "\x00" + owner
 }
 
-// specCanon is the canonical form a specKey names ("" for none).
-func specCanon(key string) memo.Dialect {
+// specCanon is the dialect whose canonical form a specKey names ("" for none).
+func specCanon(key string) dialect.Name {
 	_, rest, _ := strings.Cut(key, "\x00")
 	d, _, _ := strings.Cut(rest, "\x00")
-	return memo.Dialect(d)
+	return dialect.Name(d)
 }
 
 // SpecRequest is a below-threshold turn that may start a background summary.

@@ -34,15 +34,15 @@ type sharedSpec struct {
 
 // shareSpeculation stores a finished speculative summary of prefix in the memo.
 func (e *Engine) shareSpeculation(ctx context.Context, d Dialect, sc Scope, model string, prefix []api.Item, out specResult) {
-	if e.cfg.Memo == nil || d.Memo == "" || out.res.Summary == "" {
+	if e.cfg.Memo == nil || !d.Memo || out.res.Summary == "" {
 		return
 	}
-	hashes, err := memo.Prefixes(d.Memo, rawItems(prefix))
+	hashes, err := memo.Prefixes(d.Name, rawItems(prefix))
 	if err != nil || len(hashes) != len(prefix) || len(hashes) == 0 {
 		return
 	}
 	blob, _ := json.Marshal(sharedSpec{Summary: out.res.Summary, Model: out.res.Model, Ledger: out.ledger, Usage: out.res.Usage})
-	k := sc.key(d.Memo)
+	k := sc.key(d.Name)
 	if err := e.cfg.Memo.PutSpeculative(ctx, k, model, hashes[len(hashes)-1], len(prefix), blob); err != nil {
 		e.log.Warn("speculative summary not shared", "err", err)
 		return
@@ -55,7 +55,7 @@ func (e *Engine) shareSpeculation(ctx context.Context, d Dialect, sc Scope, mode
 // candidates are the prefixes speculationPrefix picks: before a user message, moved back to the
 // safe cut ahead of it.
 func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, sc Scope, model string, units []api.Item, safe []bool) (int, specResult) {
-	if e.cfg.Memo == nil || d.Memo == "" {
+	if e.cfg.Memo == nil || !d.Memo {
 		return 0, specResult{}
 	}
 	var cands []int
@@ -70,8 +70,8 @@ func (e *Engine) sharedSpeculation(ctx context.Context, d Dialect, sc Scope, mod
 	if len(cands) == 0 {
 		return 0, specResult{}
 	}
-	hashes, _ := memo.Prefixes(d.Memo, rawItems(units[:cands[0]]))
-	k := sc.key(d.Memo)
+	hashes, _ := memo.Prefixes(d.Name, rawItems(units[:cands[0]]))
+	k := sc.key(d.Name)
 	for _, n := range cands {
 		if n > len(hashes) {
 			continue

@@ -8,7 +8,7 @@ import (
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
-	"github.com/compactd/compactd/internal/memo"
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 func specItems(texts ...string) []api.Item {
@@ -193,8 +193,9 @@ func TestSpeculationKeysAreCanonical(t *testing.T) {
 		d    Dialect
 		want bool
 	}{
-		{Dialect{Name: "anthropic", Memo: memo.Messages}, true},
-		{Dialect{Name: "raw"}, false}, // no canonical form: the respelt prefix is another prefix
+		{Dialect{Name: dialect.Messages, Memo: true}, true},
+		{Dialect{Name: dialect.Messages}, false}, // no memo: no canonical form either
+		{Dialect{Name: "raw"}, false},            // no canonical form: the respelt prefix is another prefix
 	} {
 		sp := newSpeculator(SpeculativeConfig{})
 		done := make(chan struct{})

@@ -14,7 +14,7 @@ import (
 	"github.com/compactd/compactd/internal/english"
 )
 
-// The Chat Completions route (APIChat): a generic Chat agent (ShapeChatAgent) on
+// The Chat Completions route (dialect.Chat): a generic Chat agent (ShapeChatAgent) on
 // /v1/chat/completions. Chat Completions has no compaction protocol, so the client sends its
 // whole history every turn and asks for nothing; the in-process compactd compacts with the Chat
 // route's threshold policy (serve's --compact-threshold chat=N, here N = Config.Threshold), which

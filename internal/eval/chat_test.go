@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -18,7 +19,7 @@ import (
 // defaults otherwise.
 func chatCI(seed uint64) Config {
 	c := ciConfig(seed)
-	c.API, c.Shapes, c.Steps, c.Threshold, c.Turns = APIChat, nil, 0, 0, 0
+	c.API, c.Shapes, c.Steps, c.Threshold, c.Turns = dialect.Chat, nil, 0, 0, 0
 	return c
 }
 
@@ -116,7 +117,7 @@ func TestEvalChatRun(t *testing.T) {
 	checkMeasured(t, rep, 2*3)
 	handoffs, recalls := 0, 0
 	for _, r := range fake.Requests() {
-		if r.Kind != fakeupstream.KindChat {
+		if r.Kind != dialect.Chat {
 			continue
 		}
 		msgs := gjson.GetBytes(r.Body, "messages").Array()

@@ -37,6 +37,7 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/english"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/jsonx"
@@ -77,12 +78,14 @@ type Config struct {
 	// summariser's default.
 	SummaryTokens int    `json:"summary_tokens,omitempty"`
 	Model         string `json:"model"`
-	// API is the wire API of the sessions: APIResponses (default) sends every shape to
-	// /v1/responses; APIMessages sends Claude Code sessions to /v1/messages (the only shape
-	// that speaks it), compacting with compact_20260112 at Config.messagesTrigger tokens;
-	// APIChat sends chat-agent sessions to /v1/chat/completions, where the in-process compactd
-	// compacts with the Chat route's threshold policy at Threshold (chat.go).
-	API string `json:"api"`
+	// API is the wire API of the sessions (one of dialect.All): dialect.Responses (default)
+	// sends every shape to /v1/responses (Codex's and the OpenAI SDKs' route);
+	// dialect.Messages sends Claude Code sessions (the only shape that speaks it) to
+	// /v1/messages as Anthropic Messages requests, compacting with the compact_20260112
+	// context-management edit at Config.messagesTrigger tokens; dialect.Chat sends chat-agent
+	// sessions to /v1/chat/completions, where the in-process compactd compacts with the Chat
+	// route's threshold policy at Threshold, transparently (chat.go).
+	API dialect.Name `json:"api"`
 
 	// Seeds, when it has more than one seed, runs every seed (Seed is ignored) and reports per
 	// configuration the recall pooled over them, its spread (Point.Spread) and the lowest
@@ -101,7 +104,8 @@ type Config struct {
 	APIKey string `json:"-"`
 	// Summariser of the in-process compactd: base URL with /v1 (default Upstream+"/v1"),
 	// model (default the request's), key (default: forward APIKey), wire API (responses|chat).
-	SummarizerURL, SummarizerModel, SummarizerKey, SummarizerAPI string `json:"-"`
+	SummarizerURL, SummarizerModel, SummarizerKey string       `json:"-"`
+	SummarizerAPI                                 dialect.Name `json:"-"`
 	// Compactd is an external compactd's base URL; when set, one configuration ("external",
 	// whatever that compactd runs) is measured and summariser costs are unknown.
 	Compactd string `json:"compactd,omitempty"`
@@ -120,22 +124,22 @@ type Config struct {
 
 // DefaultConfig is the full-size run: three sessions per shape mix, ten compactions.
 func DefaultConfig() Config {
-	return Config{Seed: 1, Sessions: 3, Shapes: ShapesFor(APIResponses), Checkpoints: []int{1, 3, 10}, Steps: 24, Facts: 3,
+	return Config{Seed: 1, Sessions: 3, Shapes: ShapesFor(dialect.Responses), Checkpoints: []int{1, 3, 10}, Steps: 24, Facts: 3,
 		Turns: 3, Threshold: 2000, Retain: 32, LedgerBytes: proxy.DefaultLedgerBytes, Model: "fake-model",
 		Lossy: fakeupstream.Lossy{Keep: 0.5, MaxLines: 40}}
 }
 
-// DefaultConfigFor is DefaultConfig for a run on api. On APIChat every request is under the
+// DefaultConfigFor is DefaultConfig for a run on api. On dialect.Chat every request is under the
 // route's threshold policy, not only a round's last turn as on the other routes, so a round is
 // one request (Turns 1: a round compacts once, where the other routes' rounds carry the
 // threshold), and the threshold is 4000, above what a compacted conversation holds (the summary
 // and a full 6 KiB ledger with its gap-check findings measured about 3,200 tokens), so that the
 // turn after a compaction, a question among them, is not compacted again; Steps doubles with
 // the threshold, keeping a round's tokens per threshold token as on Responses.
-func DefaultConfigFor(api string) Config {
+func DefaultConfigFor(api dialect.Name) Config {
 	d := DefaultConfig()
 	d.API, d.Shapes = api, ShapesFor(api)
-	if api == APIChat {
+	if api == dialect.Chat {
 		d.Turns, d.Threshold, d.Steps = 1, 4000, 48
 	}
 	return d
@@ -143,7 +147,7 @@ func DefaultConfigFor(api string) Config {
 
 func (c Config) withDefaults() Config {
 	if c.API == "" {
-		c.API = APIResponses
+		c.API = dialect.Responses
 	}
 	d := DefaultConfigFor(c.API)
 	if c.Sessions <= 0 {
@@ -196,8 +200,8 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
-	if !slices.Contains(APIs, c.API) {
-		return fmt.Errorf("--api: unknown API %q (have %s)", c.API, strings.Join(APIs, ", "))
+	if !c.API.Valid() {
+		return fmt.Errorf("--api: unknown API %q (have %s)", c.API, apiNames())
 	}
 	for _, s := range c.Shapes {
 		if !slices.Contains(Shapes, s) {
@@ -205,7 +209,7 @@ func (c Config) validate() error {
 		}
 		if spoken := ShapesFor(c.API); !slices.Contains(spoken, s) {
 			var speaks []string
-			for _, api := range APIs {
+			for _, api := range dialect.All {
 				if slices.Contains(ShapesFor(api), s) {
 					speaks = append(speaks, apiTitle(api))
 				}
@@ -225,7 +229,7 @@ func (c Config) validate() error {
 			return fmt.Errorf("--sweep-retain: %d is not a positive token count", n)
 		}
 	}
-	if len(c.SweepRetain) > 0 && c.API == APIMessages {
+	if len(c.SweepRetain) > 0 && c.API == dialect.Messages {
 		return errors.New("--sweep-retain: a Messages compaction summarises the whole conversation (nothing is retained verbatim), so the retain budget changes nothing on --api messages")
 	}
 	if len(c.SweepRetain) > 0 && c.Compactd != "" {
@@ -478,7 +482,7 @@ func runOne(ctx context.Context, cfg Config) (*Report, error) {
 	rounds := cfg.rounds()
 	runnable := 0
 	for _, v := range variants {
-		if cfg.API != APIMessages || messagesUnavailable(v) == "" {
+		if cfg.API != dialect.Messages || messagesUnavailable(v) == "" {
 			runnable++
 		}
 	}
@@ -486,7 +490,7 @@ func runOne(ctx context.Context, cfg Config) (*Report, error) {
 	client := &http.Client{Timeout: cfg.Timeout}
 	for _, v := range variants {
 		row := Row{Variant: v}
-		if cfg.API == APIMessages && v.Name != "external" {
+		if cfg.API == dialect.Messages && v.Name != "external" {
 			if row.NA = messagesUnavailable(v); row.NA != "" {
 				rep.Rows = append(rep.Rows, row)
 				continue
@@ -565,19 +569,28 @@ func (p *Point) score() {
 // route is the compactd route the sessions of cfg.API go to.
 func (c Config) route() string {
 	switch c.API {
-	case APIMessages:
+	case dialect.Messages:
 		return "/v1/messages"
-	case APIChat:
+	case dialect.Chat:
 		return "/v1/chat/completions"
 	}
 	return "/v1/responses"
 }
 
-func apiTitle(api string) string {
+// apiNames is dialect.All as --api lists it.
+func apiNames() string {
+	names := make([]string, len(dialect.All))
+	for i, n := range dialect.All {
+		names[i] = string(n)
+	}
+	return strings.Join(names, ", ")
+}
+
+func apiTitle(api dialect.Name) string {
 	switch api {
-	case APIMessages:
+	case dialect.Messages:
 		return "Anthropic Messages"
-	case APIChat:
+	case dialect.Chat:
 		return "Chat Completions"
 	}
 	return "Responses"
@@ -704,10 +717,10 @@ func startCompactd(ctx context.Context, cfg Config, upstream, model string, v Va
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Events:           m, // the compaction ratio: compactd's own counts before and after
 	}
-	if cfg.API == APIChat {
+	if cfg.API == dialect.Chat {
 		// Chat Completions has no compaction protocol: the route compacts with the operator's
 		// policy, as serve's --compact-threshold chat=N sets it.
-		pc.Policy = compact.Policy{Routes: map[string]int{compact.RouteChat: cfg.Threshold}}
+		pc.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Chat: cfg.Threshold}}
 	}
 	if v.Ledger {
 		pc.LedgerBytes = cfg.LedgerBytes
@@ -787,9 +800,9 @@ func (s *session) disarmTap() [][]byte {
 
 func (s *session) run(ctx context.Context, roundDone func()) ([]Asked, error) {
 	switch s.cfg.API {
-	case APIMessages:
+	case dialect.Messages:
 		return s.runMessages(ctx, roundDone)
-	case APIChat:
+	case dialect.Chat:
 		return s.runChat(ctx, roundDone)
 	}
 	rounds := Session(s.seed, s.cfg.Checkpoints[len(s.cfg.Checkpoints)-1], s.cfg.Steps, s.cfg.Facts, s.cfg.Turns)

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // TestEvalGrepFound: the grep column finds an answer's exact text in the raw log's strings (JSON
@@ -252,10 +254,10 @@ func TestEvalConfigRefusals(t *testing.T) {
 		{func(c *Config) { c.Seeds = []uint64{1, 2, 1} }, "--seeds"},
 		{func(c *Config) { c.SweepRetain = []int{32, 0} }, "--sweep-retain"},
 		{func(c *Config) { c.SweepRetain, c.Compactd = []int{32}, "http://127.0.0.1:1" }, "--sweep-retain"},
-		{func(c *Config) { c.SweepRetain, c.API, c.Shapes = []int{32, 512}, APIMessages, nil }, "--sweep-retain"},
-		{func(c *Config) { c.API, c.Shapes = APIChat, []string{ShapeCodex} }, "Responses"},
-		{func(c *Config) { c.API, c.Shapes = APIResponses, []string{ShapeChatAgent} }, "Chat Completions"},
-		{func(c *Config) { c.API, c.Shapes = APIMessages, []string{ShapeChatAgent} }, "--shapes"},
+		{func(c *Config) { c.SweepRetain, c.API, c.Shapes = []int{32, 512}, dialect.Messages, nil }, "--sweep-retain"},
+		{func(c *Config) { c.API, c.Shapes = dialect.Chat, []string{ShapeCodex} }, "Responses"},
+		{func(c *Config) { c.API, c.Shapes = dialect.Responses, []string{ShapeChatAgent} }, "Chat Completions"},
+		{func(c *Config) { c.API, c.Shapes = dialect.Messages, []string{ShapeChatAgent} }, "--shapes"},
 	} {
 		c := ciConfig(1)
 		tc.mod(&c)
@@ -263,7 +265,7 @@ func TestEvalConfigRefusals(t *testing.T) {
 			t.Errorf("%+v: %v, want an error naming %s", c, err, tc.want)
 		}
 	}
-	if d := (Config{API: APIChat}).withDefaults(); d.Turns != 1 || d.Threshold != 4000 || d.Steps != 48 || !slices.Equal(d.Shapes, []string{ShapeChatAgent}) {
+	if d := (Config{API: dialect.Chat}).withDefaults(); d.Turns != 1 || d.Threshold != 4000 || d.Steps != 48 || !slices.Equal(d.Shapes, []string{ShapeChatAgent}) {
 		t.Errorf("Chat defaults: %d turns, threshold %d, %d steps, shapes %v", d.Turns, d.Threshold, d.Steps, d.Shapes)
 	}
 }

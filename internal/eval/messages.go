@@ -16,21 +16,6 @@ import (
 	"github.com/compactd/compactd/internal/english"
 )
 
-// Wire APIs a session can be sent over (Config.API).
-const (
-	// APIResponses sends every session to /v1/responses (Codex's and the OpenAI SDKs' route).
-	APIResponses = "responses"
-	// APIMessages sends Claude Code sessions to /v1/messages as Anthropic Messages requests,
-	// compacting with the compact_20260112 context-management edit.
-	APIMessages = "messages"
-	// APIChat sends chat-agent sessions to /v1/chat/completions, where compactd compacts with
-	// the route's threshold policy, transparently (chat.go).
-	APIChat = "chat"
-)
-
-// APIs lists the values Config.API takes.
-var APIs = []string{APIResponses, APIMessages, APIChat}
-
 // AnthropicVersion is the anthropic-version header the Messages sessions send (Claude Code's).
 const AnthropicVersion = "2023-06-01"
 

@@ -12,6 +12,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -19,7 +20,7 @@ import (
 // of 500 steps (about 58k tokens, over the 50k trigger).
 func messagesCI(seed uint64) Config {
 	c := ciConfig(seed)
-	c.API, c.Sessions, c.Shapes, c.Steps, c.Threshold = APIMessages, 1, nil, 10, 1000
+	c.API, c.Sessions, c.Shapes, c.Steps, c.Threshold = dialect.Messages, 1, nil, 10, 1000
 	return c
 }
 
@@ -123,7 +124,7 @@ func TestEvalMessagesRun(t *testing.T) {
 	nMsgs := 0
 	for i, r := range fake.Requests() {
 		switch r.Kind {
-		case fakeupstream.KindMessages:
+		case dialect.Messages:
 			nMsgs++
 			checkMessagesRequest(t, fmt.Sprintf("upstream request %d", i), r.Body, true)
 			if r.Header.Get("X-Api-Key") != cfg.APIKey || r.Header.Get("Anthropic-Version") != AnthropicVersion {
@@ -271,7 +272,7 @@ func TestEvalMessagesAnswer(t *testing.T) {
 // the chart draws no line for it.
 func TestEvalMessagesNA(t *testing.T) {
 	rep := sampleReport()
-	rep.Config.API, rep.Config.Shapes, rep.Route = APIMessages, []string{ShapeClaudeCode}, "/v1/messages"
+	rep.Config.API, rep.Config.Shapes, rep.Route = dialect.Messages, []string{ShapeClaudeCode}, "/v1/messages"
 	rep.Rows[3] = Row{Variant: Variants[3], NA: "no recall tool on this route"}
 	var text, js, page bytes.Buffer
 	if err := rep.WriteText(&text); err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/english"
 )
 
@@ -35,11 +36,11 @@ func (r *Report) describe() string {
 	steps, threshold := r.Config.Steps, fmt.Sprintf("threshold %d", r.Config.Threshold)
 	retain := fmt.Sprintf("retain %d tokens", r.Config.Retain)
 	switch r.Config.API {
-	case APIMessages:
+	case dialect.Messages:
 		route += " (Anthropic Messages, compact_20260112)"
 		steps, threshold = r.Config.MessagesSteps(), fmt.Sprintf("trigger %d input tokens", r.Config.messagesTrigger())
 		retain = "nothing retained verbatim" // a Messages compaction summarises the whole conversation
-	case APIChat:
+	case dialect.Chat:
 		route += " (Chat Completions, transparent)"
 		threshold = fmt.Sprintf("policy threshold chat=%d on every turn", r.Config.Threshold)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // Shapes of agent traffic. A shape decides how the abstract steps of a session are rendered as
@@ -14,14 +16,14 @@ const (
 	// Codex's "Chunk ID / Wall time / Process exited with code" header.
 	ShapeCodex = "codex"
 	// ShapeClaudeCode is a Claude Code session: Read (line-numbered file contents) and Bash
-	// tool calls. On APIResponses it is rendered as Responses items (function_call /
-	// function_call_output); on APIMessages as Messages tool_use / tool_result blocks
+	// tool calls. On dialect.Responses it is rendered as Responses items (function_call /
+	// function_call_output); on dialect.Messages as Messages tool_use / tool_result blocks
 	// (RenderMessages).
 	ShapeClaudeCode = "claude-code"
 	// ShapeChatAgent is a generic Chat Completions agent (Qwen Code, Aider, Cline and their kin
 	// on local models): system, user and assistant string messages, read_file and
 	// run_shell_command tool_calls and their "tool" messages (RenderChat). It speaks only
-	// APIChat, and APIChat runs only it.
+	// dialect.Chat, and dialect.Chat runs only it.
 	ShapeChatAgent = "chat-agent"
 )
 
@@ -29,11 +31,11 @@ const (
 var Shapes = []string{ShapeCodex, ShapeClaudeCode, ShapeChatAgent}
 
 // ShapesFor lists the shapes an API's sessions may have, the default of a run on it first.
-func ShapesFor(api string) []string {
+func ShapesFor(api dialect.Name) []string {
 	switch api {
-	case APIMessages:
+	case dialect.Messages:
 		return []string{ShapeClaudeCode}
-	case APIChat:
+	case dialect.Chat:
 		return []string{ShapeChatAgent}
 	}
 	return []string{ShapeCodex, ShapeClaudeCode}

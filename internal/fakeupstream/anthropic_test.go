@@ -9,6 +9,8 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 func anthropicClient(base string, opts ...option.RequestOption) anthropic.Client {
@@ -86,7 +88,7 @@ func TestMessagesStreaming(t *testing.T) {
 		if got := strings.Join(types, ","); got != want {
 			t.Errorf("deltas=%d events\n got %s\nwant %s", deltas, got, want)
 		}
-		if r := s.Requests(); len(r) != 1 || r[0].Kind != KindMessages {
+		if r := s.Requests(); len(r) != 1 || r[0].Kind != dialect.Messages {
 			t.Errorf("log %+v", r)
 		}
 	}

@@ -45,16 +45,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
-// Request kinds recorded in Recorded.Kind.
+// The kinds Recorded.Kind holds besides a dialect's name (dialect.Responses, dialect.Chat,
+// dialect.Messages: a model turn on that dialect's route). They are not dialects: Valid is false.
 const (
-	KindResponses   = "responses"
-	KindChat        = "chat"
-	KindMessages    = "messages"
-	KindCountTokens = "count_tokens"
-	KindSummary     = "summary"
-	KindOther       = "other"
+	KindCountTokens = "count_tokens" // POST /v1/messages/count_tokens
+	KindSummary     = "summary"      // a summariser call, whichever route carried it
+	KindOther       = "other"        // any other route (/v1/models, unknown paths)
 )
 
 // Fault-injection headers. They are test hooks only: compactd must forward them untouched for
@@ -95,10 +95,10 @@ type Options struct {
 	// OnRefuse, when set, is called with each refusal as it happens (no body, no headers), e.g.
 	// to log it from `compactd fake-upstream`.
 	OnRefuse func(Recorded)
-	// Speaks lists the APIs this upstream serves (APIResponses, APIChat, APIMessages); nil or
+	// Speaks lists the APIs this upstream serves (dialect.Responses, Chat, Messages); nil or
 	// empty = all three. A request on a route of another API gets a 404 in the envelope of the
 	// APIs it does serve, as an OpenAI-only or Anthropic-only backend answers it.
-	Speaks []string
+	Speaks []dialect.Name
 }
 
 // Recorded is one request as the server received it.
@@ -106,9 +106,10 @@ type Recorded struct {
 	Method, Path, RawQuery string
 	Header                 http.Header
 	Body                   []byte
-	// Kind is one of "responses", "chat", "messages", "count_tokens", "summary", "other".
-	// Summariser calls are "summary" whichever route carried them.
-	Kind string
+	// Kind is the dialect of the route a model turn came on (dialect.Responses, dialect.Chat,
+	// dialect.Messages), or KindCountTokens, KindSummary (summariser calls, whichever route
+	// carried them) or KindOther.
+	Kind dialect.Name
 	// Refused is why the upstream refused the request (the error message it answered with), or
 	// "" when it accepted it: a strict rule, compaction, or a route it does not speak. An
 	// injected fault (X-Fake-Status) is not a refusal, though a body the fault answers instead
@@ -272,7 +273,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	return buf, nil
 }
 
-func (s *Server) record(r *http.Request, body []byte, kind string, ref *refusal) {
+func (s *Server) record(r *http.Request, body []byte, kind dialect.Name, ref *refusal) {
 	rec := Recorded{
 		Method:   r.Method,
 		Path:     r.URL.Path,
@@ -418,17 +419,13 @@ type call struct {
 	in    parsed
 }
 
-func (c *call) kind() string {
+func (c *call) kind() dialect.Name {
 	if c.in.summary {
 		return KindSummary
 	}
 	switch c.route {
-	case routeResponses:
-		return KindResponses
-	case routeChat:
-		return KindChat
-	case routeMessages:
-		return KindMessages
+	case routeResponses, routeChat, routeMessages:
+		return routeAPI(c.route)
 	case routeCountTokens:
 		return KindCountTokens
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // summariserPrompt mirrors compact/summarizer's user message: entries labelled "[role]" and
@@ -229,11 +231,11 @@ func TestNotFoundAndModels(t *testing.T) {
 	if resp.StatusCode != 200 || !bytes.Equal(got, ModelsList()) || !json.Valid(got) {
 		t.Errorf("models %d %s", resp.StatusCode, got)
 	}
-	kinds := []string{}
+	kinds := []dialect.Name{}
 	for _, r := range s.Requests() {
 		kinds = append(kinds, r.Kind)
 	}
-	if !slices.Equal(kinds, []string{KindOther, KindOther}) {
+	if !slices.Equal(kinds, []dialect.Name{KindOther, KindOther}) {
 		t.Errorf("kinds %v", kinds)
 	}
 }
@@ -259,10 +261,10 @@ func TestRequestLog(t *testing.T) {
 		t.Fatalf("%d requests", len(r))
 	}
 	if r[0].Method != "POST" || r[0].Path != "/v1/responses" || r[0].RawQuery != "x=1" || string(r[0].Body) != body ||
-		r[0].Header.Get("X-Custom") != "v" || r[0].Kind != KindResponses {
+		r[0].Header.Get("X-Custom") != "v" || r[0].Kind != dialect.Responses {
 		t.Errorf("first %+v", r[0])
 	}
-	if r[1].Path != "/v1/messages" || r[1].RawQuery != "beta=true" || r[1].Kind != KindMessages {
+	if r[1].Path != "/v1/messages" || r[1].RawQuery != "beta=true" || r[1].Kind != dialect.Messages {
 		t.Errorf("second %+v", r[1])
 	}
 	// The copy is the caller's: changing it does not change the log.

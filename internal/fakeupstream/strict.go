@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // Strict mode: the fake refuses, with the real API's status and error envelope, the request
@@ -94,13 +96,6 @@ import (
 // backend answers /v1/responses with {"type":"error","error":{"type":"not_found_error",…}}).
 // A summariser request pointed at the wrong API is caught this way.
 
-// APIs for Options.Speaks.
-const (
-	APIResponses = "responses"
-	APIChat      = "chat"
-	APIMessages  = "messages"
-)
-
 // refusal is why the upstream refuses a request and how: status, the OpenAI "param" and "code",
 // and the message. reason "" means accepted.
 type refusal struct {
@@ -116,7 +111,7 @@ func badRequestRefusal(param, code, reason string) *refusal {
 }
 
 // speaks reports whether the upstream serves api.
-func (s *Server) speaks(api string) bool {
+func (s *Server) speaks(api dialect.Name) bool {
 	if len(s.opt.Speaks) == 0 {
 		return true
 	}
@@ -130,14 +125,14 @@ func (s *Server) speaks(api string) bool {
 
 // routeAPI is the API a route belongs to, or "" for routes every backend serves (/v1/models) and
 // unknown ones.
-func routeAPI(r route) string {
+func routeAPI(r route) dialect.Name {
 	switch r {
 	case routeResponses:
-		return APIResponses
+		return dialect.Responses
 	case routeChat:
-		return APIChat
+		return dialect.Chat
 	case routeMessages, routeCountTokens:
-		return APIMessages
+		return dialect.Messages
 	}
 	return ""
 }
@@ -147,7 +142,7 @@ func routeAPI(r route) string {
 func (c *call) refusal() *refusal {
 	if api := routeAPI(c.route); api != "" && !c.srv.speaks(api) {
 		r := &refusal{status: http.StatusNotFound, reason: "Invalid URL (" + c.r.Method + " " + c.r.URL.Path + ")"}
-		if c.srv.speaks(APIMessages) {
+		if c.srv.speaks(dialect.Messages) {
 			r.anthropic, r.reason = true, "Not Found"
 		} else {
 			r.openai = true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fixtures"
 )
 
@@ -243,20 +244,20 @@ func TestSpeaks(t *testing.T) {
 	summary := `{"model":"m","input":[{"role":"user","content":"<conversation>\n[user] hi\n</conversation>"}]}`
 	for _, tc := range []struct {
 		name      string
-		speaks    []string
+		speaks    []dialect.Name
 		path      string
 		body      string
 		status    int
 		anthropic bool
 	}{
-		{"anthropic-only refuses a Responses summariser", []string{APIMessages}, "/v1/responses", summary, 404, true},
-		{"anthropic-only refuses chat", []string{APIMessages}, "/v1/chat/completions", chat(`{"role":"user","content":"u"}`), 404, true},
-		{"anthropic-only serves messages", []string{APIMessages}, "/v1/messages", msgs(u), 200, true},
-		{"anthropic-only serves count_tokens", []string{APIMessages}, "/v1/messages/count_tokens", msgs(u), 200, true},
-		{"openai-only refuses messages", []string{APIResponses, APIChat}, "/v1/messages", msgs(u), 404, false},
-		{"openai-only refuses count_tokens", []string{APIResponses, APIChat}, "/v1/messages/count_tokens", msgs(u), 404, false},
-		{"chat-only refuses responses", []string{APIChat}, "/v1/responses", input(u), 404, false},
-		{"chat-only serves chat", []string{APIChat}, "/v1/chat/completions", chat(`{"role":"user","content":"u"}`), 200, false},
+		{"anthropic-only refuses a Responses summariser", []dialect.Name{dialect.Messages}, "/v1/responses", summary, 404, true},
+		{"anthropic-only refuses chat", []dialect.Name{dialect.Messages}, "/v1/chat/completions", chat(`{"role":"user","content":"u"}`), 404, true},
+		{"anthropic-only serves messages", []dialect.Name{dialect.Messages}, "/v1/messages", msgs(u), 200, true},
+		{"anthropic-only serves count_tokens", []dialect.Name{dialect.Messages}, "/v1/messages/count_tokens", msgs(u), 200, true},
+		{"openai-only refuses messages", []dialect.Name{dialect.Responses, dialect.Chat}, "/v1/messages", msgs(u), 404, false},
+		{"openai-only refuses count_tokens", []dialect.Name{dialect.Responses, dialect.Chat}, "/v1/messages/count_tokens", msgs(u), 404, false},
+		{"chat-only refuses responses", []dialect.Name{dialect.Chat}, "/v1/responses", input(u), 404, false},
+		{"chat-only serves chat", []dialect.Name{dialect.Chat}, "/v1/chat/completions", chat(`{"role":"user","content":"u"}`), 200, false},
 		{"default speaks all", nil, "/v1/responses", summary, 200, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

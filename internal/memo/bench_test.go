@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // BenchmarkPrefixesClaudeCode hashes every prefix of the last captured Claude Code request
@@ -24,7 +26,7 @@ func BenchmarkPrefixesClaudeCode(b *testing.B) {
 	b.SetBytes(int64(n))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Prefixes(Messages, its); err != nil {
+		if _, err := Prefixes(dialect.Messages, its); err != nil {
 			b.Fatal(err)
 		}
 	}

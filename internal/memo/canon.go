@@ -8,27 +8,19 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/jsonx"
 )
 
-// Dialect names a wire format whose conversation items the memo hashes. The dialect picks the
-// normalisation rules and seeds the hash chain, so equal bytes under two dialects never collide.
-type Dialect string
-
-const (
-	// Responses: OpenAI Responses API input items (/v1/responses).
-	Responses Dialect = "responses"
-	// Messages: Anthropic Messages API messages (/v1/messages).
-	Messages Dialect = "messages"
-	// Chat: OpenAI Chat Completions messages. Only the generic rules and the one-text-part
-	// content rule apply; no real client capture backs it yet.
-	Chat Dialect = "chat"
-)
+// A dialect (dialect.Name) picks the normalisation rules and seeds the hash chain, so equal
+// bytes under two dialects never collide. Responses are OpenAI Responses API input items
+// (/v1/responses), Messages Anthropic Messages API messages (/v1/messages), Chat OpenAI Chat
+// Completions messages: for Chat only the generic rules and the one-text-part content rule
+// apply; no real client capture backs it yet. The seed and the stored records take the name's
+// bytes ("responses", "messages", "chat"), so a rename there would orphan every record.
 
 // ErrDialect is returned for a dialect this package has no rules for.
 var ErrDialect = errors.New("memo: unknown dialect")
-
-func (d Dialect) valid() bool { return d == Responses || d == Messages || d == Chat }
 
 type kind uint8
 
@@ -317,13 +309,13 @@ func (t *tree) collapse(c int32, partType string) {
 
 // normalise applies the dialect's rules to the item at the root (node 0). Every rule looks at a
 // fixed, shallow path, so this is a bounded number of steps per member, not a walk.
-func (t *tree) normalise(d Dialect) {
+func (t *tree) normalise(d dialect.Name) {
 	const root = 0
 	if len(t.n) == 0 || t.n[root].kind != kObj {
 		return
 	}
 	switch d {
-	case Responses:
+	case dialect.Responses:
 		typ := t.str(root, `"type"`)
 		if typ == "" && t.child(root, `"role"`) >= 0 {
 			// An EasyInputMessage ({"role","content"}) is a message item.
@@ -354,7 +346,7 @@ func (t *tree) normalise(d Dialect) {
 		case `"function_call_output"`, `"custom_tool_call_output"`:
 			t.collapse(t.child(root, `"output"`), `"input_text"`)
 		}
-	case Messages:
+	case dialect.Messages:
 		// cache_control is dropped everywhere by write (outside tool inputs).
 		content := t.child(root, `"content"`)
 		t.each(content, func(b int32) {
@@ -367,7 +359,7 @@ func (t *tree) normalise(d Dialect) {
 			t.dropCacheControl(b)
 		})
 		t.collapse(content, `"text"`)
-	case Chat:
+	case dialect.Chat:
 		t.collapse(t.child(root, `"content"`), `"text"`)
 	}
 }
@@ -378,7 +370,7 @@ func (t *tree) dropCacheControl(b int32) { t.dropMember(b, `"cache_control"`) }
 
 // write appends the canonical encoding of the tree to t.out: members sorted by key, no
 // whitespace, dropped members left out. It runs on an explicit stack of frames.
-func (t *tree) write(d Dialect) []byte {
+func (t *tree) write(d dialect.Name) []byte {
 	t.out = t.out[:0]
 	if len(t.n) == 0 {
 		return t.out
@@ -415,7 +407,7 @@ func (t *tree) write(d Dialect) []byte {
 }
 
 // open writes a scalar, or the opening bracket of a container and pushes its frame.
-func (t *tree) open(out []byte, c int32, opaque bool, d Dialect) []byte {
+func (t *tree) open(out []byte, c int32, opaque bool, d dialect.Name) []byte {
 	nd := &t.n[c]
 	switch nd.kind {
 	case kStr, kLit:
@@ -426,7 +418,7 @@ func (t *tree) open(out []byte, c int32, opaque bool, d Dialect) []byte {
 		if t.n[k].drop {
 			continue
 		}
-		if nd.kind == kObj && d == Messages && !opaque && string(t.n[k].key) == `"cache_control"` {
+		if nd.kind == kObj && d == dialect.Messages && !opaque && string(t.n[k].key) == `"cache_control"` {
 			continue
 		}
 		kids = append(kids, k)
@@ -446,8 +438,8 @@ func (t *tree) open(out []byte, c int32, opaque bool, d Dialect) []byte {
 // the model cannot tell apart encode to the same bytes. It fails only on a bad dialect or bytes
 // that are not one valid JSON value within jsonx.MaxDepth. The result is a view of t.out, valid
 // until the next call.
-func (t *tree) canonical(d Dialect, item []byte) ([]byte, error) {
-	if !d.valid() {
+func (t *tree) canonical(d dialect.Name, item []byte) ([]byte, error) {
+	if !d.Valid() {
 		return nil, fmt.Errorf("%w %q", ErrDialect, d)
 	}
 	if err := jsonx.Valid(item); err != nil {

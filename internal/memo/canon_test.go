@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fixtures"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/stackcheck"
@@ -22,7 +23,7 @@ import (
 
 // canonical is one item's canonical encoding as a Chain computes it before hashing, copied out of
 // the tree's buffer.
-func canonical(d Dialect, item []byte) ([]byte, error) {
+func canonical(d dialect.Name, item []byte) ([]byte, error) {
 	var t tree
 	out, err := t.canonical(d, item)
 	return bytes.Clone(out), err
@@ -31,83 +32,83 @@ func canonical(d Dialect, item []byte) ([]byte, error) {
 func TestCanonicalEqual(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		d    Dialect
+		d    dialect.Name
 		a, b string
 	}{
-		{"key order and whitespace", Responses,
+		{"key order and whitespace", dialect.Responses,
 			`{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}`,
 			"{ \"content\" : [ {\"text\":\"hi\",\n\"type\":\"input_text\"} ], \"role\":\"user\", \"type\":\"message\" }"},
-		{"string escapes", Responses,
+		{"string escapes", dialect.Responses,
 			`{"type":"message","role":"user","content":"caf\u00e9 a\/b \u0041"}`,
 			`{"type":"message","role":"user","content":"café a/b A"}`},
-		{"escaped backslash then slash escape", Responses,
+		{"escaped backslash then slash escape", dialect.Responses,
 			`{"type":"message","role":"user","content":"x\\ \/ \n"}`,
 			`{"type":"message","role":"user","content":"x\\ / \n"}`},
-		{"escapes that stay escaped", Responses,
+		{"escapes that stay escaped", dialect.Responses,
 			`{"type":"message","role":"user","content":"tab\u0009nl\u000aq\u0022"}`,
 			`{"type":"message","role":"user","content":"tab\tnl\nq\""}`},
-		{"escaped key", Responses,
+		{"escaped key", dialect.Responses,
 			`{"\u0074ype":"message","role":"user","content":"x"}`,
 			`{"type":"message","role":"user","content":"x"}`},
-		{"surrogate pair escape is its character", Messages,
+		{"surrogate pair escape is its character", dialect.Messages,
 			`{"role":"user","content":"a\ud83d\ude00b"}`, `{"role":"user","content":"a😀b"}`},
-		{"hex case of a lone surrogate", Messages,
+		{"hex case of a lone surrogate", dialect.Messages,
 			`{"role":"user","content":"a\uD800b"}`, `{"role":"user","content":"a\ud800b"}`},
-		{"lone surrogate then an escaped letter", Messages,
+		{"lone surrogate then an escaped letter", dialect.Messages,
 			`{"role":"user","content":"\ud800\u0041"}`, `{"role":"user","content":"\ud800A"}`},
-		{"hex case of U+FFFD", Messages,
+		{"hex case of U+FFFD", dialect.Messages,
 			`{"role":"user","content":"a\uFFFDb"}`, "{\"role\":\"user\",\"content\":\"a\uFFFDb\"}"},
-		{"id and status dropped", Responses,
+		{"id and status dropped", dialect.Responses,
 			`{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"ok"}]}`,
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}`},
-		{"null id", Responses,
+		{"null id", dialect.Responses,
 			`{"type":"message","id":null,"status":null,"role":"user","content":"x"}`,
 			`{"type":"message","role":"user","content":"x"}`},
-		{"user string vs one input_text part", Responses,
+		{"user string vs one input_text part", dialect.Responses,
 			`{"type":"message","role":"user","content":"hello"}`,
 			`{"type":"message","role":"user","content":[{"type":"input_text","text":"hello"}]}`},
-		{"assistant string vs one output_text part with empty annotations", Responses,
+		{"assistant string vs one output_text part with empty annotations", dialect.Responses,
 			`{"type":"message","role":"assistant","content":"hello"}`,
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hello","annotations":[],"logprobs":[]}]}`},
-		{"easy input message has type message", Responses,
+		{"easy input message has type message", dialect.Responses,
 			`{"role":"user","content":"hello"}`,
 			`{"type":"message","role":"user","content":[{"type":"input_text","text":"hello"}]}`},
-		{"codex metadata passthrough", Responses,
+		{"codex metadata passthrough", dialect.Responses,
 			`{"type":"message","role":"user","content":"x","internal_chat_message_metadata_passthrough":{"turn_id":"a","create_time":1.5}}`,
 			`{"type":"message","role":"user","content":"x"}`},
-		{"function_call id and status", Responses,
+		{"function_call id and status", dialect.Responses,
 			`{"type":"function_call","id":"fc_1","status":"completed","call_id":"c1","name":"shell","arguments":"{}"}`,
 			`{"call_id":"c1","name":"shell","arguments":"{}","type":"function_call"}`},
-		{"function_call_output string vs one input_text part", Responses,
+		{"function_call_output string vs one input_text part", dialect.Responses,
 			`{"type":"function_call_output","call_id":"c1","output":"done"}`,
 			`{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"done"}]}`},
-		{"reasoning id", Responses,
+		{"reasoning id", dialect.Responses,
 			`{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA"}`,
 			`{"type":"reasoning","summary":[],"encrypted_content":"gAAA"}`},
 
-		{"user string vs one text block", Messages,
+		{"user string vs one text block", dialect.Messages,
 			`{"role":"user","content":"hello"}`,
 			`{"role":"user","content":[{"type":"text","text":"hello"}]}`},
-		{"cache_control on the only block", Messages,
+		{"cache_control on the only block", dialect.Messages,
 			`{"role":"user","content":[{"type":"text","text":"hello","cache_control":{"type":"ephemeral"}}]}`,
 			`{"role":"user","content":"hello"}`},
-		{"cache_control on a tool_result", Messages,
+		{"cache_control on a tool_result", dialect.Messages,
 			`{"role":"user","content":[{"tool_use_id":"t1","type":"tool_result","content":"out","cache_control":{"type":"ephemeral","ttl":"1h"}}]}`,
 			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"out"}]}`},
-		{"tool_result content string vs one text block with cache_control", Messages,
+		{"tool_result content string vs one text block with cache_control", dialect.Messages,
 			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"out","cache_control":{"type":"ephemeral"}}]}]}`,
 			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"out"}]}`},
-		{"cache_control on one of several blocks", Messages,
+		{"cache_control on one of several blocks", dialect.Messages,
 			`{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b","cache_control":{"type":"ephemeral"}}]}`,
 			`{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}`},
-		{"cache_control deeper in a block", Messages,
+		{"cache_control deeper in a block", dialect.Messages,
 			`{"role":"user","content":[{"type":"search_result","source":"s","title":"t","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]},{"type":"text","text":"q"}]}`,
 			`{"role":"user","content":[{"type":"search_result","source":"s","title":"t","content":[{"type":"text","text":"x"}]},{"type":"text","text":"q"}]}`},
-		{"null citations", Messages,
+		{"null citations", dialect.Messages,
 			`{"role":"assistant","content":[{"type":"text","text":"ok","citations":null}]}`,
 			`{"role":"assistant","content":"ok"}`},
 
-		{"chat string vs one text part", Chat,
+		{"chat string vs one text part", dialect.Chat,
 			`{"role":"user","content":"hi"}`,
 			`{"role":"user","content":[{"type":"text","text":"hi"}]}`},
 	} {
@@ -135,44 +136,44 @@ func TestCanonicalEqual(t *testing.T) {
 func TestCanonicalDistinct(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		d    Dialect
+		d    dialect.Name
 		a, b string
 	}{
-		{"text", Responses, `{"type":"message","role":"user","content":"a"}`, `{"type":"message","role":"user","content":"b"}`},
-		{"role", Responses, `{"type":"message","role":"user","content":"a"}`, `{"type":"message","role":"developer","content":"a"}`},
-		{"two parts vs one string", Responses,
+		{"text", dialect.Responses, `{"type":"message","role":"user","content":"a"}`, `{"type":"message","role":"user","content":"b"}`},
+		{"role", dialect.Responses, `{"type":"message","role":"user","content":"a"}`, `{"type":"message","role":"developer","content":"a"}`},
+		{"two parts vs one string", dialect.Responses,
 			`{"type":"message","role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"}]}`,
 			`{"type":"message","role":"user","content":"ab"}`},
-		{"part with more than text", Responses,
+		{"part with more than text", dialect.Responses,
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a","annotations":[{"type":"url_citation","url":"u"}]}]}`,
 			`{"type":"message","role":"assistant","content":"a"}`},
-		{"assistant input_text is not collapsed", Responses,
+		{"assistant input_text is not collapsed", dialect.Responses,
 			`{"type":"message","role":"assistant","content":[{"type":"input_text","text":"a"}]}`,
 			`{"type":"message","role":"assistant","content":"a"}`},
-		{"item_reference keeps its id", Responses, `{"type":"item_reference","id":"msg_1"}`, `{"type":"item_reference","id":"msg_2"}`},
-		{"call_id", Responses,
+		{"item_reference keeps its id", dialect.Responses, `{"type":"item_reference","id":"msg_1"}`, `{"type":"item_reference","id":"msg_2"}`},
+		{"call_id", dialect.Responses,
 			`{"type":"function_call_output","call_id":"c1","output":"x"}`,
 			`{"type":"function_call_output","call_id":"c2","output":"x"}`},
-		{"id inside content is data", Responses,
+		{"id inside content is data", dialect.Responses,
 			`{"type":"function_call","call_id":"c","name":"f","arguments":"{\"id\":1}"}`,
 			`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}`},
-		{"number spelling is kept", Responses,
+		{"number spelling is kept", dialect.Responses,
 			`{"type":"message","role":"user","content":"a","x":1}`, `{"type":"message","role":"user","content":"a","x":1.0}`},
-		{"array order", Messages,
+		{"array order", dialect.Messages,
 			`{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}`,
 			`{"role":"user","content":[{"type":"text","text":"b"},{"type":"text","text":"a"}]}`},
-		{"cache_control inside a tool input is data", Messages,
+		{"cache_control inside a tool input is data", dialect.Messages,
 			`{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"cache_control":1}}]}`,
 			`{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}`},
-		{"tool_use id is kept", Messages,
+		{"tool_use id is kept", dialect.Messages,
 			`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]}`,
 			`{"role":"assistant","content":[{"type":"tool_use","id":"t2","name":"f","input":{}}]}`},
-		{"image block is not text", Messages,
+		{"image block is not text", dialect.Messages,
 			`{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}}]}`,
 			`{"role":"user","content":"AA"}`},
-		{"escaped backslash before u is text", Messages,
+		{"escaped backslash before u is text", dialect.Messages,
 			`{"role":"user","content":"a\\u0041"}`, `{"role":"user","content":"aA"}`},
-		{"escaped quote is not a key end", Messages,
+		{"escaped quote is not a key end", dialect.Messages,
 			`{"role":"user","content":"a\":\"b"}`, `{"role":"user","content":"a","b":""}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,7 +195,7 @@ func TestCanonicalDistinct(t *testing.T) {
 	// them), and compactd forwards the escape as sent. Each is its own text.
 	texts := []string{`\ud800`, `\udfff`, `\udbff`, `\udc00`, `\ufffd`, `\ud800\ud800`, `\udc00\ud800`, `\ud800\udc00`, `\ud800A`, `A`, `\\ud800`, ``}
 	seen := map[string]string{}
-	for _, d := range []Dialect{Responses, Messages, Chat} {
+	for _, d := range dialect.All {
 		for _, text := range texts {
 			c, err := canonical(d, []byte(`{"role":"user","content":"`+text+`"}`))
 			if err != nil {
@@ -207,8 +208,8 @@ func TestCanonicalDistinct(t *testing.T) {
 		}
 	}
 	// The same bytes under two dialects seed different chains.
-	a, _ := Prefixes(Responses, []json.RawMessage{json.RawMessage(`{"role":"user","content":"x"}`)})
-	b, _ := Prefixes(Chat, []json.RawMessage{json.RawMessage(`{"role":"user","content":"x"}`)})
+	a, _ := Prefixes(dialect.Responses, []json.RawMessage{json.RawMessage(`{"role":"user","content":"x"}`)})
+	b, _ := Prefixes(dialect.Chat, []json.RawMessage{json.RawMessage(`{"role":"user","content":"x"}`)})
 	if a[0] == b[0] {
 		t.Error("one item hashes the same under two dialects")
 	}
@@ -218,13 +219,13 @@ func TestCanonicalErrors(t *testing.T) {
 	deep := strings.Repeat("[", jsonx.MaxDepth+1) + strings.Repeat("]", jsonx.MaxDepth+1)
 	for _, tc := range []struct {
 		name string
-		d    Dialect
+		d    dialect.Name
 		item string
 		want error
 	}{
-		{"invalid", Responses, `{"type":`, jsonx.ErrInvalid},
-		{"too deep", Messages, `{"role":"user","content":` + deep + `}`, jsonx.ErrTooDeep},
-		{"dialect", Dialect("soap"), `{}`, ErrDialect},
+		{"invalid", dialect.Responses, `{"type":`, jsonx.ErrInvalid},
+		{"too deep", dialect.Messages, `{"role":"user","content":` + deep + `}`, jsonx.ErrTooDeep},
+		{"dialect", dialect.Name("soap"), `{}`, ErrDialect},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := canonical(tc.d, []byte(tc.item)); !errors.Is(err, tc.want) {
@@ -248,13 +249,13 @@ func TestChainIsIncremental(t *testing.T) {
 		json.RawMessage(`{"role":"assistant","content":[{"type":"text","text":"b"}]}`),
 		json.RawMessage(`{"role":"user","content":"c"}`),
 	}
-	ps, err := Prefixes(Messages, items)
+	ps, err := Prefixes(dialect.Messages, items)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := Seed(Messages)
+	prev := Seed(dialect.Messages)
 	for i, it := range items {
-		canon, _ := canonical(Messages, it)
+		canon, _ := canonical(dialect.Messages, it)
 		want := Hash(sha256.Sum256(append(prev[:len(prev):len(prev)], canon...)))
 		if ps[i] != want {
 			t.Fatalf("H_%d = %s, want %s", i+1, ps[i], want)
@@ -293,7 +294,7 @@ func items(t *testing.T, body []byte, path string) []json.RawMessage {
 // sessionPrefixes checks a captured session: once canonicalised, every request's items are a
 // prefix of the next request's. It returns how many consecutive pairs differ byte-wise in the
 // items they share, i.e. how often the client re-serialised an earlier turn.
-func sessionPrefixes(t *testing.T, dir, path string, d Dialect) (rewrites int) {
+func sessionPrefixes(t *testing.T, dir, path string, d dialect.Name) (rewrites int) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil || len(files) < 4 {
@@ -336,7 +337,7 @@ func sessionPrefixes(t *testing.T, dir, path string, d Dialect) (rewrites int) {
 // cache_control breakpoint moving to the newest message). Without the canonicalisation the
 // byte-exact chain diverges, which the test also checks so it cannot pass vacuously.
 func TestClaudeCodeCapturesSharePrefixes(t *testing.T) {
-	if n := sessionPrefixes(t, claudeCaptureDir, "messages", Messages); n == 0 {
+	if n := sessionPrefixes(t, claudeCaptureDir, "messages", dialect.Messages); n == 0 {
 		t.Error("no request rewrote an earlier message byte-wise: the capture does not exercise canonicalisation")
 	}
 }
@@ -345,7 +346,7 @@ func TestClaudeCodeCapturesSharePrefixes(t *testing.T) {
 // 0.169 resends its history byte for byte, ids and statuses included, so canonicalisation must
 // simply not get in the way.
 func TestCodexSessionSharesPrefixes(t *testing.T) {
-	sessionPrefixes(t, codexCaptureDir, "input", Responses)
+	sessionPrefixes(t, codexCaptureDir, "input", dialect.Responses)
 }
 
 // TestCodexCapturesSharePrefixes: consecutive requests of one Codex session (the normal turn,
@@ -353,11 +354,11 @@ func TestCodexSessionSharesPrefixes(t *testing.T) {
 func TestCodexCapturesSharePrefixes(t *testing.T) {
 	first := items(t, fixtures.Codex("normal_turn_request.json"), "body.input")
 	next := items(t, fixtures.Codex("remote_v2_compaction_request.json"), "body.input")
-	a, err := Prefixes(Responses, first)
+	a, err := Prefixes(dialect.Responses, first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Prefixes(Responses, next)
+	b, err := Prefixes(dialect.Responses, next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func TestCodexCapturesSharePrefixes(t *testing.T) {
 	}
 	// The post-compaction request of the same session keeps the base instructions (item 0),
 	// rewrites the turn context and replaces the history with a compaction item.
-	post, err := Prefixes(Responses, items(t, fixtures.Codex("remote_v2_post_compaction_turn_request.json"), "body.input"))
+	post, err := Prefixes(dialect.Responses, items(t, fixtures.Codex("remote_v2_post_compaction_turn_request.json"), "body.input"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +382,7 @@ func TestCodexCapturesSharePrefixes(t *testing.T) {
 	// Every Codex capture canonicalises.
 	names, bodies := fixtures.CodexAll()
 	for i, body := range bodies {
-		if _, err := Prefixes(Responses, items(t, body, "body.input")); err != nil {
+		if _, err := Prefixes(dialect.Responses, items(t, body, "body.input")); err != nil {
 			t.Errorf("%s: %v", names[i], err)
 		}
 	}
@@ -401,14 +402,14 @@ func TestCanonicalLinearInNesting(t *testing.T) {
 	}
 	var errDeep, errFlat error
 	deepAlloc := stackcheck.Run(func() {
-		c := NewChain(Messages)
+		c := NewChain(dialect.Messages)
 		for range 20 {
 			c.Add([]byte(deep))
 		}
 		errDeep = c.err
 	})
 	flatAlloc := stackcheck.Run(func() {
-		c := NewChain(Messages)
+		c := NewChain(dialect.Messages)
 		for range 20 {
 			c.Add([]byte(flat))
 		}
@@ -422,7 +423,7 @@ func TestCanonicalLinearInNesting(t *testing.T) {
 	}
 	// Far past the bound: refused by the iterative validator, never walked.
 	huge := strings.Repeat("[", 200_000)
-	stackcheck.Run(func() { _, errDeep = canonical(Messages, []byte(huge)) })
+	stackcheck.Run(func() { _, errDeep = canonical(dialect.Messages, []byte(huge)) })
 	if !errors.Is(errDeep, jsonx.ErrTooDeep) {
 		t.Errorf("200k-deep item: err = %v", errDeep)
 	}
@@ -439,9 +440,9 @@ func TestMemoLoneSurrogatesDoNotShareRecords(t *testing.T) {
 			json.RawMessage(`{"role":"assistant","content":"it says: ` + text + `"}`),
 		}
 	}
-	k := Key{Tenant: "t", Dialect: Messages}
+	k := Key{Tenant: "t", Dialect: dialect.Messages}
 	l := NewLocal(0, 0)
-	rec, err := Prefixes(Messages, conv(`\ud800`))
+	rec, err := Prefixes(dialect.Messages, conv(`\ud800`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +450,7 @@ func TestMemoLoneSurrogatesDoNotShareRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, text := range []string{`\ud800`, `\uD800`, `\udfff`, `\ufffd`, "\uFFFD", `\\ud800`} {
-		p, err := Prefixes(Messages, conv(text))
+		p, err := Prefixes(dialect.Messages, conv(text))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -540,24 +541,48 @@ func TestMemoV1RecordsDoNotMatch(t *testing.T) {
 		json.RawMessage(`{"role":"assistant","content":"it says: \ufffd"}`),
 	}
 	// v1's H_2 of the `\ud800` conversation: its canonical items are those of this one.
-	v1 := sha256.Sum256([]byte("compactd/memo/v1\x00" + string(Messages)))
+	v1 := sha256.Sum256([]byte("compactd/memo/v1\x00" + string(dialect.Messages)))
 	for _, it := range items {
-		c, err := canonical(Messages, it)
+		c, err := canonical(dialect.Messages, it)
 		if err != nil {
 			t.Fatal(err)
 		}
 		v1 = sha256.Sum256(append(v1[:], c...))
 	}
-	k := Key{Tenant: "t", Dialect: Messages}
+	k := Key{Tenant: "t", Dialect: dialect.Messages}
 	l := NewLocal(0, 0)
 	if err := l.Record(ctx, k, v1, 2, []byte("summary of the \\ud800 conversation, recorded by v1")); err != nil {
 		t.Fatal(err)
 	}
-	p, err := Prefixes(Messages, items)
+	p, err := Prefixes(dialect.Messages, items)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, hit, _ := l.Longest(ctx, k, p); hit {
 		t.Error("a v1 record matches under the current rules")
+	}
+}
+
+// TestSeedsStable pins each dialect's chain seed and one item's prefix hash, as written before
+// the dialect's name moved to internal/dialect: the memo's stored records are keyed by these
+// hashes and the dialect's name, so a change in either (a renamed dialect, a new seed domain)
+// would turn every stored record into a miss, and must be deliberate.
+func TestSeedsStable(t *testing.T) {
+	item := json.RawMessage(`{"type":"message","role":"user","content":"hi"}`)
+	for _, tt := range []struct {
+		d            dialect.Name
+		seed, prefix string
+	}{
+		{dialect.Responses, "c7103d125748f1be4129e92e2b46853f6e60958c88cd6f1eb6d236d87ac38734", "dbd6e78ad0155d4d5888d3a2b3fff9b9dfa48d6bd3e847d6fcc3750515662dcb"},
+		{dialect.Messages, "801ba0a6be58fc73153fa7aed9ee500b34b37cd2cdd8c166982019aa1c2c1add", "cecc8f9d92aecbdec602f6be5918edeec774311fa93e28aa22e18625432cc956"},
+		{dialect.Chat, "b86367fe1ede95037610c0a7bfb2b1cabe2af4808d5f19d819c6cf5b3dd981e8", "20c8d2b3a87306a5c4804b423ddcaf251348ad1d32232d9bd4346ad1e1a7156a"},
+	} {
+		if got := Seed(tt.d).String(); got != tt.seed {
+			t.Errorf("%s: seed %s, want %s", tt.d, got, tt.seed)
+		}
+		ps, err := Prefixes(tt.d, []json.RawMessage{item})
+		if err != nil || len(ps) != 1 || ps[0].String() != tt.prefix {
+			t.Errorf("%s: prefixes %v, %v; want [%s]", tt.d, ps, err, tt.prefix)
+		}
 	}
 }

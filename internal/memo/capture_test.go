@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
 )
 
@@ -89,7 +90,7 @@ func TestCaptureClaudeCode(t *testing.T) {
 	}
 	n := 0
 	for _, r := range fake.Requests() {
-		if r.Kind != fakeupstream.KindMessages {
+		if r.Kind != dialect.Messages {
 			continue
 		}
 		// The temporary directories differ per run; a fixed placeholder keeps re-recordings
@@ -178,7 +179,7 @@ supports_websockets = false
 	}
 	n := 0
 	for _, r := range fake.Requests() {
-		if r.Kind != fakeupstream.KindResponses {
+		if r.Kind != dialect.Responses {
 			continue
 		}
 		body := strings.ReplaceAll(string(r.Body), work, "/capture/work")

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // Hash is one link of a conversation's prefix-hash chain: H_n names the first n items.
@@ -19,23 +21,23 @@ func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 const seedDomain = "compactd/memo/v2\x00"
 
 // Seed is H_0 for a dialect: the hash of an empty prefix.
-func Seed(d Dialect) Hash { return sha256.Sum256([]byte(seedDomain + string(d))) }
+func Seed(d dialect.Name) Hash { return sha256.Sum256([]byte(seedDomain + string(d))) }
 
 // Chain computes the rolling prefix hash H_n = sha256(H_{n-1} || canon(item_n)) one item at a
 // time, so the engine hashes every prefix of an input in one pass over it. canon(item) is one
 // JSON value, self-delimiting, and H_{n-1} is fixed-size, so the concatenation is unambiguous.
 // A Chain reuses its buffers across items; it is not safe for concurrent use.
 type Chain struct {
-	d   Dialect
+	d   dialect.Name
 	cur Hash
 	t   tree
 	err error
 }
 
 // NewChain starts a chain at Seed(d). An unknown dialect makes every Add fail with ErrDialect.
-func NewChain(d Dialect) *Chain {
+func NewChain(d dialect.Name) *Chain {
 	c := &Chain{d: d, cur: Seed(d)}
-	if !d.valid() {
+	if !d.Valid() {
 		_, c.err = c.t.canonical(d, nil)
 	}
 	return c
@@ -66,7 +68,7 @@ func (c *Chain) Add(item []byte) (Hash, error) {
 // Prefixes returns H_1..H_len(items): out[i] names items[0..i]. On an item that cannot be
 // canonicalised it returns the hashes before it with the error, so the caller can still look
 // up a shorter prefix (or, simpler, treat the error as a memo miss).
-func Prefixes(d Dialect, items []json.RawMessage) ([]Hash, error) {
+func Prefixes(d dialect.Name, items []json.RawMessage) ([]Hash, error) {
 	c := NewChain(d)
 	out := make([]Hash, 0, len(items))
 	for _, it := range items {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // Local is a Memo held in this process's memory: what compactd uses when no archive store is
@@ -26,7 +28,7 @@ type Local struct {
 type localKey struct {
 	kind                 byte // 'c' compaction, 's' speculative summary
 	tenant, owner, model string
-	dialect              Dialect
+	dialect              dialect.Name
 	prefix               Hash
 }
 

@@ -4,13 +4,15 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 func TestLocal(t *testing.T) {
 	ctx := context.Background()
 	h := func(b byte) Hash { var x Hash; x[0] = b; return x }
 	prefixes := []Hash{h(1), h(2), h(3), h(4)}
-	a := Key{Tenant: "a", Dialect: Messages}
+	a := Key{Tenant: "a", Dialect: dialect.Messages}
 
 	t.Run("longest prefix wins, exact length only", func(t *testing.T) {
 		l := NewLocal(0, 0)
@@ -25,7 +27,7 @@ func TestLocal(t *testing.T) {
 	t.Run("tenant and dialect bound", func(t *testing.T) {
 		l := NewLocal(0, 0)
 		_ = l.Record(ctx, a, h(2), 2, []byte("two"))
-		for _, k := range []Key{{Tenant: "b", Dialect: Messages}, {Tenant: "a", Dialect: Responses}} {
+		for _, k := range []Key{{Tenant: "b", Dialect: dialect.Messages}, {Tenant: "a", Dialect: dialect.Responses}} {
 			if _, ok, _ := l.Longest(ctx, k, prefixes); ok {
 				t.Errorf("%+v sees tenant a's Messages record", k)
 			}

@@ -70,6 +70,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // Key says whose memo a turn reads and writes: the tenant, the owner and the route's dialect.
@@ -78,7 +79,7 @@ import (
 type Key struct {
 	Tenant  string // "default" when empty
 	Owner   string
-	Dialect Dialect
+	Dialect dialect.Name
 	// Conversation is the archive conversation the turn belongs to: what it records is deleted
 	// with that conversation (Forget). Lookups ignore it.
 	Conversation string

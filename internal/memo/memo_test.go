@@ -10,6 +10,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 func openMemo(t *testing.T, path string) *Store {
@@ -63,7 +64,7 @@ func TestMemoOverClaudeCodeSession(t *testing.T) {
 	ctx := context.Background()
 	reqs := claudeRequests(t)
 	m := openMemo(t, filepath.Join(t.TempDir(), "archive.db"))
-	k := Key{Tenant: "acme", Dialect: Messages}
+	k := Key{Tenant: "acme", Dialect: dialect.Messages}
 
 	// Request 1 records its two messages. Claude Code sent the second one (the system-role
 	// turn) as a one-block list with cache_control there and as a plain string in every later
@@ -104,10 +105,10 @@ func TestMemoOverClaudeCodeSession(t *testing.T) {
 	if l, _ := Find(ctx, m, k, reqs[2]); !l.Hit || l.Entry.Items != 4 {
 		t.Errorf("request 3 after the second compaction: %+v", l.Entry)
 	}
-	if l, err := Find(ctx, m, Key{Tenant: "globex", Dialect: Messages}, reqs[5]); l.Hit || err != nil {
+	if l, err := Find(ctx, m, Key{Tenant: "globex", Dialect: dialect.Messages}, reqs[5]); l.Hit || err != nil {
 		t.Errorf("another tenant: hit=%v err=%v", l.Hit, err)
 	}
-	if l, err := Find(ctx, m, Key{Tenant: "acme", Dialect: Responses}, reqs[5]); l.Hit || err != nil {
+	if l, err := Find(ctx, m, Key{Tenant: "acme", Dialect: dialect.Responses}, reqs[5]); l.Hit || err != nil {
 		t.Errorf("another dialect: hit=%v err=%v", l.Hit, err)
 	}
 
@@ -128,9 +129,9 @@ func TestMemoOverClaudeCodeSession(t *testing.T) {
 func TestFindWithBadItem(t *testing.T) {
 	ctx := context.Background()
 	m := openMemo(t, filepath.Join(t.TempDir(), "archive.db"))
-	k := Key{Dialect: Messages}
+	k := Key{Dialect: dialect.Messages}
 	good := []json.RawMessage{json.RawMessage(`{"role":"user","content":"a"}`), json.RawMessage(`{"role":"assistant","content":"b"}`)}
-	ps, _ := Prefixes(Messages, good)
+	ps, _ := Prefixes(dialect.Messages, good)
 	if err := m.Record(ctx, k, ps[1], 2, []byte("c")); err != nil {
 		t.Fatal(err)
 	}

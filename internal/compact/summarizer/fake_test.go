@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // call is one request the fake summariser received.
@@ -87,7 +89,7 @@ func (f *fake) recorded() []call {
 }
 
 // config returns a Config pointing at the fake.
-func (f *fake) config(api string) Config {
+func (f *fake) config(api dialect.Name) Config {
 	return Config{BaseURL: f.srv.URL + "/v1", API: api, HTTPClient: f.srv.Client()}
 }
 

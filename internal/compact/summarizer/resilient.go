@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // ErrBusy is returned at once when MaxConcurrent summarisations are in flight and MaxQueue
@@ -148,7 +150,7 @@ func NewResilient(inner Summarizer, cfg ResilienceConfig) *Resilient {
 	return r
 }
 
-func (r *Resilient) api() string { return APIOf(r.inner) }
+func (r *Resilient) api() dialect.Name { return APIOf(r.inner) }
 
 // State reports the breaker state: StateClosed, StateOpen or StateHalfOpen. An open breaker
 // whose cooldown has passed reports half-open, since the next call will be let through.

@@ -25,6 +25,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 // Auth carries the caller's credentials, forwarded when no API key is configured. A summariser
@@ -80,14 +82,6 @@ type Summarizer interface {
 	Summarize(ctx context.Context, req Request) (Result, error)
 }
 
-// API names accepted in Config.API.
-const (
-	APIResponses = "responses"
-	APIChat      = "chat"
-	// APIMessages is Anthropic's Messages API (POST /v1/messages, x-api-key).
-	APIMessages = "messages"
-)
-
 // AnthropicVersion is the anthropic-version header of Messages API calls. The SDK's own default
 // is a newer version; 2023-06-01 is the one Claude Code sends and every Anthropic-compatible
 // server (gateways, LiteLLM, Bedrock and Vertex proxies) accepts, and the fields the summariser
@@ -107,10 +101,13 @@ type Config struct {
 	// BaseURL is required and includes /v1: "https://api.openai.com/v1",
 	// "http://127.0.0.1:8000/v1", "https://api.anthropic.com/v1". For the messages API a URL
 	// without the /v1 (as ANTHROPIC_BASE_URL is written) gets one: calls go to BaseURL/messages.
-	BaseURL         string
-	APIKey          string           // if empty, forward req.Auth headers instead (x-api-key for messages)
-	Model           string           // if empty, use req.Model
-	API             string           // "responses" (default), "chat" or "messages"
+	BaseURL string
+	APIKey  string // if empty, forward req.Auth headers instead (x-api-key for messages)
+	Model   string // if empty, use req.Model
+	// API is the summariser's wire API: dialect.Responses (the default, POST /responses),
+	// dialect.Chat (POST /chat/completions) or dialect.Messages (Anthropic's POST /messages,
+	// x-api-key).
+	API             dialect.Name
 	ContextTokens   int              // summariser's context window; default 128000
 	MaxOutputTokens int              // default 8192
 	Timeout         time.Duration    // per call; default 120s
@@ -151,12 +148,10 @@ func New(cfg Config) (Summarizer, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("summarizer: BaseURL must be an absolute http(s) URL, got %q", cfg.BaseURL)
 	}
-	switch cfg.API {
-	case "":
-		cfg.API = APIResponses
-	case APIResponses, APIChat, APIMessages:
-	default:
-		return nil, fmt.Errorf("summarizer: API must be %q, %q or %q, got %q", APIResponses, APIChat, APIMessages, cfg.API)
+	if cfg.API == "" {
+		cfg.API = dialect.Responses
+	} else if !cfg.API.Valid() {
+		return nil, fmt.Errorf("summarizer: API must be %q, %q or %q, got %q", dialect.Responses, dialect.Chat, dialect.Messages, cfg.API)
 	}
 	if cfg.ContextTokens == 0 {
 		cfg.ContextTokens = DefaultContextTokens
@@ -190,7 +185,7 @@ func New(cfg Config) (Summarizer, error) {
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	if cfg.API == APIMessages {
+	if cfg.API == dialect.Messages {
 		c.messages = anthropic.NewMessageService(anthropicOptions(cfg)...)
 		return c, nil
 	}
@@ -224,14 +219,14 @@ func anthropicOptions(cfg Config) []antoption.RequestOption {
 
 // APIOf reports the wire API of a Summarizer made by New, seen through NewResilient: "responses",
 // "chat" or "messages"; "" for any other implementation.
-func APIOf(s Summarizer) string {
-	if a, ok := s.(interface{ api() string }); ok {
+func APIOf(s Summarizer) dialect.Name {
+	if a, ok := s.(interface{ api() dialect.Name }); ok {
 		return a.api()
 	}
 	return ""
 }
 
-func (c *client) api() string { return c.cfg.API }
+func (c *client) api() dialect.Name { return c.cfg.API }
 
 // Summarize implements Summarizer.
 func (c *client) Summarize(ctx context.Context, req Request) (Result, error) {
@@ -335,7 +330,7 @@ func (c *client) credentials(a Auth) http.Header {
 		return nil
 	}
 	out := http.Header{}
-	if c.cfg.API == APIMessages {
+	if c.cfg.API == dialect.Messages {
 		h := a.AnthropicHeader
 		switch {
 		case h.Get("X-Api-Key") != "":
@@ -390,7 +385,7 @@ func (c *client) call(ctx context.Context, model, instructions, input string, cr
 		err error
 	)
 	switch c.cfg.API {
-	case APIMessages:
+	case dialect.Messages:
 		opts := []antoption.RequestOption{antoption.WithResponseInto(&resp)}
 		for k := range creds {
 			opts = append(opts, antoption.WithHeader(k, creds.Get(k)))
@@ -401,7 +396,7 @@ func (c *client) call(ctx context.Context, model, instructions, input string, cr
 		for k := range creds {
 			opts = append(opts, option.WithHeader(k, creds.Get(k)))
 		}
-		if c.cfg.API == APIChat {
+		if c.cfg.API == dialect.Chat {
 			out, err = c.callChat(cctx, model, instructions, input, opts)
 		} else {
 			out, err = c.callResponses(cctx, model, instructions, input, opts)

@@ -14,13 +14,15 @@ import (
 
 	"github.com/tidwall/gjson"
 	"go.uber.org/goleak"
+
+	"github.com/compactd/compactd/internal/dialect"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const firstLine = "You are compacting a conversation between a user and an AI coding agent so the agent can continue it in a fresh context window."
 
-var apis = []string{APIResponses, APIChat, APIMessages}
+var apis = []dialect.Name{dialect.Responses, dialect.Chat, dialect.Messages}
 
 func mustNew(t testing.TB, cfg Config) Summarizer {
 	t.Helper()
@@ -39,7 +41,7 @@ func TestSummarizeRequestAndResult(t *testing.T) {
 	entries := []string{"[user] fix the failing test in ./pkg/x", "[tool output] --- FAIL: TestParse (0.00s)\n    x_test.go:12: got 3, want 4"}
 	usage := Usage{InputTokens: 1200, OutputTokens: 250, TotalTokens: 1450, CachedTokens: 300, ReasoningTokens: 40}
 	for _, api := range apis {
-		t.Run(api, func(t *testing.T) {
+		t.Run(string(api), func(t *testing.T) {
 			f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
 				reply(w, c, "served-model-2026", "## Goal\nFix TestParse.", usage)
 			})
@@ -55,7 +57,7 @@ func TestSummarizeRequestAndResult(t *testing.T) {
 				t.Fatalf("got %d calls, want 1", len(calls))
 			}
 			c := calls[0]
-			wantPath := map[string]string{APIResponses: "/v1/responses", APIChat: "/v1/chat/completions", APIMessages: "/v1/messages"}[api]
+			wantPath := map[dialect.Name]string{dialect.Responses: "/v1/responses", dialect.Chat: "/v1/chat/completions", dialect.Messages: "/v1/messages"}[api]
 			if c.Path != wantPath {
 				t.Errorf("path = %q, want %q", c.Path, wantPath)
 			}
@@ -72,7 +74,7 @@ func TestSummarizeRequestAndResult(t *testing.T) {
 				t.Errorf("user message = %q, want %q", got, wrap(entries...))
 			}
 			switch api {
-			case APIResponses:
+			case dialect.Responses:
 				if st := gjson.GetBytes(c.Body, "store"); !st.Exists() || st.Type != gjson.False {
 					t.Errorf("store = %s, want false", st.Raw)
 				}
@@ -85,7 +87,7 @@ func TestSummarizeRequestAndResult(t *testing.T) {
 				if got := gjson.GetBytes(c.Body, "input.0.role").String(); got != "user" {
 					t.Errorf("input role = %q, want user", got)
 				}
-			case APIChat:
+			case dialect.Chat:
 				if got := gjson.GetBytes(c.Body, "max_completion_tokens").Int(); got != 777 {
 					t.Errorf("max_completion_tokens = %d, want 777", got)
 				}
@@ -93,7 +95,7 @@ func TestSummarizeRequestAndResult(t *testing.T) {
 				if roles != `["system","user"]` {
 					t.Errorf("roles = %s, want system, user", roles)
 				}
-			case APIMessages:
+			case dialect.Messages:
 				if got := gjson.GetBytes(c.Body, "max_tokens").Int(); got != 777 {
 					t.Errorf("max_tokens = %d, want 777", got)
 				}
@@ -144,31 +146,31 @@ func TestSummarizeCredentials(t *testing.T) {
 	both := Auth{Header: openAI, AnthropicHeader: antKey}
 	cases := []struct {
 		name   string
-		apis   []string
+		apis   []dialect.Name
 		apiKey string
 		auth   Auth
 		want   map[string]string // header -> value ("" = absent)
 	}{
-		{"configured key wins and nothing is forwarded", []string{APIResponses, APIChat}, "sk-config", both, map[string]string{
+		{"configured key wins and nothing is forwarded", []dialect.Name{dialect.Responses, dialect.Chat}, "sk-config", both, map[string]string{
 			"Authorization": "Bearer sk-config", "Api-Key": "", "OpenAI-Organization": "", "OpenAI-Project": "", "X-Unrelated": "", "X-Api-Key": ""}},
-		{"caller credentials forwarded", []string{APIResponses, APIChat}, "", both, map[string]string{
+		{"caller credentials forwarded", []dialect.Name{dialect.Responses, dialect.Chat}, "", both, map[string]string{
 			"Authorization": "Bearer sk-caller", "Api-Key": "azure-caller", "OpenAI-Organization": "org-caller", "OpenAI-Project": "proj-caller", "X-Unrelated": "", "X-Api-Key": ""}},
-		{"an Anthropic credential never goes to an OpenAI API", []string{APIResponses, APIChat}, "", Auth{AnthropicHeader: antKey}, map[string]string{
+		{"an Anthropic credential never goes to an OpenAI API", []dialect.Name{dialect.Responses, dialect.Chat}, "", Auth{AnthropicHeader: antKey}, map[string]string{
 			"Authorization": "", "X-Api-Key": ""}},
-		{"no credentials at all", []string{APIResponses, APIChat, APIMessages}, "", Auth{}, map[string]string{
+		{"no credentials at all", []dialect.Name{dialect.Responses, dialect.Chat, dialect.Messages}, "", Auth{}, map[string]string{
 			"Authorization": "", "Api-Key": "", "OpenAI-Organization": "", "X-Api-Key": ""}},
-		{"messages: configured key as x-api-key", []string{APIMessages}, "sk-ant-config", both, map[string]string{
+		{"messages: configured key as x-api-key", []dialect.Name{dialect.Messages}, "sk-ant-config", both, map[string]string{
 			"X-Api-Key": "sk-ant-config", "Authorization": "", "Api-Key": "", "OpenAI-Organization": "", "X-Unrelated": ""}},
-		{"messages: the caller's x-api-key, alone", []string{APIMessages}, "", both, map[string]string{
+		{"messages: the caller's x-api-key, alone", []dialect.Name{dialect.Messages}, "", both, map[string]string{
 			"X-Api-Key": "sk-ant-caller", "Authorization": "", "Api-Key": "", "OpenAI-Organization": "", "X-Unrelated": ""}},
-		{"messages: the caller's bearer token and its oauth beta", []string{APIMessages}, "", Auth{AnthropicHeader: antBearer}, map[string]string{
+		{"messages: the caller's bearer token and its oauth beta", []dialect.Name{dialect.Messages}, "", Auth{AnthropicHeader: antBearer}, map[string]string{
 			"Authorization": "Bearer sk-ant-oat-caller", "Anthropic-Beta": "oauth-2025-04-20", "X-Api-Key": ""}},
-		{"messages: an OpenAI credential never goes to a Messages API", []string{APIMessages}, "", Auth{Header: openAI}, map[string]string{
+		{"messages: an OpenAI credential never goes to a Messages API", []dialect.Name{dialect.Messages}, "", Auth{Header: openAI}, map[string]string{
 			"Authorization": "", "Api-Key": "", "OpenAI-Organization": "", "X-Api-Key": ""}},
 	}
 	for _, tc := range cases {
 		for _, api := range tc.apis {
-			t.Run(api+"/"+tc.name, func(t *testing.T) {
+			t.Run(string(api)+"/"+tc.name, func(t *testing.T) {
 				f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
 					reply(w, c, "m", "summary", Usage{})
 				})
@@ -196,7 +198,7 @@ func TestMessagesBaseURL(t *testing.T) {
 	for _, suffix := range []string{"/v1", "/v1/", "", "/"} {
 		t.Run(suffix, func(t *testing.T) {
 			f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) { reply(w, c, "m", "s", Usage{}) })
-			cfg := f.config(APIMessages)
+			cfg := f.config(dialect.Messages)
 			cfg.BaseURL = f.srv.URL + suffix
 			if _, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}}); err != nil {
 				t.Fatal(err)
@@ -218,7 +220,7 @@ func TestSummarizeModelChoice(t *testing.T) {
 	}
 	for _, api := range apis {
 		for _, tc := range cases {
-			t.Run(api+"/"+tc.name, func(t *testing.T) {
+			t.Run(string(api)+"/"+tc.name, func(t *testing.T) {
 				f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
 					reply(w, c, "", "summary", Usage{})
 				})
@@ -259,7 +261,7 @@ func TestSummarizeRejectsBeforeCalling(t *testing.T) {
 			f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
 				reply(w, c, "m", "summary", Usage{})
 			})
-			_, err := mustNew(t, f.config(APIResponses)).Summarize(tc.ctx, tc.req)
+			_, err := mustNew(t, f.config(dialect.Responses)).Summarize(tc.ctx, tc.req)
 			if !errors.Is(err, tc.target) {
 				t.Errorf("err = %v, want %v", err, tc.target)
 			}
@@ -272,7 +274,7 @@ func TestSummarizeRejectsBeforeCalling(t *testing.T) {
 
 func TestSummarizePrevious(t *testing.T) {
 	for _, api := range apis {
-		t.Run(api, func(t *testing.T) {
+		t.Run(string(api), func(t *testing.T) {
 			f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
 				reply(w, c, "m", "merged", Usage{})
 			})
@@ -307,7 +309,7 @@ func TestSummarizeChunksRolling(t *testing.T) {
 	}
 	perCall := Usage{InputTokens: 100, OutputTokens: 20, TotalTokens: 120, CachedTokens: 7, ReasoningTokens: 3}
 	for _, api := range apis {
-		t.Run(api, func(t *testing.T) {
+		t.Run(string(api), func(t *testing.T) {
 			f := newFake(t, func(n int, c call, w http.ResponseWriter, _ *http.Request) {
 				reply(w, c, "m", fmt.Sprintf("summary %d", n+1), perCall)
 			})
@@ -355,10 +357,13 @@ func TestSummarizeChunksRolling(t *testing.T) {
 }
 
 func TestSummarizeResplitsOnContextOverflow(t *testing.T) {
-	bodies := map[string]struct{ api, body string }{
-		"openai":    {APIChat, `{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`},
-		"vllm":      {APIChat, `{"error":{"message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}}`},
-		"anthropic": {APIMessages, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 5000 tokens > 4096 maximum"}}`},
+	bodies := map[string]struct {
+		api  dialect.Name
+		body string
+	}{
+		"openai":    {dialect.Chat, `{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`},
+		"vllm":      {dialect.Chat, `{"error":{"message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}}`},
+		"anthropic": {dialect.Messages, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 5000 tokens > 4096 maximum"}}`},
 	}
 	entries := []string{"[user] one", "[assistant] two", "[user] three", "[tool] four"}
 	for name, tc := range bodies {
@@ -413,7 +418,7 @@ func TestSummarizeErrors(t *testing.T) {
 	}
 	cases := []struct {
 		name       string
-		api        string
+		api        dialect.Name
 		answer     answer
 		status     int
 		retryable  bool
@@ -421,45 +426,45 @@ func TestSummarizeErrors(t *testing.T) {
 		retryAfter time.Duration
 		cause      error
 	}{
-		{"500", APIResponses, status(500, `{"error":{"message":"boom `+secret+`","type":"server_error","param":null,"code":null}}`),
+		{"500", dialect.Responses, status(500, `{"error":{"message":"boom `+secret+`","type":"server_error","param":null,"code":null}}`),
 			500, true, "server_error", 0, nil},
-		{"429 with Retry-After", APIChat, status(429, `{"error":{"message":"slow down","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, "Retry-After", "7"),
+		{"429 with Retry-After", dialect.Chat, status(429, `{"error":{"message":"slow down","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, "Retry-After", "7"),
 			429, true, "rate_limit_exceeded", 7 * time.Second, nil},
-		{"503 without an error object", APIChat, status(503, `{"object":"error","message":"`+secret+`","type":"ServiceUnavailable","code":503}`),
+		{"503 without an error object", dialect.Chat, status(503, `{"object":"error","message":"`+secret+`","type":"ServiceUnavailable","code":503}`),
 			503, true, "", 0, nil},
-		{"400 is final", APIResponses, status(400, `{"error":{"message":"Invalid value: `+secret+`","type":"invalid_request_error","param":"input","code":"invalid_value"}}`),
+		{"400 is final", dialect.Responses, status(400, `{"error":{"message":"Invalid value: `+secret+`","type":"invalid_request_error","param":"input","code":"invalid_value"}}`),
 			400, false, "invalid_value", 0, nil},
-		{"x-should-retry overrides", APIResponses, status(400, `{"error":{"message":"x","type":"invalid_request_error","code":null}}`, "x-should-retry", "true"),
+		{"x-should-retry overrides", dialect.Responses, status(400, `{"error":{"message":"x","type":"invalid_request_error","code":null}}`, "x-should-retry", "true"),
 			400, true, "invalid_request_error", 0, nil},
-		{"malformed JSON", APIResponses, status(200, `{"id":"resp_1","output":[{"type":"message",`+secret),
+		{"malformed JSON", dialect.Responses, status(200, `{"id":"resp_1","output":[{"type":"message",`+secret),
 			200, false, "", 0, ErrMalformedResponse},
-		{"HTML page", APIChat, func(w http.ResponseWriter, _ call) {
+		{"HTML page", dialect.Chat, func(w http.ResponseWriter, _ call) {
 			w.Header().Set("Content-Type", "text/html")
 			_, _ = w.Write([]byte("<html>" + secret + "</html>"))
 		}, 200, false, "", 0, ErrMalformedResponse},
-		{"empty output", APIResponses, func(w http.ResponseWriter, _ call) { writeResponse(w, "m", "", "", Usage{}) },
+		{"empty output", dialect.Responses, func(w http.ResponseWriter, _ call) { writeResponse(w, "m", "", "", Usage{}) },
 			200, true, "", 0, ErrEmptySummary},
-		{"empty output at the output limit", APIResponses, func(w http.ResponseWriter, _ call) { writeResponse(w, "m", "", "max_output_tokens", Usage{}) },
+		{"empty output at the output limit", dialect.Responses, func(w http.ResponseWriter, _ call) { writeResponse(w, "m", "", "max_output_tokens", Usage{}) },
 			200, false, "", 0, ErrEmptySummary},
-		{"empty chat content", APIChat, func(w http.ResponseWriter, _ call) { writeChat(w, "m", "  \n", "stop", Usage{}) },
+		{"empty chat content", dialect.Chat, func(w http.ResponseWriter, _ call) { writeChat(w, "m", "  \n", "stop", Usage{}) },
 			200, true, "", 0, ErrEmptySummary},
-		{"unfinished think block", APIChat, func(w http.ResponseWriter, _ call) { writeChat(w, "m", "<think>the user wants", "length", Usage{}) },
+		{"unfinished think block", dialect.Chat, func(w http.ResponseWriter, _ call) { writeChat(w, "m", "<think>the user wants", "length", Usage{}) },
 			200, false, "", 0, ErrEmptySummary},
-		{"messages: 529 overloaded", APIMessages, status(529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded `+secret+`"},"request_id":"req_1"}`),
+		{"messages: 529 overloaded", dialect.Messages, status(529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded `+secret+`"},"request_id":"req_1"}`),
 			529, true, "overloaded_error", 0, nil},
-		{"messages: 429 with retry-after", APIMessages, status(429, `{"type":"error","error":{"type":"rate_limit_error","message":"`+secret+`"}}`, "retry-after", "3"),
+		{"messages: 429 with retry-after", dialect.Messages, status(429, `{"type":"error","error":{"type":"rate_limit_error","message":"`+secret+`"}}`, "retry-after", "3"),
 			429, true, "rate_limit_error", 3 * time.Second, nil},
-		{"messages: error_code names the cause", APIMessages, status(400, `{"type":"error","error":{"type":"invalid_request_error","message":"`+secret+`","details":{"error_code":"request_body_encoding_invalid"}}}`),
+		{"messages: error_code names the cause", dialect.Messages, status(400, `{"type":"error","error":{"type":"invalid_request_error","message":"`+secret+`","details":{"error_code":"request_body_encoding_invalid"}}}`),
 			400, false, "request_body_encoding_invalid", 0, nil},
-		{"messages: prompt is too long", APIMessages, status(400, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`),
+		{"messages: prompt is too long", dialect.Messages, status(400, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`),
 			400, false, "context_length_exceeded", 0, nil},
-		{"messages: 401", APIMessages, status(401, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key `+secret+`"}}`),
+		{"messages: 401", dialect.Messages, status(401, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key `+secret+`"}}`),
 			401, false, "authentication_error", 0, nil},
-		{"messages: malformed JSON", APIMessages, status(200, `{"type":"message","content":[{"type":"text","text":"`+secret),
+		{"messages: malformed JSON", dialect.Messages, status(200, `{"type":"message","content":[{"type":"text","text":"`+secret),
 			200, false, "", 0, ErrMalformedResponse},
-		{"messages: empty output", APIMessages, func(w http.ResponseWriter, _ call) { writeMessage(w, "m", "", "end_turn", Usage{}) },
+		{"messages: empty output", dialect.Messages, func(w http.ResponseWriter, _ call) { writeMessage(w, "m", "", "end_turn", Usage{}) },
 			200, true, "", 0, ErrEmptySummary},
-		{"messages: empty output at max_tokens", APIMessages, func(w http.ResponseWriter, _ call) { writeMessage(w, "m", "", "max_tokens", Usage{}) },
+		{"messages: empty output at max_tokens", dialect.Messages, func(w http.ResponseWriter, _ call) { writeMessage(w, "m", "", "max_tokens", Usage{}) },
 			200, false, "", 0, ErrEmptySummary},
 	}
 	for _, tc := range cases {
@@ -540,7 +545,7 @@ func transportFailures(t *testing.T) []struct {
 func TestSummarizeTransportFailure(t *testing.T) {
 	for _, tc := range transportFailures(t) {
 		for _, api := range apis {
-			t.Run(tc.name+"/"+api, func(t *testing.T) {
+			t.Run(tc.name+"/"+string(api), func(t *testing.T) {
 				cfg := Config{BaseURL: tc.baseURL, API: api, HTTPClient: &http.Client{Transport: tc.transport}}
 				_, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}})
 				var e *Error
@@ -563,7 +568,7 @@ func TestResilientUnreachableFailsFast(t *testing.T) {
 	for _, tc := range transportFailures(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			ct := &countingTransport{next: tc.transport}
-			inner := mustNew(t, Config{BaseURL: tc.baseURL, API: APIMessages, HTTPClient: &http.Client{Transport: ct}})
+			inner := mustNew(t, Config{BaseURL: tc.baseURL, API: dialect.Messages, HTTPClient: &http.Client{Transport: ct}})
 			clock := newFakeClock()
 			cfg := testConfig(clock)
 			cfg.BreakerFailures = 2
@@ -616,7 +621,7 @@ func blockingFake(t *testing.T) (*fake, <-chan struct{}) {
 
 func TestSummarizeCancellation(t *testing.T) {
 	for _, api := range apis {
-		t.Run(api, func(t *testing.T) {
+		t.Run(string(api), func(t *testing.T) {
 			f, arrived := blockingFake(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -638,7 +643,7 @@ func TestSummarizeCancellation(t *testing.T) {
 
 func TestSummarizePerCallTimeout(t *testing.T) {
 	f, _ := blockingFake(t)
-	cfg := f.config(APIResponses)
+	cfg := f.config(dialect.Responses)
 	cfg.Timeout = 20 * time.Millisecond
 	_, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}})
 	var e *Error
@@ -651,7 +656,7 @@ func TestSummarizeStripsThinking(t *testing.T) {
 	f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
 		writeChat(w, "m", "<think>\nLet me see.\n</think>\n\n## Goal\nShip it.", "stop", Usage{})
 	})
-	res, err := mustNew(t, f.config(APIChat)).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}})
+	res, err := mustNew(t, f.config(dialect.Chat)).Summarize(context.Background(), Request{Model: "m", Entries: []string{"[user] hi"}})
 	if err != nil || res.Summary != "## Goal\nShip it." {
 		t.Fatalf("Summarize = %q, %v", res.Summary, err)
 	}
@@ -664,7 +669,7 @@ func TestNewValidates(t *testing.T) {
 		ok   bool
 	}{
 		{"minimal", Config{BaseURL: "http://127.0.0.1:8000/v1"}, true},
-		{"chat", Config{BaseURL: "https://api.openai.com/v1", API: APIChat}, true},
+		{"chat", Config{BaseURL: "https://api.openai.com/v1", API: dialect.Chat}, true},
 		{"no base URL", Config{}, false},
 		{"relative base URL", Config{BaseURL: "/v1"}, false},
 		{"unknown API", Config{BaseURL: "http://127.0.0.1/v1", API: "completions"}, false},
@@ -683,7 +688,7 @@ func TestNewValidates(t *testing.T) {
 
 func TestSummarizeWindowTooSmall(t *testing.T) {
 	f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) { reply(w, c, "m", "s", Usage{}) })
-	cfg := f.config(APIResponses)
+	cfg := f.config(dialect.Responses)
 	cfg.ContextTokens, cfg.MaxOutputTokens = 1000, 500 // DefaultPrompt alone is larger than what is left
 	_, err := mustNew(t, cfg).Summarize(context.Background(), Request{Model: "m", Entries: []string{strings.Repeat("word ", 2000)}})
 	var e *Error
@@ -697,7 +702,7 @@ func TestSummarizeWindowTooSmall(t *testing.T) {
 
 func BenchmarkSummarize(b *testing.B) {
 	for _, api := range apis {
-		b.Run(api, func(b *testing.B) {
+		b.Run(string(api), func(b *testing.B) {
 			f := newFake(b, func(_ int, c call, w http.ResponseWriter, _ *http.Request) {
 				reply(w, c, "m", "## Goal\nShip it.", Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15})
 			})
@@ -730,7 +735,7 @@ func TestSummarizeBoundsTheAnswer(t *testing.T) {
 			{"within the bound", 512 << 10, false},
 			{"past the bound", 3 << 20, true},
 		} {
-			t.Run(api+"/"+tc.name, func(t *testing.T) {
+			t.Run(string(api)+"/"+tc.name, func(t *testing.T) {
 				text := strings.Repeat("x", tc.bytes)
 				f := newFake(t, func(_ int, c call, w http.ResponseWriter, _ *http.Request) { reply(w, c, "m", text, Usage{}) })
 				cfg := f.config(api)

@@ -24,7 +24,6 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
-	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
 )
@@ -43,7 +42,7 @@ var _ turn.Adapter = Adapter{}
 func (Adapter) Name() dialect.Name { return dialect.Responses }
 
 func (Adapter) Engine() engine.Dialect {
-	return engine.Dialect{Name: string(dialect.Responses), SealKind: SealKind, Handoff: handoff.Text, Memo: memo.Responses,
+	return engine.Dialect{Name: dialect.Responses, SealKind: SealKind, Handoff: handoff.Text, Memo: true,
 		UserMessage: api.UserMessage}
 }
 

@@ -126,7 +126,7 @@ func (h *Harness) Compact(tb testing.TB, a turn.Dialect, t turn.Turn, transparen
 func Run(t *testing.T, a turn.Adapter, fx Fixture) {
 	t.Run("engine view", func(t *testing.T) {
 		d := a.Engine()
-		if d.Name != string(a.Name()) || !a.Name().Valid() {
+		if d.Name != a.Name() || !a.Name().Valid() {
 			t.Errorf("Engine().Name = %q, Name() = %q", d.Name, a.Name())
 		}
 		if d.SealKind == "" || d.Handoff == nil {
