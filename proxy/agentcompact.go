@@ -3,10 +3,12 @@ package proxy
 import (
 	"context"
 	"errors"
-	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/turn"
 
 	"github.com/tidwall/gjson"
 
@@ -186,42 +188,42 @@ func (s *Server) agentCompaction(w http.ResponseWriter, r *http.Request, req *ap
 	if !ok || len(api.MessageItems(msgs)) == 0 {
 		return false
 	}
-	mt := &msgTurn{t: &turnState{stream: req.Stream}}
+	mt := &msgTurn{t: &turnState{Stream: turn.Stream{Streamed: req.Stream}}}
 	w.Header().Set(agentCompactionHeader, "claude-code")
 	var ka *keepAlive
 	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, dialectAnthropic.keepAlive)
+		ka = startKeepAlive(w, s.cfg.KeepAlive, dialectAnthropic.KeepAlive)
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(msgs), req.Tools, 0)
 	in := s.messagesCompactIn(r, req, msgs, nil)
 	in.Conversation, in.TokensBefore, in.Explicit = conversationID(r, "", nil), total, true // the agent's session id, as a label; Claude Code compacts whatever the saving
 	c, err := s.compactCore(withAgentSummariser(r.Context()), in)
-	mt.t.committed = ka != nil && ka.Stop()
+	mt.t.Committed = ka != nil && ka.Stop()
 	if err != nil {
 		if engine.SkipReason(err) != "" {
 			s.compactionSkipped(r, dialectAnthropic, agentTrigger, err)
 		}
 		if engine.SkipReason(err) != "" || errors.Is(err, summarizer.ErrNothingToSummarize) {
 			switch {
-			case !mt.t.committed:
+			case !mt.t.Committed:
 				w.Header().Del(agentCompactionHeader)
 				return false // the agent's own request, as it came: the model summarises
 			case errors.Is(err, engine.ErrNotSmaller):
-				writeFaultTo(w, dialectAnthropic, mt.t, compactionFailure(err))
+				writeFaultTo(w, dialectAnthropic, mt.t.st(), compactionFailure(err))
 			default:
-				writeFaultTo(w, dialectAnthropic, mt.t, fault.InvalidParam("", fault.CodeCompactionNothing,
+				writeFaultTo(w, dialectAnthropic, mt.t.st(), fault.InvalidParam("", fault.CodeCompactionNothing,
 					"messages holds no user or assistant content to summarize."))
 			}
 			return true
 		}
 		s.compactionFailed(r, dialectAnthropic, agentTrigger, req.Model, err)
-		if !mt.t.committed && s.passThroughOnFailure(w, dialectAnthropic, err) {
+		if !mt.t.Committed && s.passThroughOnFailure(w, dialectAnthropic, err) {
 			w.Header().Del(agentCompactionHeader)
 			s.forwardMessages(w, r, nil, req.Body) // the agent summarises as it would have
 			return true
 		}
 		if e := compactionFailure(err); e != nil {
-			writeFaultTo(w, dialectAnthropic, mt.t, e)
+			writeFaultTo(w, dialectAnthropic, mt.t.st(), e)
 		}
 		return true
 	}
@@ -283,7 +285,7 @@ func (s *Server) writeAgentSummary(w http.ResponseWriter, req *api.MessagesReque
 	b = sse.AppendEvent(b, "content_block_stop", []byte(`{"type":"content_block_stop","index":0}`))
 	b = sse.AppendEvent(b, "message_delta", []byte(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":`+in+`,"output_tokens":`+out+`}}`))
 	b = sse.AppendEvent(b, "message_stop", []byte(`{"type":"message_stop"}`))
-	writeEventStream(w, mt.t.committed, b)
+	writeEventStream(w, mt.t.Committed, b)
 }
 
 // The agent summariser: Config.AgentSummarizer writes the summaries (and gap checks) of upgraded
@@ -303,135 +305,4 @@ func (a agentRouting) Summarize(ctx context.Context, req summarizer.Request) (su
 		return a.agent.Summarize(ctx, req)
 	}
 	return a.main.Summarize(ctx, req)
-}
-
-// Codex. Codex 0.169 with a provider not named "OpenAI" compacts locally: a streamed
-// /v1/responses turn with no tools whose last input item is a user message asking for a handoff
-// summary ("CONTEXT CHECKPOINT COMPACTION"), its x-codex-turn-metadata saying request_kind
-// "compaction" (internal/fixtures/codex-0.169/local_compaction_request.json). Codex takes the
-// reply's output text as the summary and puts it, behind its own prefix, into the next turn.
-
-// codexPromptOpening opens Codex's summarisation prompt (codex-rs's compact prompt template, the
-// same from 0.169 to 0.171).
-const codexPromptOpening = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM that will resume the task."
-
-// codexCompaction reports whether req is Codex's local compaction turn, and returns the input
-// to summarise: every item but the prompt. Codex says so itself: x-codex-turn-metadata's
-// request_kind is "compaction" (which no user text can set), and then a prompt that asks for a
-// handoff summary is enough (a compact_prompt override in Codex's config rewords it). Without
-// the metadata, only Codex's own prompt, from its first word, is: a turn that merely mentions a
-// summary or a checkpoint reaches the model.
-func codexCompaction(h http.Header, req *api.ResponsesRequest, items []api.Item) ([]api.Item, bool) {
-	ua := strings.ToLower(h.Get("User-Agent") + " " + h.Get("Originator"))
-	if !strings.Contains(ua, "codex") || req.Trigger >= 0 || req.Compaction >= 0 || len(items) < 2 {
-		return nil, false
-	}
-	if t := gjson.ParseBytes(req.Tools); len(req.Tools) > 0 && t.Type != gjson.Null && len(t.Array()) > 0 {
-		return nil, false
-	}
-	last := items[len(items)-1]
-	if last.Type != "message" || last.Role != "user" {
-		return nil, false
-	}
-	text := api.MessageText(last.Raw)
-	switch gjson.Get(h.Get("X-Codex-Turn-Metadata"), "request_kind").Str {
-	case "compaction":
-		lower := strings.ToLower(text)
-		if !strings.Contains(lower, "summar") || !strings.Contains(lower, "handoff") && !strings.Contains(lower, "checkpoint") {
-			return nil, false
-		}
-	case "":
-		if !strings.HasPrefix(text, codexPromptOpening) {
-			return nil, false
-		}
-	default:
-		return nil, false
-	}
-	return items[: len(items)-1 : len(items)-1], true
-}
-
-// codexAgentCompaction answers Codex's local compaction turn itself; false: go on as usual.
-func (s *Server) codexAgentCompaction(w http.ResponseWriter, r *http.Request, req *api.ResponsesRequest, items []api.Item) bool {
-	if s.cfg.NoAgentCompaction {
-		return false
-	}
-	in, ok := codexCompaction(r.Header, req, items)
-	if !ok {
-		return false
-	}
-	t := &turnState{stream: req.Stream}
-	w.Header().Set(agentCompactionHeader, "codex")
-	var ka *keepAlive
-	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, dialectOpenAI.keepAlive)
-	}
-	total, _ := s.cfg.Counter.Request(req.Instructions, in, req.Tools, 0)
-	cin := s.responsesCompactIn(r, compactRequest{model: req.Model, items: in, tokensBefore: total, conversation: conversationID(r, req.PromptCacheKey, nil)})
-	cin.Retain = 0      // Codex keeps its own recent user messages; the summary covers everything
-	cin.Explicit = true // Codex compacts whatever the saving
-	c, err := s.compactCore(withAgentSummariser(r.Context()), cin)
-	t.committed = ka != nil && ka.Stop()
-	if err != nil {
-		if engine.SkipReason(err) != "" {
-			s.compactionSkipped(r, dialectOpenAI, agentTrigger, err)
-			if !t.committed {
-				w.Header().Del(agentCompactionHeader)
-				return false // Codex's own request, as it came: the model summarises
-			}
-		} else {
-			s.compactionFailed(r, dialectOpenAI, agentTrigger, req.Model, err)
-		}
-		if !t.committed && s.passThroughOnFailure(w, dialectOpenAI, err) {
-			w.Header().Del(agentCompactionHeader)
-			s.forwardBody(w, r, &turnState{stream: req.Stream}, req.Body)
-			return true
-		}
-		if e := compactionFailure(err); e != nil {
-			writeFaultTo(w, dialectOpenAI, t, e)
-		}
-		return true
-	}
-	s.compacted(r, dialectOpenAI, agentTrigger, c)
-	text := strings.TrimSpace(c.Summary)
-	if l := strings.TrimSpace(c.Ledger); l != "" {
-		text += "\n\n" + l
-	}
-	writeResponsesText(w, req, t, text, c.Usage)
-	return true
-}
-
-// writeResponsesText answers a Responses turn with one assistant message: a response object, or
-// when streamed the Responses SSE sequence (created, output_item.added, output_text.delta,
-// output_item.done, completed with usage).
-func writeResponsesText(w http.ResponseWriter, req *api.ResponsesRequest, t *turnState, text string, u summarizer.Usage) {
-	respID, msgID := newID("resp_"), newID("msg_")
-	model := string(api.AppendString(nil, req.Model))
-	usage := `{"input_tokens":` + strconv.FormatInt(u.InputTokens, 10) + `,"input_tokens_details":{"cached_tokens":0},"output_tokens":` +
-		strconv.FormatInt(u.OutputTokens, 10) + `,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":` +
-		strconv.FormatInt(u.InputTokens+u.OutputTokens, 10) + `}`
-	quoted := string(api.AppendString(nil, text))
-	item := `{"id":"` + msgID + `","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":` + quoted + `,"annotations":[]}]}`
-	resp := func(status, output, usage string) string {
-		return `{"id":"` + respID + `","object":"response","status":"` + status + `","model":` + model + `,"output":[` + output + `],"usage":` + usage + `}`
-	}
-	if !req.Stream {
-		b := []byte(resp("completed", item, usage))
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(b)
-		return
-	}
-	seq := 0
-	var b []byte
-	ev := func(name, body string) {
-		b = sse.AppendEvent(b, name, []byte(`{"type":"`+name+`","sequence_number":`+strconv.Itoa(seq)+`,`+body+`}`))
-		seq++
-	}
-	ev("response.created", `"response":`+resp("in_progress", "", "null"))
-	ev("response.output_item.added", `"output_index":0,"item":{"id":"`+msgID+`","type":"message","role":"assistant","status":"in_progress","content":[]}`)
-	ev("response.output_text.delta", `"item_id":"`+msgID+`","output_index":0,"content_index":0,"delta":`+quoted)
-	ev("response.output_item.done", `"output_index":0,"item":`+item)
-	ev("response.completed", `"response":`+resp("completed", item, usage))
-	writeEventStream(w, t.committed, b)
 }

@@ -75,7 +75,7 @@ func (s *Server) scope(ctx context.Context) engine.Scope {
 // of the one it opened — a sealed item or block compactd issued, or the memo's record of the
 // turn's own history — whose payload vouches for the owner it was archived under. "" when
 // neither was archived.
-func (s *Server) readSet(ctx context.Context, prev *engine.Opened, c *compaction) (string, owner.Set) {
+func (s *Server) readSet(ctx context.Context, prev *engine.Opened, c *engine.Compaction) (string, owner.Set) {
 	own := owner.Set{s.ownerOf(ctx)}
 	var pconv string
 	if prev != nil && prev.Payload != nil && prev.Payload.Archive != nil {

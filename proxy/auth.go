@@ -7,13 +7,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/compactd/compactd/internal/fault"
 	"math"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/compactd/compactd/internal/fault"
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/time/rate"

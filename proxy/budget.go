@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"math"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/compactd/compactd/internal/fault"
 )
 
 // The in-flight body budget. compactd buffers the whole body of the requests it parses (the

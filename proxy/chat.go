@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/compactd/compactd/internal/turn"
+
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	dialectname "github.com/compactd/compactd/internal/dialect"
@@ -45,17 +47,17 @@ const chatSealKind = "openai.chat.compaction"
 // follows the responses one unless --failure-policy names chat.
 type chatDialect struct{}
 
-var dialectChat dialect = chatDialect{}
+var dialectChat legacyDialect = chatDialect{}
 
-func (chatDialect) String() string         { return string(dialectname.Chat) }
-func (chatDialect) name() dialectname.Name { return dialectname.Chat }
-func (chatDialect) noun() string           { return "item" }
-func (chatDialect) held() string           { return "messages" }
+func (chatDialect) Name() dialectname.Name { return dialectname.Chat }
+func (chatDialect) Words() turn.Words {
+	return turn.Words{Compaction: "item", Held: "messages", UpstreamFlag: "--upstream"}
+}
 
-// engine: the handoff is the Responses text. Its one claim about the window — "the user's most
+// Engine: the handoff is the Responses text. Its one claim about the window — "the user's most
 // recent messages are kept verbatim above" — is true of Chat too: chatCompactIn keeps the same
 // window (instructions and the newest user messages) before the handoff.
-func (chatDialect) engine() engine.Dialect {
+func (chatDialect) Engine() engine.Dialect {
 	return engine.Dialect{Name: dialectname.Chat, SealKind: chatSealKind, Handoff: handoff.Text, Memo: true,
 		UserMessage: api.ChatUserMessage}
 }
@@ -63,23 +65,23 @@ func (chatDialect) engine() engine.Dialect {
 // compactionItem is nil: Chat has no compaction item on the wire (the compaction is transparent).
 func (chatDialect) compactionItem(*engine.Compaction) []byte { return nil }
 
-// keepAlive is an SSE comment, which Chat stream parsers skip.
-func (chatDialect) keepAlive(bool) []byte {
+// KeepAlive is an SSE comment, which Chat stream parsers skip.
+func (chatDialect) KeepAlive(bool) []byte {
 	return []byte(": compactd is compacting the conversation\n\n")
 }
-func (chatDialect) renderError(f *fault.Fault) wireError { return api.OpenAIFault(f) }
+func (chatDialect) Fault(f *fault.Fault) turn.Envelope { return api.OpenAIFault(f) }
 
-// terminal: a Chat Completions stream ends with `data: [DONE]` (an error chunk ends it too).
-func (chatDialect) terminal(data []byte) bool {
+// Terminal: a Chat Completions stream ends with `data: [DONE]` (an error chunk ends it too).
+func (chatDialect) Terminal(data []byte) bool {
 	return bytes.Equal(data, doneMarker) || len(data) > 0 && data[0] == '{' && gjson.GetBytes(data, "error").Exists()
 }
 func (chatDialect) modifyResponse(s *Server) func(*http.Response) error { return s.modifyChatResponse }
 
-// errorEvent is a data-only chunk holding OpenAI's error envelope, {"error":{…}}: what a Chat
+// FaultEvent is a data-only chunk holding OpenAI's error envelope, {"error":{…}}: what a Chat
 // Completions stream carries when it fails (the openai SDKs' stream decoders end the stream with
 // an error on a chunk with an "error" member). No [DONE] follows it: a client that reads chunks
 // without checking for errors must not take the stream for a finished, empty answer.
-func (chatDialect) errorEvent(f *fault.Fault, _ *turnState) []byte {
+func (chatDialect) FaultEvent(f *fault.Fault, _ *turn.Stream) []byte {
 	return chatErrorChunk(api.OpenAIFault(f))
 }
 
@@ -106,7 +108,7 @@ type chatView struct {
 // compacting turn sent upstream followed by what came after, so the prompt cache keeps hitting.
 func (s *Server) viewChat(w http.ResponseWriter, r *http.Request, req *api.ChatRequest) chatView {
 	v := chatView{msgs: req.Messages}
-	v.mem = s.engine.Remembered(r.Context(), dialectChat.engine(), s.scope(r.Context()), api.Raws[json.RawMessage](api.ChatUnits(req.Messages)))
+	v.mem = s.engine.Remembered(r.Context(), dialectChat.Engine(), s.scope(r.Context()), api.Raws[json.RawMessage](api.ChatUnits(req.Messages)))
 	if v.mem == nil || v.mem.Opened == nil {
 		return v
 	}
@@ -115,7 +117,7 @@ func (s *Server) viewChat(w http.ResponseWriter, r *http.Request, req *api.ChatR
 	head := req.Messages[:n-tail]
 	items, _ := api.ChatItems(head)
 	win := s.engine.Partition(items, s.cfg.RetainTokens)
-	kept := s.engine.KeepWindow(dialectChat.engine(), nil, items, win, s.cfg.RetainTokens)
+	kept := s.engine.KeepWindow(dialectChat.Engine(), nil, items, win, s.cfg.RetainTokens)
 	var text string
 	if o.Payload.Summary != "" || o.Payload.Ledger != "" {
 		text = handoff.Text(o.Payload.Summary, o.Payload.Ledger)
@@ -143,7 +145,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 		writeFault(w, dialectChat, api.BodyFault(err))
 		return
 	}
-	limit, trigger := s.cfg.Policy.ForRoute(dialectChat.name()).Effective(compact.Threshold{})
+	limit, trigger := s.cfg.Policy.ForRoute(dialectChat.Name()).Effective(compact.Threshold{})
 	if limit <= 0 {
 		forwardChat(w, r, rp, nil, body)
 		return
@@ -153,7 +155,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 	total, _ := s.cfg.Counter.Request(nil, units, chatTools(req), limit)
 	if !compact.Over(total, limit) {
 		msgs := v.msgs
-		s.engine.Speculate(engine.SpecRequest{Dialect: dialectChat.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
+		s.engine.Speculate(engine.SpecRequest{Dialect: dialectChat.Engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
 			Owner: s.ownerOf(r.Context()), Conversation: conversationLabel(r, "", v.prev),
 			Auth: s.summariserAuth(r), Units: units, Prefix: func(n int) []api.Item { items, _ := api.ChatItems(msgs[:n]); return items },
 			Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
@@ -171,7 +173,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 		forwardChat(w, r, rp, nil, body)
 		return
 	}
-	t := &turnState{stream: req.Stream}
+	t := &turnState{Stream: turn.Stream{Streamed: req.Stream}}
 	msgs, c, answered := s.compactChat(w, r, t, trigger, req, v, total)
 	if answered {
 		return
@@ -200,7 +202,7 @@ func (s *Server) compactChat(w http.ResponseWriter, r *http.Request, t *turnStat
 	if c == nil {
 		return nil, nil, answered
 	}
-	markCompactedTurn(w, t, c)
+	markCompactedTurn(w, t.st(), c)
 	return msgs, c, false
 }
 
@@ -271,7 +273,7 @@ func forwardChat(w http.ResponseWriter, r *http.Request, rp http.Handler, t *tur
 	}
 	out := withBody(r, ctx, body)
 	var rw http.ResponseWriter = w
-	if t != nil && t.committed {
+	if t != nil && t.Committed {
 		rw = committedWriter{w}
 	}
 	rp.ServeHTTP(rw, out)
@@ -290,7 +292,7 @@ func (s *Server) modifyChatResponse(resp *http.Response) error {
 	} else {
 		guardPassThrough(resp, dialectChat) // the event cap, nothing else
 	}
-	if t == nil || !t.committed {
+	if t == nil || !t.Committed {
 		return nil
 	}
 	if resp.StatusCode/100 != 2 {

@@ -8,14 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
-	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/sse"
+	"github.com/compactd/compactd/internal/turn"
 )
 
 // The proxy's side of the compaction engine: the compactions the dialect handlers ask for go
@@ -32,20 +30,20 @@ func newID(prefix string) string { return engine.NewID(prefix) }
 // answered with a 400 in d's envelope that says what went wrong and what to do; the request
 // goes no further.
 func (s *Server) openCompaction(ctx context.Context, d dialect, param, ec, givenID, sig string) (*engine.Opened, *fault.Fault) {
-	o, err := s.engine.Open(ec, givenID, d.engine().SealKind, s.tenantOf(ctx), sig)
+	o, err := s.engine.Open(ec, givenID, d.Engine().SealKind, s.tenantOf(ctx), sig)
 	if err == nil {
 		return o, nil
 	}
 	reason := engine.Reason(err)
-	s.log.Warn("compaction rejected", "api", d.String(), "reason", reason)
-	s.metrics.openFailure(d.String(), reason)
+	s.log.Warn("compaction rejected", "api", apiName(d), "reason", reason)
+	s.metrics.openFailure(apiName(d), reason)
 	return nil, openError(d, param, reason, err)
 }
 
 // openError is the 400 for a compaction that did not open, by engine.Reason; n is what d calls a
 // compaction ("item" or "block").
 func openError(d dialect, param, reason string, err error) *fault.Fault {
-	n := d.noun()
+	n := d.Words().Compaction
 	f := &fault.Fault{Code: fault.CodeInvalidEncryptedContent, Param: param}
 	var se *engine.SignatureError
 	switch {
@@ -69,54 +67,6 @@ func openError(d dialect, param, reason string, err error) *fault.Fault {
 	return f
 }
 
-// openItem opens the Responses compaction item at input[k].
-func (s *Server) openItem(ctx context.Context, items []api.Item, k int) (*engine.Opened, *fault.Fault) {
-	param := fmt.Sprintf("input[%d].encrypted_content", k)
-	raw := items[k].Raw
-	ec := gjson.GetBytes(raw, "encrypted_content")
-	if ec.Type != gjson.String || ec.Str == "" {
-		return nil, &fault.Fault{Code: fault.CodeInvalidEncryptedContent, Param: param,
-			Message: "The compaction item has no encrypted_content; send the item back exactly as compactd returned it."}
-	}
-	given := gjson.GetBytes(raw, "id")
-	id := given.Str
-	if given.Exists() && id == "" {
-		id = "\x00" // an id that is there but empty never matches the sealed one
-	}
-	return s.openCompaction(ctx, dialectOpenAI, param, ec.Str, id, "")
-}
-
-// expand applies the handoff for the latest compaction item at input[k]: system and developer
-// messages before it stay, the newest user messages before it stay (the same window compaction
-// kept), everything else before it is superseded and dropped, and the item itself becomes the
-// handoff message. Items after it are untouched. The result is what the upstream sees.
-func (s *Server) expand(items []api.Item, k int, o *engine.Opened) []api.Item {
-	return s.handoffAt(items[:k], items[k+1:], o)
-}
-
-// handoffAt is the Responses context after the compaction o of the items before: the window
-// compaction kept of them, the handoff message, the verbatim tail a speculative compaction kept
-// (the last Payload.Tail of before), then after. A compaction item in the input (expand) and a
-// compaction the memo remembers for a prefix (the transparent policy) render the same bytes.
-func (s *Server) handoffAt(before, after []api.Item, o *engine.Opened) []api.Item {
-	s.metrics.handoffApplied(dialectOpenAI.String())
-	tail := min(o.Payload.Tail, len(before))
-	head := before[:len(before)-tail]
-	w := s.engine.Partition(head, s.cfg.RetainTokens)
-	out := make([]api.Item, 0, len(w.Instructions)+len(w.Retained)+1+tail+len(after))
-	out = s.engine.KeepWindow(dialectOpenAI.engine(), out, head, w, s.cfg.RetainTokens)
-	if o.Payload.Summary != "" || o.Payload.Ledger != "" {
-		out = append(out, handoffItem(handoff.Text(o.Payload.Summary, o.Payload.Ledger)))
-	}
-	out = append(out, before[len(before)-tail:]...)
-	return append(out, after...)
-}
-
-// handoffItem is the Responses handoff: a user message holding the handoff text.
-func handoffItem(text string) api.Item {
-	return api.Item{Raw: api.UserMessage(text), Type: "message", Role: "user", Handoff: true}
-}
-
 // compactIn is one compaction as a handler asks for it: the engine's request, the dialect, and
 // how the dialect renders the compacted context (finish: it returns the context's size in
 // tokens and how many units it replaced, which the payload records).
@@ -135,6 +85,14 @@ type compaction struct {
 	msgs  []api.Message // Messages: the compacted messages the upstream sees
 }
 
+// engineOf is c's engine compaction (nil for none).
+func engineOf(c *compaction) *engine.Compaction {
+	if c == nil {
+		return nil
+	}
+	return c.Compaction
+}
+
 // errNothingToCompact means the window replaces nothing (instructions and retained messages only).
 var errNothingToCompact = engine.ErrNothingToCompact
 
@@ -143,7 +101,7 @@ var errNothingToCompact = engine.ErrNothingToCompact
 func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, error) {
 	out := &compaction{}
 	req := in.Request
-	req.Dialect, req.Tenant, req.Owner = in.dialect.engine(), s.tenantOf(ctx), s.ownerOf(ctx)
+	req.Dialect, req.Tenant, req.Owner = in.dialect.Engine(), s.tenantOf(ctx), s.ownerOf(ctx)
 	req.Finish = func(c *engine.Compaction) (int, int) {
 		out.Compaction = c
 		return in.finish(out)
@@ -159,51 +117,10 @@ func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, er
 		return nil, err
 	}
 	out.Compaction, out.took = c, time.Since(start)
-	out.item = in.dialect.compactionItem(c)
-	return out, nil
-}
-
-// compactRequest is a Responses compaction: what to compact and how.
-type compactRequest struct {
-	memory       *engine.Memory // the turn's memo lookup; the compaction is recorded against it
-	covers       int            // client items the compaction covers (the memo record)
-	id           string         // the new item's id; generated when ""
-	model        string
-	items        []api.Item // the context after any earlier handoff
-	tokensBefore int
-	prev         *engine.Opened
-	instructions string
-	conversation string
-	speculate    bool
-	allowEmpty   bool // an explicit route: exactly one item, empty when nothing can be replaced
-}
-
-// compactItems compacts a Responses input through the core.
-func (s *Server) compactItems(ctx context.Context, r *http.Request, cr compactRequest) (*compaction, error) {
-	return s.compactCore(ctx, s.responsesCompactIn(r, cr))
-}
-
-// responsesCompactIn is the core's view of a Responses compaction. The compacted input is the
-// kept window, the handoff message, and a speculative compaction's verbatim tail.
-func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactIn {
-	return compactIn{
-		dialect: dialectOpenAI,
-		Request: engine.Request{
-			ID: cr.id, Model: cr.model, Instructions: cr.instructions,
-			Conversation: cr.conversation, Auth: s.summariserAuth(r), Items: cr.items,
-			TokensBefore: cr.tokensBefore, Prev: cr.prev, Retain: s.cfg.RetainTokens,
-			Speculate: cr.speculate, AllowEmpty: cr.allowEmpty, Explicit: cr.allowEmpty,
-			Memory: cr.memory, Covers: cr.covers,
-		},
-		finish: func(c *compaction) (int, int) {
-			c.items = append(make([]api.Item, 0, len(c.Kept)+1+c.Tail), c.Kept...)
-			if c.Handoff != "" {
-				c.items = append(c.items, handoffItem(c.Handoff))
-			}
-			c.items = append(c.items, cr.items[len(c.Compacted):]...)
-			return s.engine.CountItems(c.items), len(c.Compacted) - len(c.Window.Instructions) - len(c.Window.Retained)
-		},
+	if l, ok := in.dialect.(legacyDialect); ok {
+		out.item = l.compactionItem(c)
 	}
+	return out, nil
 }
 
 // thresholdCompaction runs a turn's threshold (or policy) compaction in either dialect: a
@@ -214,15 +131,15 @@ func (s *Server) responsesCompactIn(r *http.Request, cr compactRequest) compactI
 func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turnState, trigger string, in compactIn) (c *compaction, answered bool) {
 	if !s.holdCompaction(r) {
 		s.metrics.budgetRefused()
-		writeFaultTo(w, in.dialect, t, s.budgetExceeded())
+		writeFaultTo(w, in.dialect, t.st(), s.budgetExceeded())
 		return nil, true
 	}
 	var ka *keepAlive
-	if t.stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, in.dialect.keepAlive)
+	if t.Streamed {
+		ka = startKeepAlive(w, s.cfg.KeepAlive, in.dialect.KeepAlive)
 	}
 	c, err := s.compactCore(r.Context(), in)
-	t.committed = ka != nil && ka.Stop()
+	t.Committed = ka != nil && ka.Stop()
 	switch {
 	case engine.SkipReason(err) != "":
 		// It could not make the turn meaningfully smaller: the turn goes on as it came.
@@ -230,11 +147,11 @@ func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *
 		return nil, false
 	case err != nil:
 		s.compactionFailed(r, in.dialect, trigger, in.Model, err)
-		if !t.committed && s.passThroughOnFailure(w, in.dialect, err) {
+		if !t.Committed && s.passThroughOnFailure(w, in.dialect, err) {
 			return nil, false // forward the turn as it came
 		}
 		if f := compactionFailure(err); f != nil {
-			writeFaultTo(w, in.dialect, t, f)
+			writeFaultTo(w, in.dialect, t.st(), f)
 		}
 		return nil, true
 	}
@@ -245,7 +162,7 @@ func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *
 // passThroughOnFailure reports whether a failed threshold compaction should be forwarded
 // uncompacted (the passthrough failure policy), and marks the response so the client can tell.
 func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err error) bool {
-	if !s.engine.PassThrough(d.name(), err) {
+	if !s.engine.PassThrough(d.Name(), err) {
 		return false
 	}
 	w.Header().Add("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
@@ -365,8 +282,8 @@ func compactedReport(c *compaction) string {
 // markCompactedTurn is markCompacted for a turn whose stream compactd may have committed while it
 // compacted (keep-alives): the headers are gone then, so the same report goes out as an SSE
 // comment, which every stream parser skips, before the upstream's first event.
-func markCompactedTurn(w http.ResponseWriter, t *turnState, c *compaction) {
-	if t.committed {
+func markCompactedTurn(w http.ResponseWriter, st *turn.Stream, c *compaction) {
+	if st.Committed {
 		_, _ = w.Write(sse.AppendComment(nil, compactionHeader+": "+compactedReport(c)))
 		return
 	}

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -59,48 +57,6 @@ func parsedItems(tb testing.TB, raw [][]byte) []api.Item {
 // benchSummary is a summary and ledger of realistic size: 16 KB and the default 6 KB ledger.
 var benchSummary, benchLedger = strings.Repeat("The handler now returns positioned errors; tests pass. ", 300), strings.Repeat("- ran `go test ./proxy` exit 0\n", 200)
 
-// BenchmarkExpand is the handoff of a turn after a compaction, with the counter warm as it is in
-// a running server. "codex" is the shape Codex sends (instructions and retained user messages,
-// the compaction item, then the new turn's items); "full-history" a client that kept the whole
-// history before the item, all of which expand must partition and drop.
-func BenchmarkExpand(b *testing.B) {
-	s := benchServer(b, instantSummarizer{summary: benchSummary})
-	o := &engine.Opened{ID: "cmp_bench", Payload: &compact.Payload{V: 1, Summary: benchSummary, Ledger: benchLedger}}
-	cmp := api.CompactionItem("cmp_bench", "cmp_bench.sealed")
-	for _, size := range []struct {
-		name string
-		size int
-	}{{"10KB", 10 << 10}, {"1MB", 1 << 20}, {"4MB", 4 << 20}} {
-		hist := workload.Items(size.size)
-		shapes := map[string][][]byte{
-			"codex":        append(append(append([][]byte{}, workload.Preamble()...), cmp), hist...),
-			"full-history": append(append([][]byte{}, hist...), cmp, workload.NewItem(1)),
-		}
-		for _, shape := range []string{"codex", "full-history"} {
-			items := parsedItems(b, shapes[shape])
-			k := -1
-			for i, it := range items {
-				if it.Type == api.TypeCompaction {
-					k = i
-				}
-			}
-			for _, it := range items {
-				s.cfg.Counter.Item(it.Raw)
-			}
-			b.Run(size.name+"/"+shape, func(b *testing.B) {
-				b.ReportAllocs()
-				c0 := cputime.Process()
-				for b.Loop() {
-					if out := s.expand(items, k, o); len(out) == 0 || !out[len(out)-1-(len(items)-k-1)].Handoff {
-						b.Fatal("no handoff message")
-					}
-				}
-				cputime.Report(b, c0)
-			})
-		}
-	}
-}
-
 // BenchmarkCompactItems is everything a compaction does apart from waiting on the summariser —
 // partition, transcript rendering, facts ledger, payload, seal — for a history of about 400k
 // tokens whose counts are cached (the threshold decision that triggered it counted them).
@@ -120,7 +76,6 @@ func BenchmarkCompactItems(b *testing.B) {
 	for _, it := range items {
 		bodyBytes += len(it.Raw)
 	}
-	r := httptest.NewRequest(http.MethodPost, "/v1/responses", nil)
 	b.Logf("history: %d items, %d tokens, %d bytes", len(items), total, bodyBytes)
 	for _, ledger := range []struct {
 		name  string
@@ -137,8 +92,9 @@ func BenchmarkCompactItems(b *testing.B) {
 			b.ReportAllocs()
 			c0 := cputime.Process()
 			for b.Loop() {
-				c, err := s.compactItems(context.Background(), r, compactRequest{model: "m", items: items, tokensBefore: total})
-				if err != nil || c.item == nil {
+				c, err := s.engine.Compact(context.Background(), engine.Request{Dialect: dialectOpenAI.Engine(), Model: "m", Items: items,
+					TokensBefore: total, Retain: s.cfg.RetainTokens, Finish: func(c *engine.Compaction) (int, int) { return 0, len(c.Compacted) }})
+				if err != nil || c.EncryptedContent == "" {
 					b.Fatalf("compact: %v", err)
 				}
 			}

@@ -7,6 +7,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/compactd/compactd/internal/dialect/responses"
+	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/turn"
 )
 
 // chunkedBody hands out its bytes at most 64 KiB a read, as an upstream connection does.
@@ -47,12 +51,14 @@ func TestRelayHoldsAnEventOnce(t *testing.T) {
 		wrap               func(resp *http.Response, tr *turnState)
 		head               string // what the client's stream starts with, as far as the large event's text
 	}{
-		{"responses pass-through", "/v1/responses", created + delta + completed, func(resp *http.Response, _ *turnState) { guardResponsesStream(resp, false) },
-			created + delta[:200]},
-		{"responses rewriter", "/v1/responses", created + delta + completed, func(resp *http.Response, tr *turnState) {
-			tr.item, tr.itemID = []byte(`{"type":"compaction","id":"cmp_1","encrypted_content":"x"}`), "cmp_1"
-			guardResponsesStream(resp, true)
-			resp.Body = newSSERewriter(resp.Body, tr)
+		{"responses pass-through", "/v1/responses", created + delta + completed, func(resp *http.Response, _ *turnState) {
+			f := responsesFlight(t, false)
+			guardTurn(resp, dialectOpenAI, f, dialectOpenAI.Terminal, false)
+		}, created + delta[:200]},
+		{"responses rewriter", "/v1/responses", created + delta + completed, func(resp *http.Response, _ *turnState) {
+			f := responsesFlight(t, true)
+			guardTurn(resp, dialectOpenAI, f, dialectOpenAI.Terminal, true)
+			resp.Body = f.rw.Events(resp.Body)
 		}, "\"sequence_number\":3,\"output_index\":1,\"delta\":\"xxxx"},
 		{"messages pass-through", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, _ *turnState) { guardPassThrough(resp, dialectAnthropic) },
 			start + msgDelta[:200]},
@@ -66,7 +72,7 @@ func TestRelayHoldsAnEventOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			stream := []byte(tc.stream)
 			req, _ := http.NewRequest(http.MethodPost, "http://upstream"+tc.path, nil)
-			tr := &turnState{stream: true}
+			tr := &turnState{Stream: turn.Stream{Streamed: true}}
 			req = req.WithContext(withTurn(req.Context(), tr))
 			var before, held, after runtime.MemStats
 			runtime.GC()
@@ -115,4 +121,18 @@ func TestRelayHoldsAnEventOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// responsesFlight is a streamed Responses turn as the pipeline forwards it: with compacted, one
+// that issued the compaction cmp_1.
+func responsesFlight(t *testing.T, compacted bool) *flight {
+	t.Helper()
+	tr, f := responses.Adapter{}.Parse(&turn.Env{Header: http.Header{}}, []byte(`{"model":"m","input":"hi","stream":true}`))
+	if f != nil {
+		t.Fatal(f)
+	}
+	if compacted {
+		tr.Compacted(&engine.Compaction{ID: "cmp_1", EncryptedContent: "x"}, false)
+	}
+	return &flight{t: tr, rw: tr.Rewriter()}
 }

@@ -176,7 +176,7 @@ func clientKind(h http.Header) string {
 func (s *Server) event(r *http.Request, kind, conversation string, d dialect) archive.Event {
 	ctx := r.Context()
 	e := archive.Event{Tenant: s.tenantOf(ctx), Owner: s.ownerOf(ctx), Conversation: conversation, Kind: kind,
-		CreatedAt: time.Now(), API: d.String(), Client: clientKind(r.Header)}
+		CreatedAt: time.Now(), API: apiName(d), Client: clientKind(r.Header)}
 	if rc := chi.RouteContext(ctx); rc != nil {
 		e.Route = rc.RoutePattern()
 	}
@@ -242,7 +242,7 @@ func (s *Server) failureOutcome(d dialect, trigger string, err error) string {
 		return "canceled"
 	case errors.Is(err, summarizer.ErrBusy):
 		return "busy"
-	case s.cfg.FailurePolicies.For(d.name()) == PolicyPassthrough && (trigger == "threshold" || trigger == "policy" || trigger == agentTrigger):
+	case s.cfg.FailurePolicies.For(d.Name()) == PolicyPassthrough && (trigger == "threshold" || trigger == "policy" || trigger == agentTrigger):
 		return string(PolicyPassthrough)
 	}
 	return string(PolicyFail)

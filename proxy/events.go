@@ -12,7 +12,7 @@ import (
 // (eventlog.go), whose content is sealed.
 func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compaction) {
 	attrs := []any{
-		slog.String("api", d.String()),
+		slog.String("api", apiName(d)),
 		slog.String("trigger", trigger),
 		slog.String("item", c.ID),
 		slog.Int("tokens_before", c.Payload.TokensBefore),
@@ -24,8 +24,8 @@ func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compac
 	ct := clientTurnFrom(r.Header)
 	attrs = append(attrs, ct.LogAttrs()...)
 	s.log.InfoContext(r.Context(), "compacted", attrs...)
-	s.metrics.clientCompaction(d.String(), ct)
-	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "ok", Model: c.Payload.Model,
+	s.metrics.clientCompaction(apiName(d), ct)
+	s.metrics.compaction(compactionEvent{API: apiName(d), Trigger: trigger, Outcome: "ok", Model: c.Payload.Model,
 		TokensBefore: c.Payload.TokensBefore, TokensAfter: c.Payload.TokensAfter})
 	s.recordCompaction(r, d, trigger, c)
 }
@@ -33,9 +33,9 @@ func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compac
 // compactionFailed records a compaction that could not be completed (the turn was answered with
 // an error, or forwarded uncompacted, and nothing was changed).
 func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model string, err error) {
-	attrs := append([]any{slog.String("api", d.String()), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
+	attrs := append([]any{slog.String("api", apiName(d)), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
 	s.log.WarnContext(r.Context(), "compaction failed", attrs...)
-	s.metrics.compaction(compactionEvent{API: d.String(), Trigger: trigger, Outcome: "failed", Model: model})
+	s.metrics.compaction(compactionEvent{API: apiName(d), Trigger: trigger, Outcome: "failed", Model: model})
 	s.recordCompactionFailed(r, d, trigger, model, err)
 }
 
@@ -44,9 +44,9 @@ func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model str
 // and the skip counters. The turn goes on uncompacted.
 func (s *Server) compactionSkipped(r *http.Request, d dialect, trigger string, err error) {
 	reason := engine.SkipReason(err)
-	s.log.DebugContext(r.Context(), "compaction skipped", slog.String("api", d.String()), slog.String("trigger", trigger),
+	s.log.DebugContext(r.Context(), "compaction skipped", slog.String("api", apiName(d)), slog.String("trigger", trigger),
 		slog.String("reason", reason), slog.String("detail", err.Error()))
-	s.metrics.skipped(d.String(), trigger, reason)
+	s.metrics.skipped(apiName(d), trigger, reason)
 }
 
 // compactionNotMade records a compaction that was not made: skipped (engine.SkipReason) or failed.

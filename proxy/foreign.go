@@ -3,10 +3,11 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/compactd/compactd/internal/fault"
 
 	"github.com/tidwall/gjson"
 
@@ -59,69 +60,6 @@ func ParseForeignItems(s string) (ForeignItems, error) {
 	return "", fmt.Errorf("%q is not a foreign-items policy: use drop or reject", s)
 }
 
-// compactdPrefix starts every encrypted_content compactd issues (encryptedContent).
-const compactdPrefix = "cmp_"
-
-// isForeign reports whether encrypted_content ec marks its item or block as sealed by someone
-// other than compactd (see the package comment above). Nothing in ec is decoded.
-func isForeign(ec gjson.Result) bool {
-	return ec.Type == gjson.String && ec.Str != "" && !strings.HasPrefix(ec.Str, compactdPrefix)
-}
-
-// foreignItemIndexes returns the indexes of the foreign compaction items of items.
-func foreignItemIndexes(items []api.Item) []int {
-	var out []int
-	for i, it := range items {
-		if it.Type == api.TypeCompaction || it.Type == api.TypeCompactionSummary {
-			if isForeign(gjson.GetBytes(it.Raw, "encrypted_content")) {
-				out = append(out, i)
-			}
-		}
-	}
-	return out
-}
-
-// foreignResponses applies the foreign-items policy to a skimmed Responses request. With no
-// foreign item it returns req itself. Under drop it returns the request re-skimmed from a body
-// whose input lacks them, so every later step (the handoff of compactd's own latest item, the
-// trigger check, the window, forwarding) works on what the upstream will see; the second skim
-// is paid only by requests that hold a foreign item. Under reject it answers the 400 and
-// returns false.
-func (s *Server) foreignResponses(w http.ResponseWriter, req *api.ResponsesRequest) (*api.ResponsesRequest, bool) {
-	idx := foreignItemIndexes(req.Items)
-	if len(idx) == 0 {
-		return req, true
-	}
-	where := make([]string, len(idx))
-	for i, k := range idx {
-		where[i] = fmt.Sprintf("input[%d]", k)
-	}
-	if s.cfg.ForeignItems == ForeignReject {
-		s.foreignRejected(dialectOpenAI, len(idx))
-		writeFault(w, dialectOpenAI, fault.InvalidParam(where[0]+".encrypted_content", "foreign_compaction_item", fmt.Sprintf(
-			"%s is a %s item compactd did not issue (its encrypted_content is not in compactd's cmp_… format; it was most likely issued by OpenAI before this conversation was routed through compactd), so compactd cannot open it. Remove it from input, or run compactd with --foreign-items drop (COMPACTD_FOREIGN_ITEMS=drop) to drop such items and continue without the history they replaced.",
-			strings.Join(where, ", "), req.Items[idx[0]].Type)))
-		return nil, false
-	}
-	kept := make([][]byte, 0, len(req.Items)-len(idx))
-	next := 0
-	for i, it := range req.Items {
-		if next < len(idx) && idx[next] == i {
-			next++
-			continue
-		}
-		kept = append(kept, it.Raw)
-	}
-	out, err := api.ParseResponsesRequest(req.WithInput(kept, false))
-	if err != nil {
-		// Cannot happen (the items were skimmed once already); refuse rather than guess.
-		writeFault(w, dialectOpenAI, api.BodyFault(err))
-		return nil, false
-	}
-	s.foreignDropped(w, dialectOpenAI, len(idx), strings.Join(where, ","))
-	return out, true
-}
-
 // foreignMessages applies the foreign-items policy to the compaction blocks of a Messages
 // request: under drop it returns a shallow copy of req whose messages lack them (a message left
 // empty is removed, as with compactd's own consumed blocks) and true; with none it returns req
@@ -133,7 +71,7 @@ func (s *Server) foreignMessages(w http.ResponseWriter, req *api.MessagesRequest
 		if c := b.Get("content"); !c.Exists() || c.Type == gjson.Null {
 			continue // a no-op block, removed like compactd's own
 		}
-		if isForeign(b.Get("encrypted_content")) {
+		if api.IsForeign(b.Get("encrypted_content")) {
 			foreign = append(foreign, ref)
 		}
 	}
@@ -182,19 +120,30 @@ func (s *Server) foreignMessages(w http.ResponseWriter, req *api.MessagesRequest
 	return &out, true, nil
 }
 
+// foreign is Env.Foreign: n foreign compactions at where, counted and reported; it reports
+// whether the policy rejects them.
+func (s *Server) foreign(w http.ResponseWriter, d dialect, n int, where string) bool {
+	if s.cfg.ForeignItems == ForeignReject {
+		s.foreignRejected(d, n)
+		return true
+	}
+	s.foreignDropped(w, d, n, where)
+	return false
+}
+
 // foreignDropped says that n foreign items were dropped: the warning header, the metric and a
 // warn log line. Locations and counts only, never content.
 func (s *Server) foreignDropped(w http.ResponseWriter, d dialect, n int, where string) {
 	w.Header().Add("X-Compactd-Warning", "dropped "+strconv.Itoa(n)+" foreign compaction item(s) at "+where+
 		": not issued by compactd, so never opened; whatever they summarised is no longer in the model's view (--foreign-items reject refuses such requests instead)")
-	s.metrics.foreignItems(d.String(), "dropped", n)
+	s.metrics.foreignItems(apiName(d), "dropped", n)
 	s.log.Warn("dropped foreign compaction items: the history they replaced is gone from the model's view",
-		"api", d.String(), "items", n, "at", where)
+		"api", apiName(d), "items", n, "at", where)
 }
 
 func (s *Server) foreignRejected(d dialect, n int) {
-	s.metrics.foreignItems(d.String(), "rejected", n)
-	s.log.Warn("rejected a request holding foreign compaction items (--foreign-items reject)", "api", d.String(), "items", n)
+	s.metrics.foreignItems(apiName(d), "rejected", n)
+	s.log.Warn("rejected a request holding foreign compaction items (--foreign-items reject)", "api", apiName(d), "items", n)
 }
 
 // resolveBlocksForeign is resolveBlocks after the foreign-items policy: foreign blocks are

@@ -1,10 +1,11 @@
 package proxy
 
 import (
-	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/compactd/compactd/internal/fault"
 )
 
 // Request framing and methods, checked first in the gate (server.go), before anything looks at

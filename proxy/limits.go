@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/compactd/compactd/internal/fault"
 )
 
 // Request limits that must answer in the dialect of the route. net/http answers an oversized

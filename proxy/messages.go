@@ -3,9 +3,11 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"slices"
+
+	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/turn"
 
 	"github.com/tidwall/gjson"
 
@@ -40,7 +42,7 @@ type msgTurn struct {
 }
 
 func (mt *msgTurn) rewrites() bool {
-	return mt.block != nil || len(mt.applied) > 0 || mt.countTokens || mt.t.committed
+	return mt.block != nil || len(mt.applied) > 0 || mt.countTokens || mt.t.Committed
 }
 
 type msgTurnKey struct{}
@@ -83,7 +85,7 @@ func (s *Server) messagesPrelude(w http.ResponseWriter, r *http.Request, policy,
 
 // handleMessages serves POST /v1/messages.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	policy := s.cfg.Policy.ForRoute(dialectAnthropic.name())
+	policy := s.cfg.Policy.ForRoute(dialectAnthropic.Name())
 	req, cm, ok := s.messagesPrelude(w, r, policy.Threshold > 0, true)
 	if !ok {
 		return
@@ -107,7 +109,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	mt := &msgTurn{t: &turnState{stream: req.Stream}}
+	mt := &msgTurn{t: &turnState{Stream: turn.Stream{Streamed: req.Stream}}}
 	msgs, changed := view.msgs, view.changed
 	if s.cfg.AnthropicApplyEdits && cm != nil {
 		var edited bool
@@ -130,7 +132,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		transparent := trigger == "policy" && (cm == nil || cm.Compact == nil) && len(req.Blocks) == 0
 		var mem *engine.Memory
 		if transparent {
-			if mem = s.engine.Remembered(r.Context(), dialectAnthropic.engine(), s.scope(r.Context()), api.Raws[json.RawMessage](api.CountItems(msgs))); mem != nil && mem.Opened != nil {
+			if mem = s.engine.Remembered(r.Context(), dialectAnthropic.Engine(), s.scope(r.Context()), api.Raws[json.RawMessage](api.CountItems(msgs))); mem != nil && mem.Opened != nil {
 				view.prev, applied, changed = mem.Opened, true, true
 				msgs = memoHandoffMessages(msgs, mem.Items, mem.Opened)
 				s.markApplied(w, r, dialectAnthropic, mem)
@@ -141,7 +143,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		if !compact.Over(total, limit) && s.engine.Speculating(total, limit) {
 			// The background job outlives the turn: it gets its own copy of the message list.
 			kept := slices.Clone(msgs)
-			s.engine.Speculate(engine.SpecRequest{Dialect: dialectAnthropic.engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
+			s.engine.Speculate(engine.SpecRequest{Dialect: dialectAnthropic.Engine(), Tenant: s.tenantOf(r.Context()), Model: req.Model,
 				Owner: s.ownerOf(r.Context()), Conversation: conversationLabel(r, "", view.prev),
 				Auth: s.summariserAuth(r), Units: api.CountItems(kept), Prefix: func(n int) []api.Item { return api.MessageItems(kept[:n]) },
 				Total: total, Limit: limit})
@@ -168,7 +170,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 				}
 				msgs, changed, compacted, comp = c.msgs, true, true, c
 				if transparent {
-					markCompactedTurn(w, mt.t, c)
+					markCompactedTurn(w, mt.t.st(), c)
 				} else {
 					mt.block, mt.summary, mt.ecStr, mt.compUsage = c.item, c.Summary, c.EncryptedContent, c.Usage
 				}
@@ -290,7 +292,7 @@ func (s *Server) forwardMessages(w http.ResponseWriter, r *http.Request, mt *msg
 			// compression itself.
 			out.Header.Del("Accept-Encoding")
 		}
-		if mt.t.committed {
+		if mt.t.Committed {
 			rw = committedWriter{w}
 		}
 	}

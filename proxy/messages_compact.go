@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/compactd/compactd/internal/fault"
 	"net/http"
 	"slices"
+
+	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/turn"
 
 	"github.com/tidwall/gjson"
 
@@ -74,7 +76,7 @@ func (s *Server) resolveBlocks(ctx context.Context, req *api.MessagesRequest) (m
 	if e != nil {
 		return msgView{}, e
 	}
-	s.metrics.handoffApplied(dialectAnthropic.String())
+	s.metrics.handoffApplied(apiName(dialectAnthropic))
 	return msgView{msgs: handoffMessages(req.Messages, ref, o), prev: o, changed: true}, nil
 }
 
@@ -275,7 +277,7 @@ func (s *Server) messagesCompactIn(r *http.Request, req *api.MessagesRequest, ms
 // compactOnDemand answers a request with `compaction: {type: summarize}`: the conversation is
 // summarised into a signed block and nothing is sampled.
 func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *api.MessagesRequest, view msgView, instructions string) {
-	mt := &msgTurn{t: &turnState{stream: req.Stream}}
+	mt := &msgTurn{t: &turnState{Stream: turn.Stream{Streamed: req.Stream}}}
 	nothing := fault.InvalidParam("", "compaction_nothing_to_summarize",
 		"messages holds no user or assistant content to summarize.")
 	if len(api.MessageItems(view.msgs)) == 0 {
@@ -288,20 +290,20 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 	}
 	var ka *keepAlive
 	if req.Stream {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, dialectAnthropic.keepAlive)
+		ka = startKeepAlive(w, s.cfg.KeepAlive, dialectAnthropic.KeepAlive)
 	}
 	total, _ := s.cfg.Counter.Request(req.System, api.CountItems(view.msgs), req.Tools, 0)
 	in := s.messagesCompactIn(r, req, view.msgs, view.prev)
 	in.Instructions, in.TokensBefore, in.Sign, in.Explicit = instructions, total, true, true
 	c, err := s.compactCore(r.Context(), in)
-	mt.t.committed = ka != nil && ka.Stop()
+	mt.t.Committed = ka != nil && ka.Stop()
 	if err != nil {
 		s.compactionNotMade(r, dialectAnthropic, "on_demand", req.Model, err)
 		switch e := compactionFailure(err); {
 		case errors.Is(err, errNothingToCompact) || errors.Is(err, summarizer.ErrNothingToSummarize):
-			writeFaultTo(w, dialectAnthropic, mt.t, nothing)
+			writeFaultTo(w, dialectAnthropic, mt.t.st(), nothing)
 		case e != nil:
-			writeFaultTo(w, dialectAnthropic, mt.t, e)
+			writeFaultTo(w, dialectAnthropic, mt.t.st(), e)
 		}
 		return
 	}

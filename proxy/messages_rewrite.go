@@ -37,7 +37,7 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 		return nil
 	}
 	if resp.StatusCode/100 != 2 {
-		if mt.t.committed {
+		if mt.t.Committed {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
 			relay.ReplaceBody(resp, upstreamErrorEvent(resp.StatusCode, body))
@@ -47,11 +47,11 @@ func (s *Server) modifyMessagesResponse(resp *http.Response) error {
 	compacted := mt.block != nil
 	isSSE := relay.IsEventStream(resp.Header)
 	switch {
-	case isSSE && !mt.t.stream:
+	case isSSE && !mt.t.Streamed:
 		resp.Body.Close()
 		s.unrewritable(resp, dialectAnthropic, compacted, "is an event stream, but the request was not streamed")
 		return nil
-	case !isSSE && mt.t.committed:
+	case !isSSE && mt.t.Committed:
 		resp.Body.Close()
 		s.unrewritable(resp, dialectAnthropic, compacted, "is JSON, but the request was streamed")
 		return nil
@@ -192,7 +192,7 @@ type msgSSERewriter struct {
 func newMsgSSERewriter(body io.ReadCloser, mt *msgTurn) *relay.EventRewriter {
 	r := &msgSSERewriter{mt: mt}
 	return relay.NewEventRewriter(body, r.rewrite, func() []byte {
-		return dialectAnthropic.errorEvent(invalidUpstream(dialectAnthropic, mt.block != nil, "sent an event that is not valid JSON"), nil)
+		return dialectAnthropic.FaultEvent(invalidUpstream(dialectAnthropic, mt.block != nil, "sent an event that is not valid JSON"), nil)
 	})
 }
 
@@ -312,5 +312,5 @@ func (s *Server) writeCompactionMessage(w http.ResponseWriter, req *api.Messages
 	}
 	b = sse.AppendEvent(b, "message_delta", append(delta, '}'))
 	b = sse.AppendEvent(b, "message_stop", []byte(`{"type":"message_stop"}`))
-	writeEventStream(w, mt.t.committed, b)
+	writeEventStream(w, mt.t.Committed, b)
 }

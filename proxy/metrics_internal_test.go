@@ -56,13 +56,13 @@ func TestLabelClamps(t *testing.T) {
 func TestAPILabelIsTheDialectName(t *testing.T) {
 	seen := map[string]bool{}
 	for _, d := range []dialect{dialectOpenAI, dialectAnthropic, dialectChat} {
-		if d.String() != string(d.name()) || !d.name().Valid() {
-			t.Errorf("%T: String %q, name %q: want the dialect's name", d, d.String(), d.name())
+		if apiName(d) != string(d.Name()) || !d.Name().Valid() {
+			t.Errorf("%T: String %q, name %q: want the dialect's name", d, apiName(d), d.Name())
 		}
-		if !slices.Contains(metricAPIs, d.String()) {
-			t.Errorf("%T: api label %q is not in metricAPIs %q", d, d.String(), metricAPIs)
+		if !slices.Contains(metricAPIs, apiName(d)) {
+			t.Errorf("%T: api label %q is not in metricAPIs %q", d, apiName(d), metricAPIs)
 		}
-		seen[d.String()] = true
+		seen[apiName(d)] = true
 	}
 	if len(seen) != 3 || len(metricAPIs) != 3 {
 		t.Errorf("api labels %v, metricAPIs %q: want one per dialect", seen, metricAPIs)

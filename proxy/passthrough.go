@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sync"
+
+	"github.com/compactd/compactd/internal/fault"
 )
 
 // newReverseProxy builds the ReverseProxy every upstream call of one API goes through. Routes
@@ -24,10 +25,18 @@ func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReversePr
 		// SSE never sits in a buffer. A flush interval on every response would cost a plain JSON
 		// answer a separate header write, a timer goroutine and a flush per write.
 		BufferPool:     copyBuffers,
-		ModifyResponse: d.modifyResponse(s),
+		ModifyResponse: modifyResponseOf(s, d),
 		ErrorHandler:   s.upstreamError(d),
 		ErrorLog:       nil,
 	}
+}
+
+// modifyResponseOf is d's ReverseProxy hook: its legacy handlers' (messages, chat), or none.
+func modifyResponseOf(s *Server, d dialect) func(*http.Response) error {
+	if l, ok := d.(legacyDialect); ok {
+		return l.modifyResponse(s)
+	}
+	return nil
 }
 
 // copyBuffers are the ReverseProxy's copy buffers, 32 KiB like its own, reused across requests
@@ -134,8 +143,8 @@ func (s *Server) upstreamError(d dialect) func(http.ResponseWriter, *http.Reques
 			// The client went away; there is nobody to answer.
 			return
 		}
-		s.log.Warn("upstream request failed", "api", d.String(), "path", r.URL.Path, "err", err)
-		writeFaultTo(w, d, turnFrom(r.Context()), upstreamUnavailable(d))
+		s.log.Warn("upstream request failed", "api", apiName(d), "path", r.URL.Path, "err", err)
+		writeFaultTo(w, d, committedStream(r.Context()), upstreamUnavailable(d))
 	}
 }
 

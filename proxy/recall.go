@@ -6,14 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/compactd/compactd/internal/fault"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 
-	"github.com/tidwall/gjson"
+	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/turn"
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/handoff"
@@ -111,45 +111,16 @@ type recallTurn struct {
 	api          string    // the route's dialect name, for the event log (runRecall sets it)
 }
 
-// recallConfig returns the recall settings and the archive conversation of a turn, with the
-// owners whose segments in it the turn may read, or ok false when recall does not apply: no
-// archive, recall off, no conversation or owners, the client's tool choice
-// leaves the model no way to call it, or the client brings its own tool of the same name
-// (theirs wins; compactd then offers nothing).
-func (s *Server) recallConfig(conversation string, owners owner.Set, tools, toolChoice []byte) (*recallTurn, bool) {
+// recallConfig returns the recall settings of a turn and the archive conversation it searches,
+// with the owners whose segments in it the turn may read, or ok false when recall does not apply:
+// no archive, recall off, no conversation or owners. Whether the request leaves room for the tool
+// (its tool choice, a tool of the same name) is its API's to say (turn.RecallAllowed).
+func (s *Server) recallConfig(conversation string, owners owner.Set) (*recallTurn, bool) {
 	cfg := s.cfg.Recall.withDefaults()
 	if s.cfg.Archive == nil || cfg.Disabled || conversation == "" || len(owners) == 0 {
 		return nil, false
 	}
-	if !toolChoiceAllows(gjson.ParseBytes(toolChoice), cfg.ToolName) {
-		return nil, false
-	}
-	clash := false
-	gjson.ParseBytes(tools).ForEach(func(_, t gjson.Result) bool {
-		// Responses and Messages name a tool at its top; Chat Completions in its function.
-		clash = t.Get("name").Str == cfg.ToolName || t.Get("function.name").Str == cfg.ToolName
-		return !clash
-	})
-	if clash {
-		return nil, false
-	}
 	return &recallTurn{cfg: cfg, conversation: conversation, owners: owners}, true
-}
-
-// toolChoiceAllows reports whether a client's tool_choice lets the model call the recall tool:
-// not "none", and not one named tool (Responses: "none", {"type":"none"} or {"type":"function",
-// "name":…}; Messages: {"type":"none"} or {"type":"tool","name":…}).
-func toolChoiceAllows(tc gjson.Result, name string) bool {
-	if tc.Type == gjson.String {
-		return tc.Str != "none"
-	}
-	switch tc.Get("type").Str {
-	case "none":
-		return false
-	case "tool", "function", "custom":
-		return tc.Get("name").Str == name
-	}
-	return true
 }
 
 // recallSearch searches the archive and renders the excerpts for the model.
@@ -180,37 +151,6 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 	return b.String()
 }
 
-// recallItem is one output unit of a round: a Responses output item or a Messages content block.
-type recallItem struct {
-	raw  []byte
-	tool bool        // a tool call the caller answers (the client's or compactd's)
-	call *recallCall // a call of the recall tool
-}
-
-type recallCall struct{ id, query string }
-
-// recallEventKind is what an event of a streamed round is to the loop.
-type recallEventKind int
-
-const (
-	evPass  recallEventKind = iota // relayed as it is (pings, unknown events)
-	evStart                        // the response opens (created, message_start): relayed in the first round only
-	evItem                         // belongs to the output unit at index
-	evEnd                          // closes the round (message_delta): kept by the dialect, never relayed
-	evStop                         // the stream's last event (response.completed, message_stop): likewise
-	evError                        // the upstream failed the stream: relayed, and the turn ends
-)
-
-// recallEvent is the dialect's reading of one event.
-type recallEvent struct {
-	kind  recallEventKind
-	index int64
-	start bool // evItem: the event opens the unit
-	tool  bool // the unit it opens is a tool call
-	call  bool // the unit it opens is a call of the recall tool
-	data  []byte
-}
-
 // recallFailure is what went wrong with a round, for the dialect to render.
 type recallFailure struct {
 	err  error  // the round trip failed
@@ -234,65 +174,21 @@ func (f recallFailure) fault(d dialect, compacted bool) *fault.Fault {
 	return invalidUpstream(d, compacted, f.why)
 }
 
-// recallDialect is what the loop needs of one API dialect. One value serves one turn.
-type recallDialect interface {
-	// api is the dialect; upstream is its upstream.
-	api() dialect
-	upstream() *url.URL
-	// request renders the next round's upstream body. On the last round the model may not call
-	// the tool.
-	request(last bool) []byte
-	// jsonRound reads a round's whole JSON response (valid JSON), adding its usage to the sum;
-	// why says what makes it unusable.
-	jsonRound(data []byte) (items []recallItem, why string)
-	// finalJSON renders the client's answer from the final round's response and the units the
-	// client sees.
-	finalJSON(data []byte, visible [][]byte) []byte
-	// event reads one event of a streamed round (valid JSON data), following the round's content.
-	event(name string, data []byte) recallEvent
-	// reindex is the edit that sets the output index of an evItem event (ok false: it has that
-	// index already, or none).
-	reindex(data []byte, index int64) (e relay.Splice, ok bool)
-	// render appends the pieces of an event for the client, its data edited by edits (reindex's),
-	// without copying the data (relay.SpliceEvent): a large event is relayed, not duplicated.
-	render(out [][]byte, name string, data []byte, edits []relay.Splice) [][]byte
-	// compacted reports whether the turn compacted; prelude then renders the compaction unit,
-	// which the stream carries at index 0.
-	compacted() bool
-	prelude() []byte
-	// streamRound ends a streamed round after its evStop: its units, usage added to the sum.
-	streamRound() (items []recallItem, why string)
-	// finalStream renders the stream's closing events.
-	finalStream(visible [][]byte) []byte
-	// answer appends a round that called the tool to the upstream history: its units (the
-	// client's tool calls already taken out), then the results of the recall calls, in order.
-	answer(items []recallItem, results []string)
-	// writeError answers a failure over HTTP (an unreachable upstream, an unusable answer);
-	// errorEvents renders it into a stream already under way.
-	writeError(w http.ResponseWriter, r *http.Request, f recallFailure)
-	errorEvents(f recallFailure) []byte
-}
-
-// doneStopper is a dialect whose streams end with [DONE]: doneStops reports whether the round
-// seen so far is complete, so that [DONE] is its evStop (Chat Completions, when the upstream
-// sends no usage chunk).
-type doneStopper interface{ doneStops() bool }
-
 // runRecall runs a turn that offers the recall tool: up to MaxRounds hidden rounds, then the
 // answer the client sees. r's context cancels every round; committed says compactd already sent
 // the stream's headers (keep-alives while it compacted).
-func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d recallDialect, stream, committed bool) {
-	rt.client, rt.api = clientKind(r.Header), d.api().String()
+func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d turn.Recall, a dialect, upstream *url.URL, stream, committed bool) {
+	rt.client, rt.api = clientKind(r.Header), apiName(a)
 	if stream {
-		s.streamRecall(w, r, rt, d, committed)
+		s.streamRecall(w, r, rt, d, a, upstream, committed)
 		return
 	}
 	var visible [][]byte
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamRoundTrip(r, d.upstream(), d.request(last))
+		resp, err := s.upstreamRoundTrip(r, upstream, d.Request(last))
 		if err != nil {
-			d.writeError(w, r, recallFailure{err: err})
+			s.recallFailed(w, r, a, d, recallFailure{err: err})
 			return
 		}
 		if resp.StatusCode != http.StatusOK {
@@ -307,18 +203,18 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 			}
 		}
 		resp.Body.Close()
-		var items []recallItem
+		var items []turn.RecallItem
 		if why == "" {
-			items, why = d.jsonRound(data)
+			items, why = d.JSONRound(data)
 		}
 		if why != "" {
-			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", d.api().String(), "reason", why)
-			d.writeError(w, r, recallFailure{why: why})
+			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", apiName(a), "reason", why)
+			s.recallFailed(w, r, a, d, recallFailure{why: why})
 			return
 		}
 		calls := recallCalls(items)
 		if len(calls) == 0 || last {
-			data = d.finalJSON(data, appendVisible(visible, items, len(items)))
+			data = d.FinalJSON(data, appendVisible(visible, items, len(items)))
 			copyHeader(w.Header(), resp.Header) // the final round's (its request id, rate limits)
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
@@ -326,7 +222,7 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 			return
 		}
 		visible = appendVisible(visible, items, firstTool(items))
-		d.answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
+		d.Answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
 	}
 }
 
@@ -339,20 +235,20 @@ func relayStatus(w http.ResponseWriter, resp *http.Response) {
 	_, _ = w.Write(data)
 }
 
-func recallCalls(items []recallItem) []recallCall {
-	var calls []recallCall
+func recallCalls(items []turn.RecallItem) []turn.RecallCall {
+	var calls []turn.RecallCall
 	for _, it := range items {
-		if it.call != nil {
-			calls = append(calls, *it.call)
+		if it.Call != nil {
+			calls = append(calls, *it.Call)
 		}
 	}
 	return calls
 }
 
 // firstTool is the index of the first tool call among items (len(items) without one).
-func firstTool(items []recallItem) int {
+func firstTool(items []turn.RecallItem) int {
 	for i, it := range items {
-		if it.tool {
+		if it.Tool {
 			return i
 		}
 	}
@@ -360,10 +256,10 @@ func firstTool(items []recallItem) int {
 }
 
 // appendVisible appends items[:n] but the recall calls.
-func appendVisible(visible [][]byte, items []recallItem, n int) [][]byte {
+func appendVisible(visible [][]byte, items []turn.RecallItem, n int) [][]byte {
 	for _, it := range items[:n] {
-		if it.call == nil {
-			visible = append(visible, it.raw)
+		if it.Call == nil {
+			visible = append(visible, it.Raw)
 		}
 	}
 	return visible
@@ -372,20 +268,20 @@ func appendVisible(visible [][]byte, items []recallItem, n int) [][]byte {
 // withoutClientCalls drops the client's tool calls from a round that also called the recall
 // tool: the client never gets them, so they have no results; the model is asked again, with the
 // recall results in hand, and calls them again if it still needs them.
-func withoutClientCalls(items []recallItem) []recallItem {
-	out := make([]recallItem, 0, len(items))
+func withoutClientCalls(items []turn.RecallItem) []turn.RecallItem {
+	out := make([]turn.RecallItem, 0, len(items))
 	for _, it := range items {
-		if !it.tool || it.call != nil {
+		if !it.Tool || it.Call != nil {
 			out = append(out, it)
 		}
 	}
 	return out
 }
 
-func (s *Server) recallResults(ctx context.Context, rt *recallTurn, calls []recallCall) []string {
+func (s *Server) recallResults(ctx context.Context, rt *recallTurn, calls []turn.RecallCall) []string {
 	out := make([]string, len(calls))
 	for i, c := range calls {
-		out[i] = s.recallSearch(ctx, rt, c.query)
+		out[i] = s.recallSearch(ctx, rt, c.Query)
 	}
 	return out
 }
@@ -413,15 +309,15 @@ type heldEvent struct {
 }
 
 // renderBytes is d.render as one slice, for the few events compactd builds itself.
-func renderBytes(d recallDialect, name string, data []byte) []byte {
-	return bytes.Join(d.render(nil, name, data, nil), nil)
+func renderBytes(d turn.Recall, name string, data []byte) []byte {
+	return bytes.Join(d.Render(nil, name, data, nil), nil)
 }
 
 // streamRecall is runRecall for SSE. Each round's events are relayed as they arrive, renumbered
 // so the client sees one ordinary response: the response opens once, the recall calls are
 // dropped, and from a round's first tool call on its events are held until the round ends —
 // dropped if the round called the recall tool (the model is asked again), relayed otherwise.
-func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d recallDialect, committed bool) {
+func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d turn.Recall, a dialect, upstream *url.URL, committed bool) {
 	rc := http.NewResponseController(w)
 	headersSent := committed
 	writePieces := func(bs [][]byte) bool {
@@ -442,28 +338,28 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 	var edits []relay.Splice
 	relayEvent := func(name string, data []byte, es []relay.Splice) bool {
 		clear(pieces)
-		pieces = d.render(pieces[:0], name, data, es)
+		pieces = d.Render(pieces[:0], name, data, es)
 		return writePieces(pieces)
 	}
 	fail := func(f recallFailure) {
 		if f.why != "" {
-			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", d.api().String(), "reason", f.why)
+			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", apiName(a), "reason", f.why)
 		}
 		if headersSent {
-			write(d.errorEvents(f))
+			write(d.ErrorEvents(f.fault(a, d.Compacted()), f.status, f.body))
 			return
 		}
-		d.writeError(w, r, f)
+		s.recallFailed(w, r, a, d, f)
 	}
 	var visible [][]byte
-	injected := !d.compacted()
+	injected := !d.Compacted()
 	next := int64(0) // the client's index of the next visible unit
 	if !injected {
 		next = 1
 	}
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamRoundTrip(r, d.upstream(), d.request(last))
+		resp, err := s.upstreamRoundTrip(r, upstream, d.Request(last))
 		if err != nil {
 			if !errors.Is(err, context.Canceled) || r.Context().Err() == nil {
 				fail(recallFailure{err: err})
@@ -510,7 +406,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 			if len(data) == 0 || bytes.Equal(data, doneMarker) {
 				// comments, keep-alives, [DONE]: the stream's own framing, which ends a Chat
 				// Completions stream whose upstream sent no usage chunk (doneStopper).
-				if ds, ok := d.(doneStopper); ok && len(data) > 0 && ds.doneStops() {
+				if ds, ok := d.(turn.DoneStopper); ok && len(data) > 0 && ds.DoneStops() {
 					stopped = true
 				}
 				continue
@@ -521,53 +417,53 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 				fail(recallFailure{why: "sent an event that is not valid JSON"})
 				return
 			}
-			e := d.event(ev.Name, data)
-			switch e.kind {
-			case evEnd:
-			case evStop:
+			e := d.Event(ev.Name, data)
+			switch e.Kind {
+			case turn.EvEnd:
+			case turn.EvStop:
 				stopped = true
-			case evStart:
+			case turn.EvStart:
 				if round == 0 {
-					ok = relayEvent(ev.Name, e.data, nil)
+					ok = relayEvent(ev.Name, e.Data, nil)
 				}
-			case evError:
-				relayEvent(ev.Name, e.data, nil)
+			case turn.EvError:
+				relayEvent(ev.Name, e.Data, nil)
 				resp.Body.Close()
 				return
-			case evPass:
-				ok = relayEvent(ev.Name, e.data, nil)
-			case evItem:
+			case turn.EvPass:
+				ok = relayEvent(ev.Name, e.Data, nil)
+			case turn.EvItem:
 				if !injected {
 					injected = true
-					if ok = write(d.prelude()); !ok {
+					if ok = write(d.Prelude()); !ok {
 						continue
 					}
 				}
-				if e.start {
-					if e.tool && !holding {
+				if e.Start {
+					if e.Tool && !holding {
 						holding, holdFrom = true, next
 					}
-					if e.call {
-						hidden[e.index] = true
-					} else if _, seen := index[e.index]; !seen {
-						index[e.index] = next
+					if e.Call {
+						hidden[e.Index] = true
+					} else if _, seen := index[e.Index]; !seen {
+						index[e.Index] = next
 						next++
 					}
 				}
-				n, known := index[e.index]
-				if hidden[e.index] || !known {
+				n, known := index[e.Index]
+				if hidden[e.Index] || !known {
 					continue // a recall call's, or of a unit that never opened
 				}
-				edit, renamed := d.reindex(e.data, n)
+				edit, renamed := d.Reindex(e.Data, n)
 				if holding {
-					held = append(held, heldEvent{ev.Name, bytes.Clone(e.data), edit, renamed})
+					held = append(held, heldEvent{ev.Name, bytes.Clone(e.Data), edit, renamed})
 					continue
 				}
 				edits = edits[:0]
 				if renamed {
 					edits = append(edits, edit)
 				}
-				ok = relayEvent(ev.Name, e.data, edits)
+				ok = relayEvent(ev.Name, e.Data, edits)
 			}
 		}
 		resp.Body.Close()
@@ -580,7 +476,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 			}
 			return
 		}
-		items, why := d.streamRound()
+		items, why := d.StreamRound()
 		if why != "" {
 			fail(recallFailure{why: why})
 			return
@@ -588,7 +484,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 		calls := recallCalls(items)
 		if len(calls) == 0 || last {
 			if !injected {
-				write(d.prelude())
+				write(d.Prelude())
 			}
 			for i, h := range held {
 				edits = edits[:0]
@@ -600,13 +496,23 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 				}
 				held[i] = heldEvent{} // written: its bytes may go
 			}
-			write(d.finalStream(appendVisible(visible, items, len(items))))
+			write(d.FinalStream(appendVisible(visible, items, len(items))))
 			return
 		}
 		if holding {
 			next = holdFrom
 		}
 		visible = appendVisible(visible, items, firstTool(items))
-		d.answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
+		d.Answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
 	}
+}
+
+// recallFailed answers a failed round over HTTP: an unreachable upstream as every upstream call's
+// failure is answered, anything else as the fault it is.
+func (s *Server) recallFailed(w http.ResponseWriter, r *http.Request, a dialect, d turn.Recall, f recallFailure) {
+	if f.err != nil {
+		s.upstreamError(a)(w, r, f.err)
+		return
+	}
+	writeFault(w, a, f.fault(a, d.Compacted()))
 }

@@ -3,8 +3,10 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strings"
+
+	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/turn"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -76,8 +78,11 @@ func (s *Server) chatRecallFor(ctx context.Context, req *api.ChatRequest, prev *
 	if n := len(req.Messages); n == 0 || req.Messages[n-1].Role == "assistant" {
 		return nil
 	}
-	conv, owners := s.readSet(ctx, prev, c)
-	rt, ok := s.recallConfig(conv, owners, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
+	conv, owners := s.readSet(ctx, prev, engineOf(c))
+	rt, ok := s.recallConfig(conv, owners)
+	if ok && !turn.RecallAllowed(req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw), rt.cfg.ToolName) {
+		ok = false
+	}
 	if !ok {
 		return nil
 	}
@@ -92,7 +97,7 @@ func (s *Server) forwardChatRecall(w http.ResponseWriter, r *http.Request, t *tu
 		tools = []byte("[]")
 	}
 	d.tools, _ = sjson.SetRawBytes(tools, "-1", d.rt.cfg.chatToolJSON())
-	s.runRecall(w, r, d.rt, d, d.req.Stream, t != nil && t.committed)
+	s.runRecall(w, r, d.rt, d, dialectChat, s.cfg.Upstream, d.req.Stream, t != nil && t.Committed)
 }
 
 // chatToolJSON is the Chat Completions function tool definition.
@@ -102,11 +107,7 @@ func (c RecallConfig) chatToolJSON() []byte {
 	}})
 }
 
-func (d *chatRecall) api() dialect { return dialectChat }
-
-func (d *chatRecall) upstream() *url.URL { return d.s.cfg.Upstream }
-
-func (d *chatRecall) request(last bool) []byte {
+func (d *chatRecall) Request(last bool) []byte {
 	out := d.req.WithMessages(d.msgs)
 	out, _ = sjson.SetRawBytes(out, "tools", d.tools)
 	if last {
@@ -120,9 +121,9 @@ func (d *chatRecall) request(last bool) []byte {
 
 // message splits a choice's message into units: its text (the message without tool_calls),
 // then its tool calls.
-func (d *chatRecall) message(m gjson.Result) []recallItem {
+func (d *chatRecall) message(m gjson.Result) []turn.RecallItem {
 	text, _ := sjson.DeleteBytes([]byte(m.Raw), "tool_calls")
-	items := []recallItem{{raw: text}}
+	items := []turn.RecallItem{{Raw: text}}
 	m.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 		items = append(items, d.toolCall(tc))
 		return true
@@ -130,15 +131,15 @@ func (d *chatRecall) message(m gjson.Result) []recallItem {
 	return items
 }
 
-func (d *chatRecall) toolCall(tc gjson.Result) recallItem {
-	ri := recallItem{raw: []byte(tc.Raw), tool: true}
+func (d *chatRecall) toolCall(tc gjson.Result) turn.RecallItem {
+	ri := turn.RecallItem{Raw: []byte(tc.Raw), Tool: true}
 	if tc.Get("function.name").Str == d.rt.cfg.ToolName {
-		ri.call = &recallCall{id: tc.Get("id").Str, query: gjson.Get(tc.Get("function.arguments").Str, "query").Str}
+		ri.Call = &turn.RecallCall{ID: tc.Get("id").Str, Query: gjson.Get(tc.Get("function.arguments").Str, "query").Str}
 	}
 	return ri
 }
 
-func (d *chatRecall) jsonRound(data []byte) ([]recallItem, string) {
+func (d *chatRecall) JSONRound(data []byte) ([]turn.RecallItem, string) {
 	m := gjson.GetBytes(data, "choices.0.message")
 	if !m.IsObject() {
 		return nil, "has no choices[0].message"
@@ -160,7 +161,7 @@ func finalText(visible [][]byte) (text string, any bool) {
 	return b.String(), any
 }
 
-func (d *chatRecall) finalJSON(data []byte, visible [][]byte) []byte {
+func (d *chatRecall) FinalJSON(data []byte, visible [][]byte) []byte {
 	var calls [][]byte
 	for _, v := range visible {
 		if !gjson.GetBytes(v, "role").Exists() {
@@ -171,9 +172,9 @@ func (d *chatRecall) finalJSON(data []byte, visible [][]byte) []byte {
 		data, _ = sjson.SetBytes(data, "choices.0.message.content", text)
 	}
 	if len(calls) > 0 {
-		data, _ = sjson.SetRawBytes(data, "choices.0.message.tool_calls", api.JSONArray(calls))
+		data, _ = sjson.SetRawBytes(data, "choices.0.message.Tool_calls", api.JSONArray(calls))
 	} else {
-		data, _ = sjson.DeleteBytes(data, "choices.0.message.tool_calls")
+		data, _ = sjson.DeleteBytes(data, "choices.0.message.Tool_calls")
 		if gjson.GetBytes(data, "choices.0.finish_reason").Str == "tool_calls" {
 			data, _ = sjson.SetBytes(data, "choices.0.finish_reason", "stop")
 		}
@@ -184,28 +185,28 @@ func (d *chatRecall) finalJSON(data []byte, visible [][]byte) []byte {
 	return data
 }
 
-func (d *chatRecall) event(_ string, data []byte) recallEvent {
+func (d *chatRecall) Event(_ string, data []byte) turn.RecallEvent {
 	v := relay.ParseAlias(data) // its strings are data's: cloned where they outlive the event
 	if d.id == "" {
 		d.id = strings.Clone(v.Get("id").Str)
 	}
 	if v.Get("error").Exists() {
-		return recallEvent{kind: evError, data: data}
+		return turn.RecallEvent{Kind: turn.EvError, Data: data}
 	}
 	choices := v.Get("choices")
 	if u := v.Get("usage"); u.IsObject() && len(choices.Array()) == 0 {
 		d.usageRaw = append([]byte(nil), data...)
-		return recallEvent{kind: evStop}
+		return turn.RecallEvent{Kind: turn.EvStop}
 	}
 	ch := v.Get("choices.0")
 	if !ch.Exists() {
-		return recallEvent{kind: evPass, data: data}
+		return turn.RecallEvent{Kind: turn.EvPass, Data: data}
 	}
 	delta := ch.Get("delta")
 	if c := delta.Get("content"); c.Type == gjson.String {
 		d.text.WriteString(c.Str)
 	}
-	e := recallEvent{kind: evItem, data: data}
+	e := turn.RecallEvent{Kind: turn.EvItem, Data: data}
 	first := true
 	delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 		k := tc.Get("index").Int()
@@ -227,22 +228,22 @@ func (d *chatRecall) event(_ string, data []byte) recallEvent {
 		c.args.WriteString(tc.Get("function.arguments").Str)
 		if first {
 			first = false
-			e.index, e.start, e.tool = k+1, opens, opens
-			e.call = opens && c.name == d.rt.cfg.ToolName
+			e.Index, e.Start, e.Tool = k+1, opens, opens
+			e.Call = opens && c.name == d.rt.cfg.ToolName
 		}
 		return true
 	})
 	if ch.Get("finish_reason").Type == gjson.String {
 		d.finish = append([]byte(nil), data...)
-		return recallEvent{kind: evEnd}
+		return turn.RecallEvent{Kind: turn.EvEnd}
 	}
 	if first {
 		// A text chunk: unit 0, which the loop opens once. The round's first chunk that only
 		// says the role (content empty or absent) is the response's opening.
 		if d.text.Len() == 0 && len(d.calls) == 0 && delta.Get("content").Str == "" && !hasOtherDelta(delta) {
-			return recallEvent{kind: evStart, data: data}
+			return turn.RecallEvent{Kind: turn.EvStart, Data: data}
 		}
-		e.index, e.start = 0, true
+		e.Index, e.Start = 0, true
 	}
 	return e
 }
@@ -265,11 +266,11 @@ func hasOtherDelta(delta gjson.Result) bool {
 // reindex is the identity: a Chat chunk has no unit index, and the tool calls the client gets
 // are those of the final round, numbered as the upstream numbered them (a round that called the
 // recall tool reaches the client only up to its first tool call).
-func (d *chatRecall) reindex([]byte, int64) (relay.Splice, bool) { return relay.Splice{}, false }
+func (d *chatRecall) Reindex([]byte, int64) (relay.Splice, bool) { return relay.Splice{}, false }
 
 // render gives the chunk the first round's id, and takes usage out when the client did not ask
 // for it (compactd asked the upstream for it).
-func (d *chatRecall) render(out [][]byte, _ string, data []byte, edits []relay.Splice) [][]byte {
+func (d *chatRecall) Render(out [][]byte, _ string, data []byte, edits []relay.Splice) [][]byte {
 	if id := relay.GetAlias(data, "id"); id.Exists() && id.Str != d.id && d.id != "" && id.Index > 0 {
 		edits = append(edits, relay.Splice{From: id.Index, To: id.Index + len(id.Raw), With: api.AppendString(nil, d.id)})
 	}
@@ -282,13 +283,13 @@ func (d *chatRecall) render(out [][]byte, _ string, data []byte, edits []relay.S
 }
 
 // compacted is false: a Chat compaction has no unit on the wire.
-func (d *chatRecall) compacted() bool { return false }
+func (d *chatRecall) Compacted() bool { return false }
 
-func (d *chatRecall) prelude() []byte { return nil }
+func (d *chatRecall) Prelude() []byte { return nil }
 
-func (d *chatRecall) doneStops() bool { return d.finish != nil }
+func (d *chatRecall) DoneStops() bool { return d.finish != nil }
 
-func (d *chatRecall) streamRound() ([]recallItem, string) {
+func (d *chatRecall) StreamRound() ([]turn.RecallItem, string) {
 	if d.finish == nil {
 		return nil, "ended its stream without a finish_reason"
 	}
@@ -304,7 +305,7 @@ func (d *chatRecall) streamRound() ([]recallItem, string) {
 	if d.text.Len() > 0 {
 		msg, _ = sjson.SetBytes(msg, "content", d.text.String())
 	}
-	items := []recallItem{{raw: msg}}
+	items := []turn.RecallItem{{Raw: msg}}
 	for _, c := range d.calls {
 		tc := []byte(`{"id":"","type":"function","function":{"name":"","arguments":""}}`)
 		tc, _ = sjson.SetBytes(tc, "id", c.id)
@@ -321,7 +322,7 @@ func (d *chatRecall) streamRound() ([]recallItem, string) {
 	return items, ""
 }
 
-func (d *chatRecall) finalStream(visible [][]byte) []byte {
+func (d *chatRecall) FinalStream(visible [][]byte) []byte {
 	calls := false
 	for _, v := range visible {
 		calls = calls || !gjson.GetBytes(v, "role").Exists()
@@ -346,20 +347,20 @@ func (d *chatRecall) finalStream(visible [][]byte) []byte {
 	return sse.AppendEvent(out, "", doneMarker)
 }
 
-func (d *chatRecall) answer(items []recallItem, results []string) {
+func (d *chatRecall) Answer(items []turn.RecallItem, results []string) {
 	msg := []byte(`{"role":"assistant","content":null}`)
 	var calls, tools [][]byte
 	k := 0
 	for _, it := range items {
-		if it.call == nil {
-			if c := gjson.GetBytes(it.raw, "content"); c.Type == gjson.String && c.Str != "" {
+		if it.Call == nil {
+			if c := gjson.GetBytes(it.Raw, "content"); c.Type == gjson.String && c.Str != "" {
 				msg, _ = sjson.SetBytes(msg, "content", c.Str)
 			}
 			continue
 		}
-		calls = append(calls, it.raw)
+		calls = append(calls, it.Raw)
 		res := []byte(`{"role":"tool","tool_call_id":"","content":""}`)
-		res, _ = sjson.SetBytes(res, "tool_call_id", it.call.id)
+		res, _ = sjson.SetBytes(res, "tool_call_id", it.Call.ID)
 		res, _ = sjson.SetBytes(res, "content", results[k])
 		tools = append(tools, res)
 		k++
@@ -369,22 +370,14 @@ func (d *chatRecall) answer(items []recallItem, results []string) {
 	d.finish, d.usageRaw = nil, nil
 }
 
-func (d *chatRecall) failure(f recallFailure) *api.OpenAIError {
-	if f.status != 0 && f.err == nil {
-		return upstreamErrorFromBody(f.status, f.body)
+// ErrorEvents closes a stream under way with an error chunk: compactd's fault, or the
+// upstream's own error answer.
+func (d *chatRecall) ErrorEvents(f *fault.Fault, status int, body []byte) []byte {
+	if status != 0 {
+		return chatErrorChunk(upstreamErrorFromBody(status, body))
 	}
-	return api.OpenAIFault(f.fault(dialectChat, false))
+	return chatErrorChunk(api.OpenAIFault(f))
 }
-
-func (d *chatRecall) writeError(w http.ResponseWriter, r *http.Request, f recallFailure) {
-	if f.err != nil {
-		d.s.upstreamError(dialectChat)(w, r, f.err)
-		return
-	}
-	d.failure(f).Write(w)
-}
-
-func (d *chatRecall) errorEvents(f recallFailure) []byte { return chatErrorChunk(d.failure(f)) }
 
 // chatUsageSum adds Chat Completions usage objects.
 type chatUsageSum struct{ prompt, completion, total, cached, reasoning int64 }

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
+
+	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/turn"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -79,11 +81,14 @@ func (s *Server) messagesRecallFor(r *http.Request, req *api.MessagesRequest, pr
 	if s.cfg.Archive == nil {
 		return nil
 	}
-	conv, owners := s.readSet(r.Context(), prev, c)
+	conv, owners := s.readSet(r.Context(), prev, engineOf(c))
 	if prev == nil && c == nil {
 		conv, owners = s.agentRecallConversation(r, req)
 	}
-	rt, ok := s.recallConfig(conv, owners, req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw))
+	rt, ok := s.recallConfig(conv, owners)
+	if ok && !turn.RecallAllowed(req.Tools, []byte(gjson.GetBytes(req.Body, "tool_choice").Raw), rt.cfg.ToolName) {
+		ok = false
+	}
 	if !ok {
 		return nil
 	}
@@ -153,7 +158,7 @@ func (s *Server) forwardMessagesRecall(w http.ResponseWriter, r *http.Request, m
 		drop = append(drop, api.BetaContextManagement)
 	}
 	api.DropBetas(out.Header, drop...)
-	s.runRecall(w, out, d.rt, d, base.Stream, mt.t.committed)
+	s.runRecall(w, out, d.rt, d, dialectAnthropic, s.cfg.AnthropicUpstream, base.Stream, mt.t.Committed)
 }
 
 // anthropicToolJSON is the Messages custom tool definition.
@@ -161,11 +166,7 @@ func (c RecallConfig) anthropicToolJSON() []byte {
 	return mustMarshal(map[string]any{"name": c.ToolName, "description": c.Description, "input_schema": querySchema()})
 }
 
-func (d *messagesRecall) api() dialect { return dialectAnthropic }
-
-func (d *messagesRecall) upstream() *url.URL { return d.s.cfg.AnthropicUpstream }
-
-func (d *messagesRecall) request(last bool) []byte {
+func (d *messagesRecall) Request(last bool) []byte {
 	changes := []api.Member{
 		{Key: "messages", Value: api.JSONArray(d.msgs)},
 		{Key: "tools", Value: d.tools},
@@ -178,12 +179,12 @@ func (d *messagesRecall) request(last bool) []byte {
 }
 
 // block classifies a content block.
-func (d *messagesRecall) block(b gjson.Result) recallItem {
-	ri := recallItem{raw: []byte(b.Raw)}
+func (d *messagesRecall) block(b gjson.Result) turn.RecallItem {
+	ri := turn.RecallItem{Raw: []byte(b.Raw)}
 	if b.Get("type").Str == "tool_use" {
-		ri.tool = true
+		ri.Tool = true
 		if b.Get("name").Str == d.rt.cfg.ToolName {
-			ri.call = &recallCall{id: b.Get("id").Str, query: b.Get("input.query").Str}
+			ri.Call = &turn.RecallCall{ID: b.Get("id").Str, Query: b.Get("input.query").Str}
 		}
 	}
 	return ri
@@ -251,14 +252,14 @@ func (d *messagesRecall) finish(doc []byte, usagePath, stopPath string, visible 
 	return doc
 }
 
-func (d *messagesRecall) jsonRound(data []byte) ([]recallItem, string) {
+func (d *messagesRecall) JSONRound(data []byte) ([]turn.RecallItem, string) {
 	content := gjson.GetBytes(data, "content")
 	if !content.IsArray() {
 		return nil, "has no content array"
 	}
 	u := gjson.GetBytes(data, "usage")
 	d.addRound(u, u, gjson.GetBytes(data, "model").Str)
-	var items []recallItem
+	var items []turn.RecallItem
 	content.ForEach(func(_, b gjson.Result) bool {
 		items = append(items, d.block(b))
 		return true
@@ -266,7 +267,7 @@ func (d *messagesRecall) jsonRound(data []byte) ([]recallItem, string) {
 	return items, ""
 }
 
-func (d *messagesRecall) finalJSON(data []byte, visible [][]byte) []byte {
+func (d *messagesRecall) FinalJSON(data []byte, visible [][]byte) []byte {
 	content := visible
 	if d.mt.block != nil {
 		content = append([][]byte{d.mt.block}, visible...)
@@ -275,41 +276,41 @@ func (d *messagesRecall) finalJSON(data []byte, visible [][]byte) []byte {
 	return d.finish(data, "usage", "stop_reason", visible)
 }
 
-func (d *messagesRecall) event(_ string, data []byte) recallEvent {
+func (d *messagesRecall) Event(_ string, data []byte) turn.RecallEvent {
 	v := relay.ParseAlias(data) // its strings are data's: cloned where they outlive the event
 	switch v.Get("type").Str {
 	case "message_start":
 		d.startUsage = gjson.Parse(strings.Clone(v.Get("message.usage").Raw))
 		d.model = strings.Clone(v.Get("message.model").Str)
 		d.blocks, d.delta, d.stop = d.blocks[:0], nil, nil
-		return recallEvent{kind: evStart, data: data}
+		return turn.RecallEvent{Kind: turn.EvStart, Data: data}
 	case "content_block_start":
-		e := recallEvent{kind: evItem, index: v.Get("index").Int(), start: true, data: data}
+		e := turn.RecallEvent{Kind: turn.EvItem, Index: v.Get("index").Int(), Start: true, Data: data}
 		cb := v.Get("content_block")
 		it := d.block(cb)
-		e.tool, e.call = it.tool, it.call != nil
-		if e.index == int64(len(d.blocks)) {
+		e.Tool, e.Call = it.Tool, it.Call != nil
+		if e.Index == int64(len(d.blocks)) {
 			d.blocks = append(d.blocks, &streamBlock{start: []byte(cb.Raw)})
 		}
 		return e
 	case "content_block_delta":
-		e := recallEvent{kind: evItem, index: v.Get("index").Int(), data: data}
-		if e.index >= 0 && e.index < int64(len(d.blocks)) {
-			d.blocks[e.index].add(v.Get("delta"))
+		e := turn.RecallEvent{Kind: turn.EvItem, Index: v.Get("index").Int(), Data: data}
+		if e.Index >= 0 && e.Index < int64(len(d.blocks)) {
+			d.blocks[e.Index].add(v.Get("delta"))
 		}
 		return e
 	case "content_block_stop":
-		return recallEvent{kind: evItem, index: v.Get("index").Int(), data: data}
+		return turn.RecallEvent{Kind: turn.EvItem, Index: v.Get("index").Int(), Data: data}
 	case "message_delta":
 		d.delta = append([]byte(nil), data...)
-		return recallEvent{kind: evEnd}
+		return turn.RecallEvent{Kind: turn.EvEnd}
 	case "message_stop":
 		d.stop = append([]byte(nil), data...)
-		return recallEvent{kind: evStop}
+		return turn.RecallEvent{Kind: turn.EvStop}
 	case "error":
-		return recallEvent{kind: evError, data: data}
+		return turn.RecallEvent{Kind: turn.EvError, Data: data}
 	}
-	return recallEvent{kind: evPass, data: data}
+	return turn.RecallEvent{Kind: turn.EvPass, Data: data}
 }
 
 // add applies one delta to the block.
@@ -348,7 +349,7 @@ func (b *streamBlock) raw() []byte {
 	return out
 }
 
-func (d *messagesRecall) reindex(data []byte, index int64) (relay.Splice, bool) {
+func (d *messagesRecall) Reindex(data []byte, index int64) (relay.Splice, bool) {
 	idx := relay.GetAlias(data, "index")
 	if idx.Int() == index {
 		return relay.Splice{}, false
@@ -356,29 +357,29 @@ func (d *messagesRecall) reindex(data []byte, index int64) (relay.Splice, bool) 
 	return relay.NumberAt(idx, index)
 }
 
-func (d *messagesRecall) render(out [][]byte, name string, data []byte, edits []relay.Splice) [][]byte {
+func (d *messagesRecall) Render(out [][]byte, name string, data []byte, edits []relay.Splice) [][]byte {
 	return relay.SpliceEvent(out, &d.scratch, &sse.Event{Name: name}, data, edits)
 }
 
-func (d *messagesRecall) compacted() bool { return d.mt.block != nil }
+func (d *messagesRecall) Compacted() bool { return d.mt.block != nil }
 
-func (d *messagesRecall) prelude() []byte {
+func (d *messagesRecall) Prelude() []byte {
 	return compactionBlockEvents(nil, d.mt.summary, d.mt.ecStr, "")
 }
 
-func (d *messagesRecall) streamRound() ([]recallItem, string) {
+func (d *messagesRecall) StreamRound() ([]turn.RecallItem, string) {
 	if d.delta == nil {
 		return nil, "ended its stream without a message_delta"
 	}
 	d.addRound(d.startUsage, gjson.GetBytes(d.delta, "usage"), d.model)
-	items := make([]recallItem, len(d.blocks))
+	items := make([]turn.RecallItem, len(d.blocks))
 	for i, b := range d.blocks {
 		items[i] = d.block(gjson.ParseBytes(b.raw()))
 	}
 	return items, ""
 }
 
-func (d *messagesRecall) finalStream(visible [][]byte) []byte {
+func (d *messagesRecall) FinalStream(visible [][]byte) []byte {
 	delta := d.finish(d.delta, "usage", "delta.stop_reason", visible)
 	stop := d.stop
 	if len(stop) == 0 {
@@ -387,18 +388,18 @@ func (d *messagesRecall) finalStream(visible [][]byte) []byte {
 	return sse.AppendEvent(sse.AppendEvent(nil, "message_delta", delta), "message_stop", stop)
 }
 
-func (d *messagesRecall) answer(items []recallItem, results []string) {
+func (d *messagesRecall) Answer(items []turn.RecallItem, results []string) {
 	var blocks, uses [][]byte
 	k := 0
 	for _, it := range items {
-		b := gjson.ParseBytes(it.raw)
+		b := gjson.ParseBytes(it.Raw)
 		if b.Get("type").Str == "text" && b.Get("text").Str == "" {
 			continue // Anthropic refuses empty text blocks in a request
 		}
-		blocks = append(blocks, it.raw)
-		if it.call != nil {
+		blocks = append(blocks, it.Raw)
+		if it.Call != nil {
 			res := []byte(`{"type":"tool_result","tool_use_id":"","content":""}`)
-			res, _ = sjson.SetBytes(res, "tool_use_id", it.call.id)
+			res, _ = sjson.SetBytes(res, "tool_use_id", it.Call.ID)
 			res, _ = sjson.SetBytes(res, "content", results[k])
 			uses = append(uses, res)
 			k++
@@ -407,21 +408,11 @@ func (d *messagesRecall) answer(items []recallItem, results []string) {
 	d.msgs = append(d.msgs, api.AnthropicMessage("assistant", blocks), api.AnthropicMessage("user", uses))
 }
 
-func (d *messagesRecall) failure(f recallFailure) *api.AnthropicError {
-	return anthropicFault(f.fault(dialectAnthropic, d.mt.block != nil))
-}
-
-func (d *messagesRecall) writeError(w http.ResponseWriter, r *http.Request, f recallFailure) {
-	if f.err != nil {
-		d.s.upstreamError(dialectAnthropic)(w, r, f.err)
-		return
+// ErrorEvents closes a stream under way with Anthropic's error event: compactd's fault, or the
+// upstream's own error answer.
+func (d *messagesRecall) ErrorEvents(f *fault.Fault, status int, body []byte) []byte {
+	if status != 0 {
+		return upstreamErrorEvent(status, body)
 	}
-	d.failure(f).Write(w)
-}
-
-func (d *messagesRecall) errorEvents(f recallFailure) []byte {
-	if f.status != 0 {
-		return upstreamErrorEvent(f.status, f.body)
-	}
-	return d.failure(f).SSE()
+	return anthropicFault(f).SSE()
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
 	dialectname "github.com/compactd/compactd/internal/dialect"
+	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/memo"
@@ -308,7 +309,7 @@ func (s *Server) routeSummarizers() map[dialectname.Name]summarizer.Summarizer {
 	if s.cfg.MessagesSummarizer == nil {
 		return nil
 	}
-	return map[dialectname.Name]summarizer.Summarizer{dialectAnthropic.name(): s.cfg.MessagesSummarizer}
+	return map[dialectname.Name]summarizer.Summarizer{dialectAnthropic.Name(): s.cfg.MessagesSummarizer}
 }
 
 // New builds a Server from cfg, or says which field of cfg makes no sense (see Config.validate).
@@ -418,8 +419,8 @@ func New(cfg Config) (*Server, error) {
 	// every path and method, first passes the gate (authentication, path spelling, limits).
 	r := chi.NewRouter()
 	s.routeObservability(r)
-	r.Post("/v1/responses", s.handleResponses)
-	r.Post("/v1/responses/compact", s.handleCompact)
+	r.Post("/v1/responses", s.serveTurn(responses.Adapter{}, cfg.Upstream))
+	r.Post("/v1/responses/compact", s.serveTurn(responses.Adapter{CompactEndpoint: true}, cfg.Upstream))
 	r.Post("/v1/chat/completions", s.chatRoute())
 	s.routeAdmin(r)
 	// chi's Handle registers every method, so it comes first and the POST routes override it.

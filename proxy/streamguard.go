@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 
-	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/relay"
 )
@@ -14,9 +13,9 @@ import (
 // The dialects' terminal tests as the func values relay.Guard takes, made once: a method value
 // made for each stream would be one more allocation per stream.
 var (
-	responsesTerminal = dialectOpenAI.terminal
-	messagesTerminal  = dialectAnthropic.terminal
-	chatTerminal      = dialectChat.terminal
+	responsesTerminal = dialectOpenAI.Terminal
+	messagesTerminal  = dialectAnthropic.Terminal
+	chatTerminal      = dialectChat.Terminal
 )
 
 // guardPassThrough guards the stream of a Messages or Chat Completions request compactd
@@ -26,7 +25,7 @@ func guardPassThrough(resp *http.Response, d dialect) {
 		return
 	}
 	relay.Guard(resp, relay.GuardOptions{CapOnly: true, Fail: func(_ int, why string) []byte {
-		return d.errorEvent(invalidUpstream(d, false, why), nil)
+		return d.FaultEvent(invalidUpstream(d, false, why), nil)
 	}})
 }
 
@@ -34,27 +33,6 @@ func guardPassThrough(resp *http.Response, d dialect) {
 func upstreamInterrupted() *fault.Fault {
 	return &fault.Fault{Kind: fault.Upstream, Code: fault.CodeUpstreamInterrupted,
 		Message: "the upstream API's stream ended before its answer was complete; retry the request"}
-}
-
-// guardResponsesStream guards a Responses stream: the closing error is `error` +
-// `response.failed`, numbered on from the upstream's sequence numbers (a rewriter above shifts
-// them like every other event).
-func guardResponsesStream(resp *http.Response, validate bool) {
-	if !relay.Guardable(resp) {
-		return // not a stream: no guard, and no closure allocated for one
-	}
-	relay.Guard(resp, relay.GuardOptions{Terminal: responsesTerminal, Validate: validate, Fail: func(seq int, why string) []byte {
-		t := turnFrom(resp.Request.Context())
-		id := ""
-		if t != nil {
-			id = t.responseID
-		}
-		e := upstreamInterrupted()
-		if why != "" {
-			e = invalidUpstream(dialectOpenAI, t != nil && t.item != nil, why)
-		}
-		return api.OpenAIFault(e).SSE(seq, id)
-	}})
 }
 
 // guardMessagesStream guards a Messages stream: the closing error is an Anthropic `error` event.
@@ -68,7 +46,7 @@ func guardMessagesStream(resp *http.Response, validate bool) {
 			mt := msgTurnFrom(resp.Request)
 			e = invalidUpstream(dialectAnthropic, mt != nil && mt.block != nil, why)
 		}
-		return dialectAnthropic.errorEvent(e, nil)
+		return dialectAnthropic.FaultEvent(e, nil)
 	}})
 }
 
@@ -84,6 +62,6 @@ func guardChatStream(resp *http.Response, validate bool) {
 		if why != "" {
 			e = invalidUpstream(dialectChat, false, why)
 		}
-		return dialectChat.errorEvent(e, nil)
+		return dialectChat.FaultEvent(e, nil)
 	}})
 }

@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"testing/iotest"
+
+	"github.com/compactd/compactd/internal/dialect/responses"
+	"github.com/compactd/compactd/internal/turn"
 )
 
 // brokenBody yields data, then err.
@@ -32,7 +35,7 @@ func guardedResponse(ctx context.Context, body string, err error) *http.Response
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://upstream/v1/responses", nil)
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 		Body: &brokenBody{r: iotest.HalfReader(strings.NewReader(body)), err: err}}
-	guardResponsesStream(resp, false)
+	guardResponses(resp, false)
 	return resp
 }
 
@@ -143,14 +146,14 @@ func TestStreamGuardChat(t *testing.T) {
 }
 
 func BenchmarkStreamGuard(b *testing.B) {
-	stream := responsesStream(strings.Repeat("token ", 8), 2, 200, false, true)
+	stream, _ := upstreamStream(b, 200)
 	req, _ := http.NewRequest(http.MethodPost, "http://upstream/v1/responses", nil)
 	b.SetBytes(int64(len(stream)))
 	b.ReportAllocs()
 	for b.Loop() {
 		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 			Body: io.NopCloser(bytes.NewReader(stream))}
-		guardResponsesStream(resp, false)
+		guardResponses(resp, false)
 		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 			b.Fatal(err)
 		}
@@ -186,7 +189,7 @@ func TestStreamGuardOversizedEvent(t *testing.T) {
 				path, body, first = "/v1/messages", start+hugeMsg+stop, start
 			}
 			req, _ := http.NewRequest(http.MethodPost, "http://upstream"+path, nil)
-			tr := &turnState{stream: true}
+			tr := &turnState{Stream: turn.Stream{Streamed: true}}
 			req = req.WithContext(withTurn(req.Context(), tr))
 			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 				Body: io.NopCloser(iotest.HalfReader(strings.NewReader(body)))}
@@ -196,9 +199,10 @@ func TestStreamGuardOversizedEvent(t *testing.T) {
 					resp.Body = newMsgSSERewriter(resp.Body, &msgTurn{t: tr, block: []byte(`{}`), summary: "s", ecStr: "cmp_x.c2VhbGVk"})
 				}
 			} else {
-				guardResponsesStream(resp, tc.validate)
+				f := responsesFlight(t, tc.rewriter)
+				guardTurn(resp, dialectOpenAI, f, dialectOpenAI.Terminal, tc.validate)
 				if tc.rewriter {
-					resp.Body = newSSERewriter(resp.Body, tr)
+					resp.Body = f.rw.Events(resp.Body)
 				}
 			}
 			out, err := io.ReadAll(resp.Body)
@@ -224,4 +228,11 @@ func TestStreamGuardOversizedEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// guardResponses guards resp as the pipeline guards a streamed Responses turn that compacted
+// nothing.
+func guardResponses(resp *http.Response, validate bool) {
+	tr, _ := responses.Adapter{}.Parse(&turn.Env{Header: http.Header{}}, []byte(`{"model":"m","input":"hi","stream":true}`))
+	guardTurn(resp, dialectOpenAI, &flight{t: tr, rw: tr.Rewriter()}, dialectOpenAI.Terminal, validate)
 }

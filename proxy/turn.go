@@ -5,25 +5,27 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/compactd/compactd/internal/turn"
 )
 
 // turn is the per-request state a rewriting route shares with the ReverseProxy hooks.
 type turnState struct {
-	// item is the compaction item to put at output[0] of the upstream's response, or nil.
-	item   []byte
-	itemID string
-	stream bool
-
-	// committed is set once compactd has sent the response headers itself (keep-alives while the
-	// summariser ran); the upstream's status can then only be reported inside the stream.
-	committed  bool
-	responseID string
-	seq        int
+	// Stream is the response's state: streamed, committed once compactd has sent the response
+	// headers itself (keep-alives while the summariser ran), after which the upstream's status can
+	// only be reported inside the stream.
+	turn.Stream
 }
 
-func (t *turnState) rewrite() bool { return t.item != nil || t.committed }
+func (t *turnState) rewrite() bool { return t.Committed }
 
-func (t *turnState) nextSeq() int { return t.seq }
+// st is the turn's stream state (nil for no turn).
+func (t *turnState) st() *turn.Stream {
+	if t == nil {
+		return nil
+	}
+	return &t.Stream
+}
 
 type turnKey struct{}
 
@@ -32,10 +34,10 @@ type turnKey struct{}
 // the ReverseProxy's hooks reach it through the upstream request's context.
 func newTurn(ctx context.Context, stream bool) *turnState {
 	if st := stateFrom(ctx); st != nil && st.turnUsed.CompareAndSwap(false, true) {
-		st.turnBuf = turnState{stream: stream}
+		st.turnBuf = turnState{Stream: turn.Stream{Streamed: stream}}
 		return &st.turnBuf
 	}
-	return &turnState{stream: stream}
+	return &turnState{Stream: turn.Stream{Streamed: stream}}
 }
 
 func withTurn(ctx context.Context, t *turnState) context.Context {

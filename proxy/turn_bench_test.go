@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/crypto"
+	"github.com/compactd/compactd/internal/engine"
 	"github.com/tidwall/gjson"
 )
 
@@ -119,12 +121,12 @@ func handoffBodies(b *testing.B, s *Server, size int, counter *compact.Counter) 
 	for i, raw := range half {
 		items[i] = api.Item{Raw: raw, Type: gjson.GetBytes(raw, "type").Str, Role: gjson.GetBytes(raw, "role").Str}
 	}
-	r := httptest.NewRequest(http.MethodPost, "/v1/responses", nil)
-	c, err := s.compactItems(r.Context(), r, compactRequest{model: "bench", items: items, allowEmpty: true})
+	c, err := s.engine.Compact(context.Background(), engine.Request{Dialect: dialectOpenAI.Engine(), Tenant: s.cfg.Tenant, Model: "bench",
+		Items: items, AllowEmpty: true, Finish: func(c *engine.Compaction) (int, int) { return 0, len(c.Compacted) }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	withItem := append(append(append([][]byte{}, half...), c.item), hist[len(hist)/2:]...)
+	withItem := append(append(append([][]byte{}, half...), api.CompactionItem(c.ID, c.EncryptedContent)), hist[len(hist)/2:]...)
 	marker := []byte(`{"type":"bench_marker"}`)
 	whole := workload.Body(append(withItem, marker), workload.BodyOptions{})
 	at := bytes.Index(whole, marker)

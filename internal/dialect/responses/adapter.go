@@ -162,12 +162,7 @@ func openItem(env *turn.Env, items []api.Item, k int) (*engine.Opened, *fault.Fa
 // works on what the upstream will see (the second skim is paid only by requests that hold one);
 // under reject the 400 naming them.
 func foreign(env *turn.Env, req *api.ResponsesRequest) (*api.ResponsesRequest, error) {
-	var idx []int
-	for i, it := range req.Items {
-		if (it.Type == api.TypeCompaction || it.Type == api.TypeCompactionSummary) && api.IsForeign(gjson.GetBytes(it.Raw, "encrypted_content")) {
-			idx = append(idx, i)
-		}
-	}
+	idx := foreignIndexes(req.Items)
 	if len(idx) == 0 {
 		return req, nil
 	}
@@ -190,6 +185,19 @@ func foreign(env *turn.Env, req *api.ResponsesRequest) (*api.ResponsesRequest, e
 		kept = append(kept, it.Raw)
 	}
 	return api.ParseResponsesRequest(req.WithInput(kept, false))
+}
+
+// foreignIndexes returns the indexes of the foreign compaction items of items: only compaction
+// and compaction_summary items can be foreign; other items with an encrypted_content
+// (reasoning) are the upstream's business.
+func foreignIndexes(items []api.Item) []int {
+	var idx []int
+	for i, it := range items {
+		if (it.Type == api.TypeCompaction || it.Type == api.TypeCompactionSummary) && api.IsForeign(gjson.GetBytes(it.Raw, "encrypted_content")) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
 }
 
 // handoffAt is the context after the compaction o of the items before: the window compaction

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/internal/api"
-	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
@@ -78,10 +77,10 @@ func (t *Turn) Answer(w http.ResponseWriter, c *engine.Compaction) {
 	if t.a.CompactEndpoint {
 		// output: the retained user messages, then exactly one compaction item, last. The client
 		// sends [...output, new message] next, and the handoff rebuilds the same context from it.
-		w2 := c.Window
-		w2.Instructions = nil
+		userOnly := c.Window
+		userOnly.Instructions = nil
 		output := make([]json.RawMessage, 0, len(c.Window.Retained)+1)
-		for _, it := range t.kept(c, w2) {
+		for _, it := range t.env.Engine.KeepWindow(Adapter{}.Engine(), nil, c.Compacted, userOnly, t.env.Retain) {
 			output = append(output, it.Raw)
 		}
 		output = append(output, item)
@@ -103,11 +102,6 @@ func (t *Turn) Answer(w http.ResponseWriter, c *engine.Compaction) {
 	b = t.event(b, "response.output_item.done", map[string]any{"output_index": 0, "item": json.RawMessage(item)})
 	b = t.event(b, "response.completed", map[string]any{"response": done})
 	turn.WriteEvents(w, t.stream.Committed, b)
-}
-
-// kept is the window of the compacted items the compaction kept verbatim, as KeepWindow renders it.
-func (t *Turn) kept(c *engine.Compaction, w compact.Window) []api.Item {
-	return t.env.Engine.KeepWindow(Adapter{}.Engine(), nil, t.items, w, t.env.Retain)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

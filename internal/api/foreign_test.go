@@ -1,12 +1,9 @@
-package proxy
+package api
 
 import (
-	"reflect"
 	"testing"
 
 	"github.com/tidwall/gjson"
-
-	"github.com/compactd/compactd/internal/api"
 )
 
 // TestIsForeign pins what makes a compaction item foreign: a non-empty string encrypted_content
@@ -34,25 +31,9 @@ func TestIsForeign(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := isForeign(gjson.Get(tc.item, "encrypted_content")); got != tc.want {
-				t.Errorf("isForeign(%s) = %v, want %v", tc.item, got, tc.want)
+			if got := IsForeign(gjson.Get(tc.item, "encrypted_content")); got != tc.want {
+				t.Errorf("IsForeign(%s) = %v, want %v", tc.item, got, tc.want)
 			}
 		})
-	}
-}
-
-// TestForeignItemIndexes: only compaction and compaction_summary items can be foreign; other
-// items with an encrypted_content (reasoning) are the upstream's business.
-func TestForeignItemIndexes(t *testing.T) {
-	items := []api.Item{
-		{Type: "message", Role: "user", Raw: []byte(`{"role":"user","content":"hi"}`)},
-		{Type: "reasoning", Raw: []byte(`{"type":"reasoning","encrypted_content":"gAAAAAB"}`)},
-		{Type: "compaction", Raw: []byte(`{"type":"compaction","encrypted_content":"gAAAAAB"}`)},
-		{Type: "compaction", Raw: []byte(`{"type":"compaction","encrypted_content":"cmp_1.x"}`)},
-		{Type: "compaction_summary", Raw: []byte(`{"type":"compaction_summary","encrypted_content":"gAAAAAB"}`)},
-		{Type: "compaction_trigger", Raw: []byte(`{"type":"compaction_trigger"}`)},
-	}
-	if got := foreignItemIndexes(items); !reflect.DeepEqual(got, []int{2, 4}) {
-		t.Errorf("foreignItemIndexes = %v, want [2 4]", got)
 	}
 }

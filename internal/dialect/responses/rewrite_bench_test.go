@@ -1,4 +1,4 @@
-package proxy
+package responses
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/compactd/compactd/bench/workload"
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/fakeupstream"
+	"github.com/compactd/compactd/internal/turn"
 )
 
 // upstreamStream returns a Responses SSE body as the fake upstream writes it, with deltas text
@@ -45,8 +46,8 @@ func BenchmarkSSERewrite(b *testing.B) {
 			n := 0
 			c0 := cputime.Process()
 			for b.Loop() {
-				t := &turnState{item: item, itemID: "cmp_0123456789abcdef0123456789abcdef", stream: true}
-				rw := newSSERewriter(io.NopCloser(bytes.NewReader(stream)), t)
+				t := &Turn{a: Adapter{}, item: item, itemID: "cmp_0123456789abcdef0123456789abcdef", stream: turn.Stream{Streamed: true}}
+				rw := t.Events(io.NopCloser(bytes.NewReader(stream)))
 				m, err := io.Copy(io.Discard, rw)
 				if err != nil || m <= int64(len(stream)) {
 					b.Fatalf("rewrite: %d bytes, %v", m, err)

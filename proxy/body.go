@@ -1,0 +1,50 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/compactd/compactd/internal/fault"
+)
+
+// readBody reads a request body under the configured limit. On failure it has answered the
+// client in d's envelope: 413 past the size limit, 408 past the read deadline, 503 past the
+// in-flight budget, 400 for a body that could not be read.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]byte, bool) {
+	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes)
+	if err == nil {
+		return body, true
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeFault(w, d, s.bodyTooLarge())
+	case errors.Is(err, errBodyReadTimeout):
+		writeFault(w, d, s.bodyTimeout())
+	case errors.Is(err, errBudgetExceeded):
+		s.budgetRefused(w, d)
+	default:
+		writeFault(w, d, &fault.Fault{Message: "compactd could not read the request body: " + err.Error()})
+	}
+	return nil, false
+}
+
+// readAllSized reads a body in one allocation when its length is declared (agents send
+// multi-megabyte bodies with Content-Length), instead of io.ReadAll's doubling growth.
+func readAllSized(r io.Reader, declared, limit int64) ([]byte, error) {
+	if declared <= 0 || declared > limit {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, declared, declared+1)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	// A body longer than declared is the server's to reject; read one more byte to be sure.
+	var extra [1]byte
+	if n, _ := r.Read(extra[:]); n > 0 {
+		rest, err := io.ReadAll(r)
+		return append(append(buf, extra[:n]...), rest...), err
+	}
+	return buf, nil
+}

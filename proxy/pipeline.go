@@ -1,0 +1,400 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/compactd/compactd/internal/api"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/compact/summarizer"
+	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/owner"
+	"github.com/compactd/compactd/internal/turn"
+)
+
+// The one turn pipeline. Every compacting route of every API is served by serveTurn through the
+// route's adapter (internal/dialect/<api>, behind internal/turn's seam), in one order:
+//
+//	read the body (limits, budget) → adapter.Parse (skim, foreign policy, open the carried
+//	compaction, hand it off) → an agent's own compaction, answered by compactd → an explicit
+//	compaction, answered by compactd → pass-through when the turn needs nothing → threshold:
+//	the client's or the operator's policy; transparent turns first get the memo's compaction →
+//	count → speculate below the threshold, compact above it (the stream held open meanwhile) →
+//	recall → the body-sized rebuild reserved → forward, the answer rewritten on its way back.
+//
+// What differs by API is the adapter's; everything here is the same for all of them.
+
+// serveTurn is the handler of a's route.
+func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
+	rp := s.newTurnProxy(upstream, a)
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, ok := s.readBody(w, r, a)
+		if !ok {
+			return
+		}
+		env := s.turnEnv(w, r, a)
+		t, f := a.Parse(env, body)
+		if f != nil {
+			writeFault(w, a, f)
+			return
+		}
+		p := &pipe{s: s, w: w, r: r, a: a, t: t, env: env, body: body, rp: rp, upstream: upstream}
+		p.serve()
+	}
+}
+
+// pipe is one turn on its way through the pipeline.
+type pipe struct {
+	s        *Server
+	w        http.ResponseWriter
+	r        *http.Request
+	a        turn.Adapter
+	t        turn.Turn
+	env      *turn.Env
+	body     []byte // the client's bytes
+	rp       http.Handler
+	upstream *url.URL
+	c        *engine.Compaction // the compaction this turn made, if any
+}
+
+func (p *pipe) serve() {
+	if p.agent() || p.explicit() {
+		return // compactd answered the turn itself
+	}
+	policy := p.s.cfg.Policy.ForRoute(p.a.Name())
+	if pt, ok := p.t.(turn.PassThrough); ok && pt.PassThrough(p.env, policy.Threshold > 0) {
+		p.forward(p.body, nil)
+		return
+	}
+	if p.threshold(policy) {
+		return
+	}
+	rc := p.recall()
+	if p.c == nil && (rc != nil || p.t.Changed(p.env)) && !p.s.holdRebuild(p.r) {
+		p.s.budgetRefused(p.w, p.a) // a body-sized rebuild, beside the body
+		return
+	}
+	if rc != nil {
+		st := p.t.Stream()
+		p.s.runRecall(p.w, p.r, rc.rt, rc.d, p.a, p.upstream, st.Streamed, st.Committed)
+		return
+	}
+	p.forward(p.t.Body(p.env), p.t.Rewriter())
+}
+
+// threshold applies the client's threshold or the operator's policy: the memo's compaction for a
+// transparent turn, then the count, then speculation below the threshold or a compaction above
+// it. It reports whether the turn has been answered.
+func (p *pipe) threshold(policy compact.Policy) bool {
+	th, speaks, ok := p.t.Threshold()
+	if !ok {
+		return false
+	}
+	limit, trigger := policy.Effective(th)
+	if limit <= 0 {
+		return false
+	}
+	s, ctx := p.s, p.r.Context()
+	// transparent: the operator's policy for a client that asked for nothing: its compactions go
+	// to the memo, and come back from it.
+	transparent := trigger == "policy" && !speaks
+	var mem *engine.Memory
+	if transparent {
+		mem = s.engine.Remembered(ctx, p.a.Engine(), s.scope(ctx), api.Raws[json.RawMessage](p.t.Units()))
+		if mem != nil && mem.Opened != nil {
+			p.t.Remember(p.env, mem)
+			s.markApplied(p.w, p.r, p.a, mem)
+		}
+	}
+	total := p.t.Tokens(p.env, limit)
+	if !compact.Over(total, limit) {
+		if s.engine.Speculating(total, limit) {
+			sr := p.t.Speculation(p.env)
+			sr.Dialect, sr.Tenant, sr.Owner, sr.Auth = p.a.Engine(), s.tenantOf(ctx), s.ownerOf(ctx), s.summariserAuth(p.r)
+			sr.Total, sr.Limit = total, limit
+			s.engine.Speculate(sr)
+		}
+		return false
+	}
+	req := p.t.Compaction(p.env, total, transparent)
+	req.Memory = mem
+	st := p.t.Stream()
+	if !s.holdCompaction(p.r) {
+		s.metrics.budgetRefused()
+		writeFaultTo(p.w, p.a, st, s.budgetExceeded())
+		return true
+	}
+	c, err := p.compactHeld(ctx, req, p.a.KeepAlive)
+	switch {
+	case engine.SkipReason(err) != "":
+		// It could not make the turn meaningfully smaller: the turn goes on as it came.
+		s.compactionSkipped(p.r, p.a, trigger, err)
+		return false
+	case err != nil:
+		s.compactionFailed(p.r, p.a, trigger, req.Model, err)
+		if !st.Committed && s.passThroughOnFailure(p.w, p.a, err) {
+			return false // forward the turn as it came
+		}
+		if f := compactionFailure(err); f != nil {
+			writeFaultTo(p.w, p.a, st, f)
+		}
+		return true
+	}
+	s.compacted(p.r, p.a, trigger, c)
+	p.c = c.Compaction
+	p.t.Compacted(c.Compaction, transparent)
+	if transparent {
+		markCompactedTurn(p.w, st, c)
+	}
+	if pa, ok := p.t.(turn.Pauser); ok && pa.Pauses() {
+		pa.AnswerPause(p.w, c.Compaction)
+		return true
+	}
+	return false
+}
+
+// compactHeld runs one compaction of the turn: a streamed turn is held open with tick while
+// it runs (nothing for the first interval, so a quick summariser still gets a proper status),
+// and the stream is marked committed when a keep-alive went out. This is the one place a turn
+// waits on the summariser.
+func (p *pipe) compactHeld(ctx context.Context, req engine.Request, tick func(first bool) []byte) (*compaction, error) {
+	s, st := p.s, p.t.Stream()
+	req.Dialect, req.Tenant, req.Owner, req.Auth = p.a.Engine(), s.tenantOf(ctx), s.ownerOf(ctx), s.summariserAuth(p.r)
+	if rs := stateFrom(ctx); rs != nil {
+		rs.conversation = req.Conversation // the event log's (eventlog.go)
+	}
+	var ka *keepAlive
+	if st.Streamed {
+		ka = startKeepAlive(p.w, s.cfg.KeepAlive, tick)
+	}
+	start := time.Now()
+	s.live.compacting.Add(1)
+	c, err := s.engine.Compact(ctx, req)
+	s.live.compacting.Add(-1)
+	st.Committed = st.Committed || ka != nil && ka.Stop()
+	if err != nil {
+		return nil, err
+	}
+	return &compaction{Compaction: c, took: time.Since(start)}, nil
+}
+
+// agent answers an agent's own compaction turn (Codex's local compaction, Claude Code's
+// /compact) with compactd's summary, and reports whether the turn has been answered; false: it
+// goes on as if it were not one (compactd could not make it smaller: the agent's own model
+// summarises).
+func (p *pipe) agent() bool {
+	ag, ok := p.t.(turn.AgentCompaction)
+	if !ok || p.s.cfg.NoAgentCompaction {
+		return false
+	}
+	name, req, ok := ag.Agent(p.env)
+	if !ok {
+		return false
+	}
+	s, st := p.s, p.t.Stream()
+	p.w.Header().Set(agentCompactionHeader, name)
+	if !s.holdCompaction(p.r) {
+		s.metrics.budgetRefused()
+		writeFaultTo(p.w, p.a, st, s.budgetExceeded())
+		return true
+	}
+	c, err := p.compactHeld(withAgentSummariser(p.r.Context()), req, p.a.KeepAlive)
+	if err != nil {
+		skipped := engine.SkipReason(err) != ""
+		if skipped {
+			s.compactionSkipped(p.r, p.a, agentTrigger, err)
+		}
+		if skipped || errors.Is(err, summarizer.ErrNothingToSummarize) {
+			switch {
+			case !st.Committed:
+				p.w.Header().Del(agentCompactionHeader)
+				return false // the agent's own request, as it came: the model summarises
+			case errors.Is(err, engine.ErrNotSmaller):
+				writeFaultTo(p.w, p.a, st, compactionFailure(err))
+			default:
+				writeFaultTo(p.w, p.a, st, nothingToSummarize())
+			}
+			return true
+		}
+		s.compactionFailed(p.r, p.a, agentTrigger, req.Model, err)
+		if !st.Committed && s.passThroughOnFailure(p.w, p.a, err) {
+			p.w.Header().Del(agentCompactionHeader)
+			p.forward(p.body, p.t.Rewriter()) // the agent summarises as it would have
+			return true
+		}
+		if f := compactionFailure(err); f != nil {
+			writeFaultTo(p.w, p.a, st, f)
+		}
+		return true
+	}
+	s.compacted(p.r, p.a, agentTrigger, c)
+	note := ""
+	if cfg := s.cfg.Recall.withDefaults(); c.Payload != nil && c.Payload.Archive != nil && !cfg.Disabled {
+		// The turns after this one offer the recall tool over the archive; the note says so, and
+		// its signed reference is what they prove the archive is theirs with.
+		a := c.Payload.Archive
+		note = turn.AgentRecallText(cfg.ToolName, s.owners.Ref(s.tenantOf(p.r.Context()), a.Conversation, a.Owner))
+	}
+	ag.AgentAnswer(p.w, c.Compaction, note)
+	return true
+}
+
+// nothingToSummarize is the 400 for a compaction request with nothing to summarise.
+func nothingToSummarize() *fault.Fault {
+	return fault.InvalidParam("", fault.CodeCompactionNothing, "messages holds no user or assistant content to summarize.")
+}
+
+// explicit answers a compaction the client asked for explicitly, and reports whether it did.
+func (p *pipe) explicit() bool {
+	ex, ok := p.t.(turn.Explicit)
+	if !ok {
+		return false
+	}
+	trigger, req, f, ok := ex.Explicit(p.env)
+	if !ok {
+		return false
+	}
+	s, st := p.s, p.t.Stream()
+	if f != nil {
+		writeFault(p.w, p.a, f)
+		return true
+	}
+	if !s.holdCompaction(p.r) {
+		s.metrics.budgetRefused()
+		writeFault(p.w, p.a, s.budgetExceeded())
+		return true
+	}
+	keepAlive := ex.ExplicitKeepAlive()
+	if keepAlive == nil {
+		keepAlive = p.a.KeepAlive
+	}
+	c, err := p.compactHeld(p.r.Context(), req, keepAlive)
+	if err != nil {
+		s.compactionNotMade(p.r, p.a, trigger, req.Model, err)
+		nothing := ex.Nothing()
+		switch {
+		case nothing != nil && (errors.Is(err, engine.ErrNothingToCompact) || errors.Is(err, summarizer.ErrNothingToSummarize)):
+			f = nothing
+		default:
+			if f = compactionFailure(err); f == nil {
+				f = &fault.Fault{Kind: fault.ClientClosed, Message: "client closed request"}
+			}
+		}
+		writeFaultTo(p.w, p.a, st, f)
+		return true
+	}
+	s.compacted(p.r, p.a, trigger, c)
+	ex.Answer(p.w, c.Compaction)
+	return true
+}
+
+// recallRun is a turn's recall: its loop state and its API's side.
+type recallRun struct {
+	rt *recallTurn
+	d  turn.Recall
+}
+
+// recall returns the turn's recall, or nil when it does not apply: no archive, recall off, no
+// archived conversation the turn may read (readSet), or the turn's API says no.
+func (p *pipe) recall() *recallRun {
+	rc, ok := p.t.(turn.Recaller)
+	if !ok || p.s.cfg.Archive == nil {
+		return nil
+	}
+	ctx := p.r.Context()
+	conv, owners := p.s.readSet(ctx, p.t.Prev(), p.c)
+	if p.t.Prev() == nil && p.c == nil {
+		if ar, ok := p.t.(turn.ArchiveRef); ok {
+			if c, o, ok := ar.ArchiveRef(p.env); ok {
+				conv, owners = c, owner.Set{p.s.ownerOf(ctx)}.With(o)
+			}
+		}
+	}
+	rt, ok := p.s.recallConfig(conv, owners)
+	if !ok {
+		return nil
+	}
+	d := rc.Recall(p.env, turn.RecallTool{Name: rt.cfg.ToolName, Description: rt.cfg.Description, Parameters: querySchema()})
+	if d == nil {
+		return nil
+	}
+	return &recallRun{rt: rt, d: d}
+}
+
+// forward sends body to the upstream and relays its answer, rewritten by rw. A nil rw is a
+// pass-through: the answer goes back as the upstream sent it, its stream held to the event cap
+// only, and the request's headers are the client's.
+func (p *pipe) forward(body []byte, rw turn.Rewriter) {
+	ctx := p.r.Context()
+	if rw != nil {
+		ctx = withFlight(ctx, &flight{t: p.t, rw: rw})
+	}
+	out := withBody(p.r, ctx, body)
+	var w http.ResponseWriter = p.w
+	if rw != nil {
+		if uh, ok := p.t.(turn.UpstreamHeaders); ok {
+			out.Header = out.Header.Clone() // withBody shares the client's
+			uh.UpstreamHeaders(out.Header)
+		}
+		if p.t.Stream().Committed {
+			w = committedWriter{w}
+		}
+	}
+	p.rp.ServeHTTP(w, out)
+}
+
+// turnEnv is what a's adapter may use of the front for request r.
+func (s *Server) turnEnv(w http.ResponseWriter, r *http.Request, a turn.Dialect) *turn.Env {
+	ctx := r.Context()
+	return &turn.Env{
+		Ctx: ctx, Header: r.Header, Counter: s.cfg.Counter, Engine: s.engine, Retain: s.cfg.RetainTokens,
+		Options: turn.Options{StripCodexFields: s.cfg.StripCodexFields, ApplyEdits: s.cfg.AnthropicApplyEdits,
+			AllowEditedSummaries: s.cfg.AllowEditedSummaries},
+		Open: func(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
+			return s.openCompaction(ctx, a, param, ec, id, sig)
+		},
+		HandedOff: func() { s.metrics.handoffApplied(apiName(a)) },
+		Foreign:   func(n int, where string) bool { return s.foreign(w, a, n, where) },
+		Conversation: func(key string, prev *engine.Opened) string {
+			return conversationID(r, key, prev)
+		},
+		Label: func(key string, prev *engine.Opened) string { return conversationLabel(r, key, prev) },
+		FindRef: func(text string) (string, string, bool) {
+			return s.owners.FindRef(s.tenantOf(ctx), text)
+		},
+	}
+}
+
+// flight is a forwarded turn the response hooks rewrite.
+type flight struct {
+	t  turn.Turn
+	rw turn.Rewriter
+}
+
+type flightKey struct{}
+
+func withFlight(ctx context.Context, f *flight) context.Context {
+	return context.WithValue(ctx, flightKey{}, f)
+}
+
+func flightFrom(ctx context.Context) *flight {
+	f, _ := ctx.Value(flightKey{}).(*flight)
+	return f
+}
+
+// committedStream is the stream state of the turn of ctx once compactd committed its stream
+// (nil otherwise): an upstream failure can then only be reported inside the stream.
+func committedStream(ctx context.Context) *turn.Stream {
+	if f := flightFrom(ctx); f != nil && f.t.Stream().Committed {
+		return f.t.Stream()
+	}
+	if t := turnFrom(ctx); t != nil && t.Committed {
+		return t.st()
+	}
+	return nil
+}
