@@ -103,7 +103,9 @@ func (a Adapter) Parse(env *turn.Env, body []byte) (turn.Turn, *fault.Fault) {
 	if err != nil {
 		return nil, api.BodyFault(err)
 	}
-	t := &Turn{a: a, env: env, req: req, view: req.Messages, stream: turn.Stream{Streamed: req.Stream}}
+	t := &Turn{a: a, env: env, req: req, view: req.Messages}
+	// count_tokens answers JSON, whatever the body says: an event stream to it is not passed on.
+	t.stream.Streamed = req.Stream && !a.CountTokens
 	if t.needed = needCompactd(env, req); !t.needed {
 		return t, nil
 	}

@@ -283,6 +283,10 @@ func TestCountTokens(t *testing.T) {
 	if tt.Recall(env, turn.RecallTool{Name: "r"}) != nil {
 		t.Error("count_tokens offers recall")
 	}
+	// count_tokens answers JSON, whatever the body says.
+	if parse(t, a, env, body(history(1), `"stream":true`, `"compaction":null`)).Stream().Streamed {
+		t.Error("a count_tokens turn is streamed")
+	}
 	// Only an on-demand `compaction` to take out.
 	tt = parse(t, a, env, body(history(1), `"compaction":{"type":"summarize"}`))
 	if got := string(tt.Body(env)); got != body(history(1)) || tt.removed != 0 {
