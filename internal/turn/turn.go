@@ -218,6 +218,23 @@ type UpstreamHeaders interface {
 	UpstreamHeaders(h http.Header)
 }
 
+// AgentNothing is an AgentCompaction whose API has its own answer for an agent compaction that
+// had nothing to summarise once the stream is committed (keep-alives went out, so the turn can
+// no longer go on as the agent's own request): a skip other than not_smaller, or the
+// summariser's nothing-to-summarise. Without it the front answers compactionFailure's fault.
+type AgentNothing interface {
+	AgentNothing() *fault.Fault
+}
+
+// Deferred is a turn whose refusal Parse put off: a turn that may be an agent's compaction
+// request compactd answers itself, without reading what the refusal is about (Messages: a
+// context_management it does not apply to the agent's summary). Once the front goes on with the
+// turn as an ordinary one (agent compaction off, not taken, or skipped before anything was
+// committed) it answers Refusal, when not nil, before anything else.
+type Deferred interface {
+	Refusal() *fault.Fault
+}
+
 // Env is what an adapter may use of the front for one request.
 type Env struct {
 	Ctx    context.Context
