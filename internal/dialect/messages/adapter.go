@@ -23,7 +23,6 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
-	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/turn"
 )
 
@@ -44,7 +43,7 @@ var _ turn.Adapter = Adapter{}
 func (Adapter) Name() dialect.Name { return dialect.Messages }
 
 func (Adapter) Engine() engine.Dialect {
-	return engine.Dialect{Name: string(dialect.Messages), SealKind: SealKind, Handoff: handoff.MessagesText, Memo: memo.Messages,
+	return engine.Dialect{Name: dialect.Messages, SealKind: SealKind, Handoff: handoff.MessagesText, Memo: true,
 		UserMessage: userMessage}
 }
 

@@ -315,7 +315,7 @@ func TestDialect(t *testing.T) {
 			t.Errorf("Terminal(%s) = %v", data, !want)
 		}
 	}
-	if e := a.Engine(); e.Name != "messages" || e.SealKind != "anthropic.compaction" || e.Memo != "messages" ||
+	if e := a.Engine(); e.Name != "messages" || e.SealKind != "anthropic.compaction" || !e.Memo ||
 		string(e.UserMessage("hi")) != `{"role":"user","content":[{"type":"text","text":"hi"}]}` {
 		t.Errorf("Engine %+v", e)
 	}
