@@ -25,6 +25,11 @@ type Turn struct {
 	// its id.
 	item   []byte
 	itemID string
+	// pending is the compacted conversation a compaction's Finish rendered for pendingFor: it
+	// takes effect in Compacted only, so a compaction that fails after Finish (not smaller, the
+	// archive or the seal) leaves the turn's conversation as the client sent it.
+	pending    []api.Item
+	pendingFor *engine.Compaction
 	// The compaction_trigger turn's response id, creation time (explicit.go).
 	respID  string
 	created int64
@@ -78,13 +83,17 @@ func (t *Turn) request(env *turn.Env, r engine.Request) engine.Request {
 		if c.Handoff != "" {
 			out = append(out, handoffItem(c.Handoff))
 		}
-		t.items = append(out, items[len(c.Compacted):]...)
-		return env.Engine.CountItems(t.items), len(c.Compacted) - len(c.Window.Instructions) - len(c.Window.Retained)
+		t.pending, t.pendingFor = append(out, items[len(c.Compacted):]...), c
+		return env.Engine.CountItems(t.pending), len(c.Compacted) - len(c.Window.Instructions) - len(c.Window.Retained)
 	}
 	return r
 }
 
 func (t *Turn) Compacted(c *engine.Compaction, transparent bool) {
+	if t.pendingFor == c {
+		t.items = t.pending
+	}
+	t.pending, t.pendingFor = nil, nil
 	t.changed = true
 	if !transparent {
 		t.item, t.itemID = api.CompactionItem(c.ID, c.EncryptedContent), c.ID
