@@ -4,11 +4,10 @@ import (
 	"net/http"
 
 	"github.com/compactd/compactd/internal/api"
-	dialectname "github.com/compactd/compactd/internal/dialect"
+	"github.com/compactd/compactd/internal/dialect/messages"
 	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
-	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/turn"
 	"github.com/tidwall/gjson"
 )
@@ -33,54 +32,12 @@ type legacyDialect interface {
 }
 
 var (
-	dialectOpenAI    dialect       = responses.Adapter{}
-	dialectAnthropic legacyDialect = messagesDialect{}
+	dialectOpenAI    dialect = responses.Adapter{}
+	dialectAnthropic dialect = messages.Adapter{}
 )
 
 // apiName is d's name as logs, metrics labels and the event log spell it.
 func apiName(d dialect) string { return string(d.Name()) }
-
-// anthropicSealKind binds a Messages compaction: it never opens as another API's.
-const anthropicSealKind = "anthropic.compaction"
-
-// messagesDialect is the Anthropic Messages API.
-type messagesDialect struct{}
-
-func (messagesDialect) Name() dialectname.Name { return dialectname.Messages }
-func (messagesDialect) Words() turn.Words {
-	return turn.Words{Compaction: "block", Held: "messages and compaction blocks", UpstreamFlag: "--anthropic-upstream"}
-}
-func (messagesDialect) Engine() engine.Dialect {
-	return engine.Dialect{Name: dialectname.Messages, SealKind: anthropicSealKind, Handoff: handoff.MessagesText, Memo: true,
-		UserMessage: messagesUserMessage}
-}
-func (messagesDialect) compactionItem(c *engine.Compaction) []byte {
-	return api.CompactionBlock(c.Summary, c.EncryptedContent, c.Signature)
-}
-
-// messagesUserMessage is a Messages user message of one text block.
-func messagesUserMessage(text string) []byte {
-	return api.AnthropicMessage("user", [][]byte{api.TextBlock(text)})
-}
-
-// pingEvent keeps a committed Messages stream alive while the summariser runs.
-var pingEvent = api.AppendSSE(nil, "ping", []byte(`{"type": "ping"}`))
-
-func (messagesDialect) KeepAlive(bool) []byte              { return pingEvent }
-func (messagesDialect) Fault(f *fault.Fault) turn.Envelope { return anthropicFault(f) }
-func (messagesDialect) FaultEvent(f *fault.Fault, _ *turn.Stream) []byte {
-	return anthropicFault(f).SSE()
-}
-func (messagesDialect) Terminal(data []byte) bool {
-	switch eventType(data) {
-	case "message_stop", "error":
-		return true
-	}
-	return false
-}
-func (messagesDialect) modifyResponse(s *Server) func(*http.Response) error {
-	return s.modifyMessagesResponse
-}
 
 // writeFault answers f as an HTTP response in d's envelope.
 func writeFault(w http.ResponseWriter, d dialect, f *fault.Fault) {

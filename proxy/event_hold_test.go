@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/internal/dialect/messages"
 	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/turn"
@@ -62,9 +63,10 @@ func TestRelayHoldsAnEventOnce(t *testing.T) {
 		}, "\"sequence_number\":3,\"output_index\":1,\"delta\":\"xxxx"},
 		{"messages pass-through", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, _ *turnState) { guardPassThrough(resp, dialectAnthropic) },
 			start + msgDelta[:200]},
-		{"messages rewriter", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, tr *turnState) {
-			guardMessagesStream(resp, true)
-			resp.Body = newMsgSSERewriter(resp.Body, &msgTurn{t: tr, block: []byte(`{}`), summary: "s", ecStr: "cmp_x.c2VhbGVk"})
+		{"messages rewriter", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, _ *turnState) {
+			f := messagesFlight(t, true)
+			guardTurn(resp, dialectAnthropic, f, dialectAnthropic.Terminal, true)
+			resp.Body = f.rw.Events(resp.Body)
 		}, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"xxxx"},
 		{"chat pass-through", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turnState) { guardPassThrough(resp, dialectChat) }, chunk[:200]},
 		{"chat compacted", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turnState) { guardChatStream(resp, false) }, chunk[:200]},
@@ -135,4 +137,23 @@ func responsesFlight(t *testing.T, compacted bool) *flight {
 		tr.Compacted(&engine.Compaction{ID: "cmp_1", EncryptedContent: "x"}, false)
 	}
 	return &flight{t: tr, rw: tr.Rewriter()}
+}
+
+// messagesFlight is a streamed Messages turn as the pipeline forwards it: with compacted, one
+// that issued a compaction block.
+func messagesFlight(t *testing.T, compacted bool) *flight {
+	t.Helper()
+	tr, f := messages.Adapter{}.Parse(&turn.Env{Header: http.Header{}},
+		[]byte(`{"model":"m","max_tokens":16,"stream":true,"context_management":{"edits":[{"type":"compact_20260112"}]},"messages":[{"role":"user","content":"hi"}]}`))
+	if f != nil {
+		t.Fatal(f)
+	}
+	if compacted {
+		tr.Compacted(&engine.Compaction{ID: "cmp_x", Summary: "s", EncryptedContent: "cmp_x.c2VhbGVk"}, false)
+	}
+	rw := tr.Rewriter()
+	if rw == nil {
+		t.Fatal("a Messages turn with a compact edit has no rewriter")
+	}
+	return &flight{t: tr, rw: rw}
 }

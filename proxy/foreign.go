@@ -1,17 +1,10 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-
-	"github.com/compactd/compactd/internal/fault"
-
-	"github.com/tidwall/gjson"
-
-	"github.com/compactd/compactd/internal/api"
 )
 
 // Foreign compaction items.
@@ -60,66 +53,6 @@ func ParseForeignItems(s string) (ForeignItems, error) {
 	return "", fmt.Errorf("%q is not a foreign-items policy: use drop or reject", s)
 }
 
-// foreignMessages applies the foreign-items policy to the compaction blocks of a Messages
-// request: under drop it returns a shallow copy of req whose messages lack them (a message left
-// empty is removed, as with compactd's own consumed blocks) and true; with none it returns req
-// and false. Under reject it returns the 400.
-func (s *Server) foreignMessages(w http.ResponseWriter, req *api.MessagesRequest) (*api.MessagesRequest, bool, *fault.Fault) {
-	var foreign []api.BlockRef
-	for _, ref := range req.Blocks {
-		b := gjson.ParseBytes(req.Messages[ref.Message].Blocks[ref.Block].Raw)
-		if c := b.Get("content"); !c.Exists() || c.Type == gjson.Null {
-			continue // a no-op block, removed like compactd's own
-		}
-		if api.IsForeign(b.Get("encrypted_content")) {
-			foreign = append(foreign, ref)
-		}
-	}
-	if len(foreign) == 0 {
-		return req, false, nil
-	}
-	where := make([]string, len(foreign))
-	for i, ref := range foreign {
-		where[i] = ref.Path()
-	}
-	if s.cfg.ForeignItems == ForeignReject {
-		s.foreignRejected(dialectAnthropic, len(foreign))
-		return nil, false, &fault.Fault{Code: "foreign_compaction_block", Message: fmt.Sprintf(
-			"%s: a compaction block compactd did not issue (its encrypted_content is not in compactd's cmp_… format; it was most likely issued by Anthropic's server-side compaction before this conversation was routed through compactd), so compactd cannot open it. Remove it from messages, or run compactd with --foreign-items drop (COMPACTD_FOREIGN_ITEMS=drop) to drop such blocks and continue without the history they replaced.",
-			strings.Join(where, ", "))}
-	}
-	drop := make(map[api.BlockRef]bool, len(foreign))
-	for _, ref := range foreign {
-		drop[ref] = true
-	}
-	out := *req
-	out.Messages = make([]api.Message, 0, len(req.Messages))
-	out.Blocks = nil
-	for i, m := range req.Messages {
-		kept := make([]api.Block, 0, len(m.Blocks))
-		for j, b := range m.Blocks {
-			if !drop[api.BlockRef{Message: i, Block: j}] {
-				kept = append(kept, b)
-			}
-		}
-		switch {
-		case len(kept) == len(m.Blocks):
-		case len(kept) == 0:
-			continue
-		default:
-			m = m.WithBlocks(kept)
-		}
-		for j, b := range m.Blocks {
-			if b.Type == api.BlockCompaction {
-				out.Blocks = append(out.Blocks, api.BlockRef{Message: len(out.Messages), Block: j})
-			}
-		}
-		out.Messages = append(out.Messages, m)
-	}
-	s.foreignDropped(w, dialectAnthropic, len(foreign), strings.Join(where, ","))
-	return &out, true, nil
-}
-
 // foreign is Env.Foreign: n foreign compactions at where, counted and reported; it reports
 // whether the policy rejects them.
 func (s *Server) foreign(w http.ResponseWriter, d dialect, n int, where string) bool {
@@ -144,16 +77,4 @@ func (s *Server) foreignDropped(w http.ResponseWriter, d dialect, n int, where s
 func (s *Server) foreignRejected(d dialect, n int) {
 	s.metrics.foreignItems(apiName(d), "rejected", n)
 	s.log.Warn("rejected a request holding foreign compaction items (--foreign-items reject)", "api", apiName(d), "items", n)
-}
-
-// resolveBlocksForeign is resolveBlocks after the foreign-items policy: foreign blocks are
-// dropped (or refused) first, so only compactd's own blocks are opened.
-func (s *Server) resolveBlocksForeign(ctx context.Context, w http.ResponseWriter, req *api.MessagesRequest) (msgView, *fault.Fault) {
-	req, dropped, e := s.foreignMessages(w, req)
-	if e != nil {
-		return msgView{}, e
-	}
-	view, e := s.resolveBlocks(ctx, req)
-	view.changed = view.changed || dropped
-	return view, e
 }

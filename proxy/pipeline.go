@@ -63,8 +63,17 @@ type pipe struct {
 }
 
 func (p *pipe) serve() {
-	if p.agent() || p.explicit() {
-		return // compactd answered the turn itself
+	if p.agent() {
+		return // an agent's own compaction, answered by compactd
+	}
+	if d, ok := p.t.(turn.Deferred); ok {
+		if f := d.Refusal(); f != nil {
+			writeFault(p.w, p.a, f) // put off by Parse in case the turn was an agent's compaction
+			return
+		}
+	}
+	if p.explicit() {
+		return // an explicit compaction, answered by compactd
 	}
 	policy := p.s.cfg.Policy.ForRoute(p.a.Name())
 	if pt, ok := p.t.(turn.PassThrough); ok && pt.PassThrough(p.env, policy.Threshold > 0) {
@@ -80,8 +89,12 @@ func (p *pipe) serve() {
 		return
 	}
 	if rc != nil {
-		st := p.t.Stream()
-		p.s.runRecall(p.w, p.r, rc.rt, rc.d, p.a, p.upstream, st.Streamed, st.Committed)
+		st, r := p.t.Stream(), p.r
+		if uh, ok := p.t.(turn.UpstreamHeaders); ok {
+			r = r.Clone(r.Context()) // every round goes upstream with the turn's headers
+			uh.UpstreamHeaders(r.Header)
+		}
+		p.s.runRecall(p.w, r, rc.rt, rc.d, p.a, p.upstream, st.Streamed, st.Committed)
 		return
 	}
 	p.forward(p.t.Body(p.env), p.t.Rewriter())
@@ -217,7 +230,11 @@ func (p *pipe) agent() bool {
 			case errors.Is(err, engine.ErrNotSmaller):
 				writeFaultTo(p.w, p.a, st, compactionFailure(err))
 			default:
-				writeFaultTo(p.w, p.a, st, nothingToSummarize())
+				f := compactionFailure(err)
+				if an, ok := ag.(turn.AgentNothing); ok {
+					f = an.AgentNothing()
+				}
+				writeFaultTo(p.w, p.a, st, f)
 			}
 			return true
 		}
@@ -242,11 +259,6 @@ func (p *pipe) agent() bool {
 	}
 	ag.AgentAnswer(p.w, c.Compaction, note)
 	return true
-}
-
-// nothingToSummarize is the 400 for a compaction request with nothing to summarise.
-func nothingToSummarize() *fault.Fault {
-	return fault.InvalidParam("", fault.CodeCompactionNothing, "messages holds no user or assistant content to summarize.")
 }
 
 // explicit answers a compaction the client asked for explicitly, and reports whether it did.
@@ -351,6 +363,11 @@ func (p *pipe) forward(body []byte, rw turn.Rewriter) {
 // turnEnv is what a's adapter may use of the front for request r.
 func (s *Server) turnEnv(w http.ResponseWriter, r *http.Request, a turn.Dialect) *turn.Env {
 	ctx := r.Context()
+	var findRef func(string) (string, string, bool)
+	if s.cfg.Archive != nil && !s.cfg.Recall.Disabled {
+		// nil without an archive or recall: nothing a turn names could be read.
+		findRef = func(text string) (string, string, bool) { return s.owners.FindRef(s.tenantOf(ctx), text) }
+	}
 	return &turn.Env{
 		Ctx: ctx, Header: r.Header, Counter: s.cfg.Counter, Engine: s.engine, Retain: s.cfg.RetainTokens,
 		Options: turn.Options{StripCodexFields: s.cfg.StripCodexFields, ApplyEdits: s.cfg.AnthropicApplyEdits,
@@ -363,10 +380,8 @@ func (s *Server) turnEnv(w http.ResponseWriter, r *http.Request, a turn.Dialect)
 		Conversation: func(key string, prev *engine.Opened) string {
 			return conversationID(r, key, prev)
 		},
-		Label: func(key string, prev *engine.Opened) string { return conversationLabel(r, key, prev) },
-		FindRef: func(text string) (string, string, bool) {
-			return s.owners.FindRef(s.tenantOf(ctx), text)
-		},
+		Label:   func(key string, prev *engine.Opened) string { return conversationLabel(r, key, prev) },
+		FindRef: findRef,
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
 	dialectname "github.com/compactd/compactd/internal/dialect"
+	"github.com/compactd/compactd/internal/dialect/messages"
 	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
@@ -427,8 +428,8 @@ func New(cfg Config) (*Server, error) {
 	forwardAnthropic, forward := fullDuplex(s.forwardAnthropic), fullDuplex(s.forward)
 	r.Handle("/v1/messages", forwardAnthropic)   // other methods
 	r.Handle("/v1/messages/*", forwardAnthropic) // batches and whatever comes next
-	r.Post("/v1/messages", s.handleMessages)
-	r.Post("/v1/messages/count_tokens", s.handleCountTokens)
+	r.Post("/v1/messages", s.serveTurn(messages.Adapter{}, cfg.AnthropicUpstream))
+	r.Post("/v1/messages/count_tokens", s.serveTurn(messages.Adapter{CountTokens: true}, cfg.AnthropicUpstream))
 	r.NotFound(forward.ServeHTTP)
 	r.MethodNotAllowed(forward.ServeHTTP)
 	s.router = r

@@ -5,6 +5,7 @@ import (
 
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/relay"
+	"github.com/compactd/compactd/internal/turn"
 )
 
 // Each dialect's side of the stream guard (relay.Guard, internal/relay): which event ends its
@@ -13,9 +14,7 @@ import (
 // The dialects' terminal tests as the func values relay.Guard takes, made once: a method value
 // made for each stream would be one more allocation per stream.
 var (
-	responsesTerminal = dialectOpenAI.Terminal
-	messagesTerminal  = dialectAnthropic.Terminal
-	chatTerminal      = dialectChat.Terminal
+	chatTerminal = dialectChat.Terminal
 )
 
 // guardPassThrough guards the stream of a Messages or Chat Completions request compactd
@@ -29,26 +28,8 @@ func guardPassThrough(resp *http.Response, d dialect) {
 	}})
 }
 
-// upstreamInterrupted is the error a Responses stream ends with when the upstream's broke off.
-func upstreamInterrupted() *fault.Fault {
-	return &fault.Fault{Kind: fault.Upstream, Code: fault.CodeUpstreamInterrupted,
-		Message: "the upstream API's stream ended before its answer was complete; retry the request"}
-}
-
-// guardMessagesStream guards a Messages stream: the closing error is an Anthropic `error` event.
-func guardMessagesStream(resp *http.Response, validate bool) {
-	if !relay.Guardable(resp) {
-		return // not a stream: no guard, and no closure allocated for one
-	}
-	relay.Guard(resp, relay.GuardOptions{Terminal: messagesTerminal, Validate: validate, Fail: func(_ int, why string) []byte {
-		e := upstreamInterrupted()
-		if why != "" {
-			mt := msgTurnFrom(resp.Request)
-			e = invalidUpstream(dialectAnthropic, mt != nil && mt.block != nil, why)
-		}
-		return dialectAnthropic.FaultEvent(e, nil)
-	}})
-}
+// upstreamInterrupted is the error a stream ends with when the upstream's broke off.
+func upstreamInterrupted() *fault.Fault { return turn.UpstreamInterrupted() }
 
 // guardChatStream guards a Chat Completions stream: it ends normally at `data: [DONE]`; broken
 // off before it, it ends with an error chunk (chatDialect.errorEvent), which the openai SDKs

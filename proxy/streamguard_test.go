@@ -12,7 +12,9 @@ import (
 	"testing/iotest"
 
 	"github.com/compactd/compactd/internal/dialect/responses"
+	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
+	"github.com/tidwall/gjson"
 )
 
 // brokenBody yields data, then err.
@@ -99,7 +101,8 @@ func TestStreamGuardMessages(t *testing.T) {
 	start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n"
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 		Body: &brokenBody{r: strings.NewReader(start + "event: content_block_delta\ndata: {\"ty"), err: io.ErrUnexpectedEOF}}
-	guardMessagesStream(resp, false)
+	f := messagesFlight(t, false)
+	guardTurn(resp, dialectAnthropic, f, dialectAnthropic.Terminal, false)
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -194,9 +197,10 @@ func TestStreamGuardOversizedEvent(t *testing.T) {
 			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 				Body: io.NopCloser(iotest.HalfReader(strings.NewReader(body)))}
 			if tc.messages {
-				guardMessagesStream(resp, tc.validate)
+				f := messagesFlight(t, tc.rewriter)
+				guardTurn(resp, dialectAnthropic, f, dialectAnthropic.Terminal, tc.validate)
 				if tc.rewriter {
-					resp.Body = newMsgSSERewriter(resp.Body, &msgTurn{t: tr, block: []byte(`{}`), summary: "s", ecStr: "cmp_x.c2VhbGVk"})
+					resp.Body = f.rw.Events(resp.Body)
 				}
 			} else {
 				f := responsesFlight(t, tc.rewriter)
@@ -235,4 +239,24 @@ func TestStreamGuardOversizedEvent(t *testing.T) {
 func guardResponses(resp *http.Response, validate bool) {
 	tr, _ := responses.Adapter{}.Parse(&turn.Env{Header: http.Header{}}, []byte(`{"model":"m","input":"hi","stream":true}`))
 	guardTurn(resp, dialectOpenAI, &flight{t: tr, rw: tr.Rewriter()}, dialectOpenAI.Terminal, validate)
+}
+
+// sseEvents splits an SSE body into the data payloads of its events, with compactd's reader.
+func sseEvents(t *testing.T, body []byte) []gjson.Result {
+	t.Helper()
+	var out []gjson.Result
+	rd := sse.NewReader(bytes.NewReader(body))
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return out
+		}
+		if !ev.HasData() {
+			continue
+		}
+		if !gjson.ValidBytes(ev.Data) {
+			t.Fatalf("event data is not JSON: %q", ev.Data)
+		}
+		out = append(out, gjson.ParseBytes(append([]byte(nil), ev.Data...)))
+	}
 }
