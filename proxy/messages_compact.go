@@ -76,7 +76,7 @@ func (s *Server) resolveBlocks(ctx context.Context, req *api.MessagesRequest) (m
 	if e != nil {
 		return msgView{}, e
 	}
-	s.metrics.handoffApplied(apiName(dialectAnthropic))
+	s.metrics.HandoffApplied(apiName(dialectAnthropic))
 	return msgView{msgs: handoffMessages(req.Messages, ref, o), prev: o, changed: true}, nil
 }
 
