@@ -54,13 +54,13 @@ func (s *Server) adminAuth(th *failThrottle) func(http.Handler) http.Handler {
 			}
 			addr := throttleAddr(r)
 			if ok, retry := th.take(addr); !ok {
-				s.metrics.adminAuthFailure("throttled")
+				s.metrics.AdminAuthFailure("throttled")
 				adminThrottled(w, retry)
 				return
 			}
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if match := secretEqual(got, s.cfg.AdminToken); !ok || !match {
-				s.metrics.adminAuthFailure("invalid_token")
+				s.metrics.AdminAuthFailure("invalid_token")
 				(&api.OpenAIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 					Message: "the admin API needs 'Authorization: Bearer <admin token>'"}).Write(w)
 				return

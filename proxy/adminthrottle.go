@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/compactd/compactd/internal/api"
 )
 
@@ -139,24 +137,4 @@ func adminThrottled(w http.ResponseWriter, retry time.Duration) {
 		RetryAfter: time.Duration(secs) * time.Second,
 		Message: "Too many failed admin-token attempts from this address; retry after " + strconv.Itoa(secs) +
 			"s with the right 'Authorization: Bearer <admin token>'."}).Write(w)
-}
-
-// The admin API's failure counter, compactd_admin_auth_failures_total{outcome}: invalid_token
-// (a missing or wrong token, answered 401) and throttled (answered 429 without comparing).
-func newAdminAuthFailures(reg *prometheus.Registry) *prometheus.CounterVec {
-	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "compactd_admin_auth_failures_total",
-		Help: "Admin API calls refused: a missing or wrong admin token (invalid_token, 401), or an address past its budget of failed attempts (throttled, 429)."},
-		[]string{"outcome"})
-	reg.MustRegister(v)
-	v.WithLabelValues("invalid_token")
-	v.WithLabelValues("throttled")
-	return v
-}
-
-// adminAuthFailure counts a refused admin call.
-func (m *metrics) adminAuthFailure(outcome string) {
-	if m == nil {
-		return
-	}
-	m.adminAuthFailures.WithLabelValues(outcome).Inc()
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/metrics"
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/time/rate"
@@ -99,7 +100,7 @@ func NewTenants(f TenantsFile, getenv func(string) string) (*Tenants, error) {
 	keys := map[[sha256.Size]byte]string{}
 	out := &Tenants{}
 	for i, tc := range f.Tenants {
-		if tc.Name == "" || label(tc.Name) == "other" {
+		if tc.Name == "" || metrics.Label(tc.Name) == "other" {
 			return nil, fmt.Errorf("tenants[%d]: name must be 1-32 of [a-z0-9_]", i)
 		}
 		if seen[tc.Name] {
@@ -263,7 +264,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, raw, canon
 	}
 	t := s.cfg.Tenants.match(clientKey(r.Header))
 	if t == nil {
-		s.metrics.authFailure()
+		s.metrics.AuthFailure()
 		writeFault(w, d, &fault.Fault{Kind: fault.Unauthenticated, Code: fault.CodeInvalidAPIKey,
 			Message: "present a compactd client key issued to your tenant."})
 		return nil, false

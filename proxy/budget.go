@@ -253,7 +253,7 @@ func (s *Server) holdRebuild(r *http.Request) bool {
 }
 
 func (s *Server) budgetRefused(w http.ResponseWriter, d dialect) {
-	s.metrics.budgetRefused()
+	s.metrics.BudgetRefused()
 	writeFault(w, d, s.budgetExceeded())
 }
 

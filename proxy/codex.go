@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/jsonx"
+	"github.com/compactd/compactd/internal/metrics"
 )
 
 // clientTurn is what a client tells about a turn in its own headers. Codex CLI sends
@@ -32,29 +33,11 @@ func clientTurnFrom(h http.Header) clientTurn {
 	if ct.Session == "" {
 		ct.Session = m.Get("session_id").Str
 	}
-	ct.Kind = label(m.Get("request_kind").Str)
-	ct.Phase = label(m.Get("compaction.phase").Str)
-	ct.Reason = label(m.Get("compaction.reason").Str)
-	ct.Trigger = label(m.Get("compaction.trigger").Str)
+	ct.Kind = metrics.Label(m.Get("request_kind").Str)
+	ct.Phase = metrics.Label(m.Get("compaction.phase").Str)
+	ct.Reason = metrics.Label(m.Get("compaction.reason").Str)
+	ct.Trigger = metrics.Label(m.Get("compaction.trigger").Str)
 	return ct
-}
-
-// label keeps a client-supplied value only if it looks like an enum word (lower-case letters,
-// digits and underscores, at most 32 bytes), so clients cannot blow up label cardinality.
-func label(s string) string {
-	if s == "" {
-		return ""
-	}
-	if len(s) > 32 {
-		return "other"
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			return "other"
-		}
-	}
-	return s
 }
 
 // appendLogAttrs appends the turn's client labels to a, omitting what is absent: LogAttrs for

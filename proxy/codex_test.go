@@ -24,18 +24,3 @@ func TestClientTurnFromCodexHeaders(t *testing.T) {
 		t.Errorf("clientTurnFrom = %+v, want %+v", got, want)
 	}
 }
-
-func TestLabelBoundsClientValues(t *testing.T) {
-	tests := map[string]string{
-		"":                   "",
-		"pre_turn":           "pre_turn",
-		"Pre-Turn":           "other",
-		"01a22679-79f0-7c11": "other",
-		"a_very_long_value_that_is_longer_than_32": "other",
-	}
-	for in, want := range tests {
-		if got := label(in); got != want {
-			t.Errorf("label(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

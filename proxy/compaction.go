@@ -36,7 +36,7 @@ func (s *Server) openCompaction(ctx context.Context, d dialect, param, ec, given
 	}
 	reason := engine.Reason(err)
 	s.log.Warn("compaction rejected", "api", apiName(d), "reason", reason)
-	s.metrics.openFailure(apiName(d), reason)
+	s.metrics.OpenFailure(apiName(d), reason)
 	return nil, openError(d, param, reason, err)
 }
 
@@ -130,7 +130,7 @@ func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, er
 // answered; a nil compaction without answered means the turn goes on uncompacted.
 func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turnState, trigger string, in compactIn) (c *compaction, answered bool) {
 	if !s.holdCompaction(r) {
-		s.metrics.budgetRefused()
+		s.metrics.BudgetRefused()
 		writeFaultTo(w, in.dialect, t.st(), s.budgetExceeded())
 		return nil, true
 	}

@@ -39,11 +39,11 @@ func (b consoleBackend) CheckToken(r *http.Request, token string) (bool, time.Du
 	s := b.s
 	addr := throttleAddr(r)
 	if ok, retry := s.adminThrottle.take(addr); !ok {
-		s.metrics.adminAuthFailure("throttled")
+		s.metrics.AdminAuthFailure("throttled")
 		return false, retry
 	}
 	if s.cfg.AdminToken == "" || !secretEqual(token, s.cfg.AdminToken) {
-		s.metrics.adminAuthFailure("invalid_token")
+		s.metrics.AdminAuthFailure("invalid_token")
 		return false, 0
 	}
 	s.adminThrottle.refund(addr)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/metrics"
 )
 
 // compacted records one compaction event, in either dialect: one log line with the figures an
@@ -24,8 +25,8 @@ func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compac
 	ct := clientTurnFrom(r.Header)
 	attrs = append(attrs, ct.LogAttrs()...)
 	s.log.InfoContext(r.Context(), "compacted", attrs...)
-	s.metrics.clientCompaction(apiName(d), ct)
-	s.metrics.compaction(compactionEvent{API: apiName(d), Trigger: trigger, Outcome: "ok", Model: c.Payload.Model,
+	s.metrics.ClientCompaction(apiName(d), ct.Phase, ct.Reason)
+	s.metrics.Compaction(metrics.CompactionEvent{API: apiName(d), Trigger: trigger, Outcome: "ok", Model: c.Payload.Model,
 		TokensBefore: c.Payload.TokensBefore, TokensAfter: c.Payload.TokensAfter})
 	s.recordCompaction(r, d, trigger, c)
 }
@@ -35,7 +36,7 @@ func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compac
 func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model string, err error) {
 	attrs := append([]any{slog.String("api", apiName(d)), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
 	s.log.WarnContext(r.Context(), "compaction failed", attrs...)
-	s.metrics.compaction(compactionEvent{API: apiName(d), Trigger: trigger, Outcome: "failed", Model: model})
+	s.metrics.Compaction(metrics.CompactionEvent{API: apiName(d), Trigger: trigger, Outcome: "failed", Model: model})
 	s.recordCompactionFailed(r, d, trigger, model, err)
 }
 
@@ -46,7 +47,7 @@ func (s *Server) compactionSkipped(r *http.Request, d dialect, trigger string, e
 	reason := engine.SkipReason(err)
 	s.log.DebugContext(r.Context(), "compaction skipped", slog.String("api", apiName(d)), slog.String("trigger", trigger),
 		slog.String("reason", reason), slog.String("detail", err.Error()))
-	s.metrics.skipped(apiName(d), trigger, reason)
+	s.metrics.Skipped(apiName(d), trigger, reason)
 }
 
 // compactionNotMade records a compaction that was not made: skipped (engine.SkipReason) or failed.

@@ -69,12 +69,12 @@ func (s *Server) foreign(w http.ResponseWriter, d dialect, n int, where string) 
 func (s *Server) foreignDropped(w http.ResponseWriter, d dialect, n int, where string) {
 	w.Header().Add("X-Compactd-Warning", "dropped "+strconv.Itoa(n)+" foreign compaction item(s) at "+where+
 		": not issued by compactd, so never opened; whatever they summarised is no longer in the model's view (--foreign-items reject refuses such requests instead)")
-	s.metrics.foreignItems(apiName(d), "dropped", n)
+	s.metrics.ForeignItems(apiName(d), "dropped", n)
 	s.log.Warn("dropped foreign compaction items: the history they replaced is gone from the model's view",
 		"api", apiName(d), "items", n, "at", where)
 }
 
 func (s *Server) foreignRejected(d dialect, n int) {
-	s.metrics.foreignItems(apiName(d), "rejected", n)
+	s.metrics.ForeignItems(apiName(d), "rejected", n)
 	s.log.Warn("rejected a request holding foreign compaction items (--foreign-items reject)", "api", apiName(d), "items", n)
 }

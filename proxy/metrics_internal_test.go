@@ -12,64 +12,64 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	dialectname "github.com/compactd/compactd/internal/dialect"
+	"github.com/compactd/compactd/internal/metrics"
 )
 
-func TestModelLabels(t *testing.T) {
-	ml := newModelLabels([]string{"gpt-5.1-codex", "bad model!"}, 2)
-	tests := []struct{ in, want string }{
-		{"gpt-5.1-codex", "gpt-5.1-codex"}, // configured
-		{"", "unknown"},
-		{"has space", "other"},
-		{strings.Repeat("x", 65), "other"},
-		{"claude-sonnet-4-5@20250929", "claude-sonnet-4-5@20250929"}, // first seen
-		{"org/model:tag", "org/model:tag"},                           // second seen: cap reached
-		{"gpt-4o", "other"},
-		{"claude-sonnet-4-5@20250929", "claude-sonnet-4-5@20250929"}, // still known
-		{"gpt-5.1-codex", "gpt-5.1-codex"},
-	}
-	for _, tt := range tests {
-		if got := ml.label(tt.in); got != tt.want {
-			t.Errorf("label(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-func TestLabelClamps(t *testing.T) {
-	tests := []struct{ got, want string }{
-		{methodLabel("POST"), "POST"},
-		{methodLabel("BREW"), "other"},
-		{codeLabel(499), "499"},
-		{codeLabel(1000), "other"},
-	}
-	for i, tt := range tests {
-		if tt.got != tt.want {
-			t.Errorf("case %d: %q, want %q", i, tt.got, tt.want)
-		}
-	}
-}
-
 // The api label is the dialect's name, one value per dialect: every dialect's String() is its
-// name and one of metricAPIs, whose series are made up front.
+// name, and its series (and those of the agent trigger, whose word proxy owns) are made up front.
 func TestAPILabelIsTheDialectName(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics.New(reg, nil)
 	seen := map[string]bool{}
 	for _, d := range []dialect{dialectOpenAI, dialectAnthropic, dialectChat} {
 		if apiName(d) != string(d.Name()) || !d.Name().Valid() {
 			t.Errorf("%T: String %q, name %q: want the dialect's name", d, apiName(d), d.Name())
 		}
-		if !slices.Contains(metricAPIs, apiName(d)) {
-			t.Errorf("%T: api label %q is not in metricAPIs %q", d, apiName(d), metricAPIs)
+		if _, ok := gatheredValue(t, reg, "compactd_compactions_total", "api", apiName(d), "trigger", agentTrigger, "outcome", "ok"); !ok {
+			t.Errorf("%T: no compactions series made up front for api %q, trigger %q", d, apiName(d), agentTrigger)
 		}
 		seen[apiName(d)] = true
 	}
-	if len(seen) != 3 || len(metricAPIs) != 3 {
-		t.Errorf("api labels %v, metricAPIs %q: want one per dialect", seen, metricAPIs)
+	if len(seen) != 3 || len(dialectname.All) != 3 {
+		t.Errorf("api labels %v, dialects %q: want one per dialect", seen, dialectname.All)
 	}
-	if got := []string{string(dialectname.Responses), string(dialectname.Messages), string(dialectname.Chat)}; !slices.Equal(metricAPIs, got) {
-		t.Errorf("metricAPIs = %q, want %q", metricAPIs, got)
+}
+
+// gatheredValue is the value of the series of name with exactly the labels kv (a counter's or a
+// gauge's value, a histogram's sample sum), and whether it exists.
+func gatheredValue(t testing.TB, g prometheus.Gatherer, name string, kv ...string) (float64, bool) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(kv)/2 {
+				continue
+			}
+			for _, lp := range m.GetLabel() {
+				if i := slices.Index(kv, lp.GetName()); i < 0 || i%2 != 0 || kv[i+1] != lp.GetValue() {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue(), true
+			case m.Gauge != nil:
+				return m.Gauge.GetValue(), true
+			case m.Histogram != nil:
+				return m.Histogram.GetSampleSum(), true
+			}
+		}
+	}
+	return 0, false
 }
 
 func TestRequestID(t *testing.T) {
@@ -98,38 +98,47 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
-// TestUpstreamBodyUsage feeds usage-bearing bodies through upstreamBody one byte at a time (the
-// worst split) and checks the tokens it finds.
+// TestUpstreamBodyUsage reads usage-bearing bodies through upstreamBody one byte at a time (the
+// worst split): the body passes unchanged and, once it ends, the GenAI chat operation is recorded
+// with the tokens found (internal/metrics' TestUsage has the usage shapes). A body closed before
+// its end was read still records the operation, but not a JSON usage: only a whole body counts.
 func TestUpstreamBodyUsage(t *testing.T) {
 	tests := []struct {
 		name    string
 		sse     bool
 		body    string
-		in, out int64
+		cut     bool // closed before the end of the body was read (every byte, but not io.EOF)
+		in, out float64
 	}{
-		{"responses json", false, `{"id":"resp_1","output":[],"usage":{"input_tokens":120,"output_tokens":7}}`, 120, 7},
-		{"chat json", false, `{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":5}}`, 50, 5},
-		{"responses sse", true, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n" +
-			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":40}}}\n\n", 900, 40},
-		{"anthropic sse", true, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":90,\"output_tokens\":1}}}\n\n" +
-			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":33}}\n\n", 100, 33},
-		{"responses sse CRLF", true, "event: response.created\r\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\r\n\r\n" +
-			"event: response.completed\r\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":40}}}\r\n\r\n", 900, 40},
-		{"anthropic sse multi-line data", true, "event: message_start\ndata: {\"type\":\"message_start\",\ndata: \"message\":{\"usage\":{\"input_tokens\":10,\ndata: \"output_tokens\":1}}}\n\n" +
-			"event: message_delta\ndata: {\"type\":\"message_delta\",\ndata: \"usage\":{\"output_tokens\":33}}\n\n", 10, 33},
-		{"sse last event without its blank line", true, "data: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}", 5, 2},
-		{"no usage", true, "data: {\"type\":\"x\"}\n\n", 0, 0},
-		{"not json", false, `not json`, 0, 0},
+		{"json", false, `{"id":"resp_1","output":[],"usage":{"input_tokens":120,"output_tokens":7}}`, false, 120, 7},
+		{"sse", true, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":33}}\n\n", false, 10, 33},
+		{"json cut", false, `{"id":"resp_1","output":[],"usage":{"input_tokens":120,"output_tokens":7}}`, true, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := &upstreamBody{rc: io.NopCloser(strings.NewReader(tt.body)), turn: true, scan: true, sse: tt.sse}
-			got, err := io.ReadAll(iotest.OneByteReader(b))
+			reg := prometheus.NewRegistry()
+			b := &upstreamBody{rc: io.NopCloser(strings.NewReader(tt.body)), m: metrics.New(reg, nil), provider: "anthropic", model: "claude-x",
+				turn: true, scan: true, usage: metrics.Usage{SSE: tt.sse}}
+			var got []byte
+			var err error
+			if tt.cut {
+				got, err = io.ReadAll(io.LimitReader(iotest.OneByteReader(b), int64(len(tt.body))))
+				_ = b.Close()
+			} else {
+				got, err = io.ReadAll(iotest.OneByteReader(b))
+			}
 			if err != nil || string(got) != tt.body {
 				t.Fatalf("body changed or failed: %v", err)
 			}
-			if b.in != tt.in || b.out != tt.out {
-				t.Errorf("usage = %d in / %d out, want %d / %d", b.in, b.out, tt.in, tt.out)
+			op := []string{"gen_ai_operation_name", "chat", "gen_ai_provider_name", "anthropic", "gen_ai_request_model", "claude-x"}
+			if _, ok := gatheredValue(t, reg, "gen_ai_client_operation_duration_seconds", op...); !ok {
+				t.Error("no GenAI chat operation recorded")
+			}
+			in, _ := gatheredValue(t, reg, "gen_ai_client_token_usage", append(op, "gen_ai_token_type", "input")...)
+			out, _ := gatheredValue(t, reg, "gen_ai_client_token_usage", append(op, "gen_ai_token_type", "output")...)
+			if in != tt.in || out != tt.out {
+				t.Errorf("usage = %v in / %v out, want %v / %v", in, out, tt.in, tt.out)
 			}
 		})
 	}
@@ -139,14 +148,14 @@ func TestUpstreamBodyUsage(t *testing.T) {
 // does) still releases the stream gauge.
 func TestStreamGaugeOnPanic(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := &Server{cfg: Config{Registry: reg}, metrics: newMetrics(Config{Registry: reg})}
+	s := &Server{cfg: Config{Registry: reg}, metrics: metrics.New(reg, nil)}
 	s.log = discardLogger()
 	r := chi.NewRouter()
 	r.Use(s.instrument)
 	r.Get("/s", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
-		if got := testutil.ToFloat64(s.metrics.streams.WithLabelValues("/s")); got != 1 {
+		if got, _ := gatheredValue(t, reg, "compactd_streams_in_flight", "route", "/s"); got != 1 {
 			t.Errorf("streams during the stream = %v, want 1", got)
 		}
 		panic(http.ErrAbortHandler)
@@ -155,17 +164,17 @@ func TestStreamGaugeOnPanic(t *testing.T) {
 		defer func() { _ = recover() }()
 		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/s", nil))
 	}()
-	if got := testutil.ToFloat64(s.metrics.streams.WithLabelValues("/s")); got != 0 {
-		t.Errorf("streams after abort = %v, want 0", got)
+	if got, ok := gatheredValue(t, reg, "compactd_streams_in_flight", "route", "/s"); !ok || got != 0 {
+		t.Errorf("streams after abort = %v (exists: %v), want 0", got, ok)
 	}
-	if got := testutil.ToFloat64(s.metrics.inFlight); got != 0 {
+	if got, ok := gatheredValue(t, reg, "compactd_http_requests_in_flight"); !ok || got != 0 {
 		t.Errorf("in-flight requests after abort = %v, want 0", got)
 	}
 }
 
 func BenchmarkInstrument(b *testing.B) {
 	reg := prometheus.NewRegistry()
-	s := &Server{cfg: Config{Registry: reg}, metrics: newMetrics(Config{Registry: reg})}
+	s := &Server{cfg: Config{Registry: reg}, metrics: metrics.New(reg, nil)}
 	s.log = discardLogger()
 	r := chi.NewRouter()
 	r.Use(s.instrument)
@@ -192,7 +201,7 @@ func BenchmarkUpstreamBodySSE(b *testing.B) {
 	b.SetBytes(int64(len(stream)))
 	b.ReportAllocs()
 	for b.Loop() {
-		ub := &upstreamBody{rc: io.NopCloser(strings.NewReader(stream)), turn: true, scan: true, sse: true}
+		ub := &upstreamBody{rc: io.NopCloser(strings.NewReader(stream)), turn: true, scan: true, usage: metrics.Usage{SSE: true}}
 		for {
 			if _, err := ub.Read(buf); err != nil {
 				break

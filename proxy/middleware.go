@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/metrics"
 	"github.com/compactd/compactd/internal/relay"
 )
 
@@ -163,14 +164,14 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			ow.wd = writeDeadline{timeout: s.cfg.StreamWriteTimeout, rw: w}
 		}
 
-		s.metrics.requestStarted()
+		s.metrics.RequestStarted()
 		defer func() {
 			// Runs after the handler returned, also when it panicked (http.ErrAbortHandler from a
 			// cut stream): the stream gauge is released here and only here, exactly once.
 			ow.wd.clear() // the next request on the connection starts without a write deadline
-			s.metrics.requestDone()
+			s.metrics.RequestDone()
 			if ow.streamRoute != "" {
-				s.metrics.streamClosed(ow.streamRoute)
+				s.metrics.StreamClosed(ow.streamRoute)
 			}
 			s.finish(r, ow, st)
 		}()
@@ -195,7 +196,7 @@ func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
 			code = 499
 		}
 	}
-	s.metrics.request(route, r.Method, code, elapsed.Seconds(), overhead.Seconds())
+	s.metrics.Request(route, r.Method, code, elapsed.Seconds(), overhead.Seconds())
 
 	level := slog.LevelInfo
 	if quietRoutes[route] {
@@ -236,7 +237,7 @@ func (s *Server) finish(r *http.Request, ow *obsWriter, st *reqState) {
 	if ow.upstreamID != "" {
 		attrs = append(attrs, slog.String("upstream_request_id", ow.upstreamID))
 	}
-	if m := st.model(); m != "" && modelNameOK(m) {
+	if m := st.model(); m != "" && metrics.ModelNameOK(m) {
 		attrs = append(attrs, slog.String("model", m))
 	}
 	attrs = clientTurnFrom(r.Header).appendLogAttrs(attrs)
@@ -280,7 +281,7 @@ func routeLabel(r *http.Request) string {
 type obsWriter struct {
 	http.ResponseWriter
 	st *reqState
-	m  *metrics
+	m  *metrics.Metrics
 	r  *http.Request
 
 	code        int
@@ -314,7 +315,7 @@ func (w *obsWriter) WriteHeader(code int) {
 	h["X-Request-Id"] = w.st.idHeader[:] // h.Set, without allocating the value's slice
 	if relay.IsEventStream(h) {
 		w.streamRoute = routeLabel(w.r)
-		w.m.streamOpened(w.streamRoute)
+		w.m.StreamOpened(w.streamRoute)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -138,7 +138,7 @@ func (p *pipe) threshold(policy compact.Policy) bool {
 	req.Memory = mem
 	st := p.t.Stream()
 	if !s.holdCompaction(p.r) {
-		s.metrics.budgetRefused()
+		s.metrics.BudgetRefused()
 		writeFaultTo(p.w, p.a, st, s.budgetExceeded())
 		return true
 	}
@@ -212,7 +212,7 @@ func (p *pipe) agent() bool {
 	s, st := p.s, p.t.Stream()
 	p.w.Header().Set(agentCompactionHeader, name)
 	if !s.holdCompaction(p.r) {
-		s.metrics.budgetRefused()
+		s.metrics.BudgetRefused()
 		writeFaultTo(p.w, p.a, st, s.budgetExceeded())
 		return true
 	}
@@ -277,7 +277,7 @@ func (p *pipe) explicit() bool {
 		return true
 	}
 	if !s.holdCompaction(p.r) {
-		s.metrics.budgetRefused()
+		s.metrics.BudgetRefused()
 		writeFault(p.w, p.a, s.budgetExceeded())
 		return true
 	}
@@ -375,7 +375,7 @@ func (s *Server) turnEnv(w http.ResponseWriter, r *http.Request, a turn.Dialect)
 		Open: func(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
 			return s.openCompaction(ctx, a, param, ec, id, sig)
 		},
-		HandedOff: func() { s.metrics.handoffApplied(apiName(a)) },
+		HandedOff: func() { s.metrics.HandoffApplied(apiName(a)) },
 		Foreign:   func(n int, where string) bool { return s.foreign(w, a, n, where) },
 		Conversation: func(key string, prev *engine.Opened) string {
 			return conversationID(r, key, prev)

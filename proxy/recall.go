@@ -132,7 +132,7 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 		Text: query, Tenant: s.tenantOf(ctx), Conversation: rt.conversation, Owners: rt.owners,
 		Limit: rt.cfg.TopK, ExcerptBytes: rt.cfg.ExcerptBytes,
 	})
-	s.metrics.recall(err == nil, len(hits))
+	s.metrics.Recall(err == nil, len(hits))
 	s.recordRecall(ctx, rt, query, hits, err)
 	if err != nil {
 		s.log.Warn("recall search failed", "err", err)

@@ -31,6 +31,7 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/memo"
+	"github.com/compactd/compactd/internal/metrics"
 	"github.com/compactd/compactd/internal/owner"
 )
 
@@ -197,7 +198,7 @@ type Config struct {
 
 	Logger *slog.Logger
 
-	// Observability (metrics.go, middleware.go, health.go).
+	// Observability (internal/metrics, middleware.go, health.go).
 
 	// Registry receives compactd's metrics; nil records none. NewRegistry adds the Go and
 	// process collectors.
@@ -257,20 +258,20 @@ func ParseFailurePolicies(s string) (FailurePolicies, error) { return engine.Par
 
 // engineObserver counts what the engine did in the server's metrics and live figures.
 type engineObserver struct {
-	m    *metrics
+	m    *metrics.Metrics
 	live *liveStats
 }
 
 func (o engineObserver) Speculative(outcome string) {
-	o.m.speculative(outcome)
+	o.m.Speculative(outcome)
 	o.live.speculative(outcome)
 }
-func (o engineObserver) Fallback(d dialectname.Name, policy string) { o.m.fallback(string(d), policy) }
+func (o engineObserver) Fallback(d dialectname.Name, policy string) { o.m.Fallback(string(d), policy) }
 func (o engineObserver) Memo(outcome string) {
-	o.m.memo(outcome)
+	o.m.Memo(outcome)
 	o.live.memo(outcome)
 }
-func (o engineObserver) SummaryTruncated(d dialectname.Name) { o.m.summaryTruncated(string(d)) }
+func (o engineObserver) SummaryTruncated(d dialectname.Name) { o.m.SummaryTruncated(string(d)) }
 
 // Server is the compactd HTTP handler.
 type Server struct {
@@ -283,7 +284,7 @@ type Server struct {
 	handler    http.Handler // router behind instrument and gate: what ServeHTTP serves
 	// forward and forwardAnthropic carry every upstream call of their API.
 	forward, forwardAnthropic *httputil.ReverseProxy
-	metrics                   *metrics
+	metrics                   *metrics.Metrics
 	engine                    *engine.Engine // the compaction engine
 	owners                    *owner.Keyer   // owner digests and signed references (internal/owner)
 	budget                    *bodyBudget    // nil: no in-flight body budget
@@ -385,7 +386,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes), owners: owners,
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: metrics.New(cfg.Registry, cfg.MetricModels), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes), owners: owners,
 		live: &liveStats{}, breaker: breaker, adminThrottle: newFailThrottle()}
 	if !cfg.NoEvents {
 		sink := cfg.Events
