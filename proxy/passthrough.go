@@ -71,12 +71,22 @@ func rewriteTo(target *url.URL, decode bool) func(*httputil.ProxyRequest) {
 		// SetURL joins paths; keep the client's raw query as-is. No X-Forwarded-* headers:
 		// the upstream is an API provider, not a web app that needs the client's address.
 		pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-		if t := turnFrom(pr.Out.Context()); decode || t != nil && t.rewrite() {
+		if decode || rewrites(pr.Out.Context()) {
 			// compactd must read the response to rewrite it: let the transport negotiate
 			// compression itself, so it also decompresses transparently.
 			pr.Out.Header.Del("Accept-Encoding")
 		}
 	}
+}
+
+// rewrites reports whether compactd rewrites the answer to the request of ctx: a turn the
+// pipeline forwards with a Rewriter that edits it, or a legacy handler's committed stream.
+func rewrites(ctx context.Context) bool {
+	if f := flightFrom(ctx); f != nil {
+		return f.rw.Rewrites()
+	}
+	t := turnFrom(ctx)
+	return t != nil && t.rewrite()
 }
 
 // upstreamRoundTrip sends body to target (the upstream of r's dialect) in place of r's for a
