@@ -17,6 +17,7 @@ type Turn struct {
 	// compaction the memo remembers for a prefix of them applied (Remember), or the compacted
 	// context (Compacted).
 	msgs   []api.ChatMessage
+	units  []api.Item     // api.ChatUnits(msgs), once asked for
 	prev   *engine.Opened // the compaction msgs already apply, which a new one chains to
 	stream turn.Stream
 
@@ -41,7 +42,12 @@ func (t *Turn) Prev() *engine.Opened { return t.prev }
 
 // Units: one unit per message, its raw bytes: what a Chat request is counted in, the memo keyed
 // by, speculation keyed on and a kept tail counted in.
-func (t *Turn) Units() []api.Item { return api.ChatUnits(t.msgs) }
+func (t *Turn) Units() []api.Item {
+	if t.units == nil {
+		t.units = api.ChatUnits(t.msgs)
+	}
+	return t.units
+}
 
 // Threshold: Chat speaks no compaction protocol (no threshold of the client's, nothing carried),
 // so a turn is only ever compacted transparently, under the operator's policy, with the memo.
@@ -68,7 +74,7 @@ func (t *Turn) Remember(env *turn.Env, mem *engine.Memory) {
 	}
 	raw := compactedContext(kept, text, t.msgs[n-tail:n])
 	msgs := messages(raw, text != "", len(kept), len(t.msgs)-n)
-	t.msgs, t.prev, t.changed = append(msgs, t.msgs[n:]...), o, true
+	t.msgs, t.units, t.prev, t.changed = append(msgs, t.msgs[n:]...), nil, o, true
 }
 
 // messages are the compacted context's messages; the one at handoffAt (when hasHandoff) is the
@@ -85,13 +91,13 @@ func messages(raw [][]byte, hasHandoff bool, handoffAt, more int) []api.ChatMess
 }
 
 func (t *Turn) Tokens(env *turn.Env, limit int) int {
-	total, _ := env.Counter.Request(nil, api.ChatUnits(t.msgs), tools(t.req), limit)
+	total, _ := env.Counter.Request(nil, t.Units(), tools(t.req), limit)
 	return total
 }
 
 func (t *Turn) Speculation(env *turn.Env) engine.SpecRequest {
 	msgs := t.msgs
-	return engine.SpecRequest{Model: t.req.Model, Conversation: env.Label("", t.prev), Units: api.ChatUnits(msgs),
+	return engine.SpecRequest{Model: t.req.Model, Conversation: env.Label("", t.prev), Units: t.Units(),
 		Prefix: func(n int) []api.Item { items, _ := api.ChatItems(msgs[:n]); return items }, Retain: env.Retain}
 }
 
@@ -107,7 +113,7 @@ func (t *Turn) Compaction(env *turn.Env, total int, _ bool) engine.Request {
 	items, _ := api.ChatItems(msgs)
 	return engine.Request{
 		Model: t.req.Model, Conversation: env.Conversation("", t.prev),
-		Items: items, Units: api.ChatUnits(msgs),
+		Items: items, Units: t.Units(),
 		Prefix:       func(n int) []api.Item { p, _ := api.ChatItems(msgs[:n]); return p },
 		TokensBefore: total, Prev: t.prev, Retain: env.Retain, Speculate: true,
 		Covers: len(t.req.Messages),
@@ -124,10 +130,15 @@ func (t *Turn) Compaction(env *turn.Env, total int, _ bool) engine.Request {
 	}
 }
 
-// Compacted puts the compacted context in force. Nothing goes back to the client: Chat has no
+// Compacted puts the compacted context Finish rendered in force (the engine may still refuse a
+// compaction after rendering it: not smaller, or its archive or seal failed; the turn then goes
+// on with the conversation it had). Nothing goes back to the client: Chat has no
 // compaction on the wire, so every Chat compaction is transparent.
 func (t *Turn) Compacted(*engine.Compaction, bool) {
-	t.msgs, t.finished, t.changed = t.finished, nil, true
+	if t.finished == nil {
+		return // not rendered (the engine renders every compaction it returns)
+	}
+	t.msgs, t.units, t.finished, t.changed = t.finished, nil, nil, true
 }
 
 // compactedContext is the compacted Chat context: the window's kept messages (the client's own

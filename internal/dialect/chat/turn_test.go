@@ -3,6 +3,7 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -275,5 +276,28 @@ func TestSpeculation(t *testing.T) {
 	}
 	if got := sr.Prefix(4); len(got) != len(items) || !bytes.Equal(got[3].Raw, items[3].Raw) {
 		t.Errorf("Prefix(4) = %d items, want %d", len(got), len(items))
+	}
+}
+
+// A compaction the engine refuses after rendering it (here: not smaller than the turn it was to
+// shrink) puts nothing in force: the upstream gets the client's bytes, as in the old handler,
+// which kept the rendering apart from the turn until the compaction was made.
+func TestCompactionRefusedAfterFinish(t *testing.T) {
+	h := turntest.NewHarness(t, Adapter{})
+	b := body(history())
+	tr := parse(t, h.Env, b)
+	req := tr.Compaction(h.Env, 1, true) // "1 token before": any rendering is not smaller
+	req.Dialect, req.Tenant, req.Owner = Adapter{}.Engine(), turntest.Tenant, "owner"
+	if _, err := h.Engine.Compact(h.Env.Ctx, req); !errors.Is(err, engine.ErrNotSmaller) {
+		t.Fatalf("Compact: %v, want ErrNotSmaller", err)
+	}
+	if tr.finished == nil {
+		t.Fatal("the engine refused before rendering: the test does not reach Finish")
+	}
+	if tr.Changed(h.Env) || !sameSlice(tr.Body(h.Env), b) || len(tr.Units()) != len(history()) {
+		t.Fatal("a refused compaction changed the turn")
+	}
+	if tr.Rewriter() == nil {
+		t.Error("a turn past the threshold has no rewriter")
 	}
 }
