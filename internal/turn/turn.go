@@ -157,6 +157,16 @@ type Rewriter interface {
 	UpstreamError(status int, body []byte) []byte
 }
 
+// StreamValidation is a Rewriter that says whether the front's guard ends its stream at an event
+// that is not JSON. Without it a stream is validated whenever the Rewriter Rewrites: its Events
+// splice into the events and must never do so blindly. A Rewriter that edits no event (Chat
+// Completions, whose only rewriting is an upstream error reported into a stream compactd
+// committed) says false: the upstream's events then pass as it sent them, as they would without
+// compactd, and the guard still ends a stream that breaks off or sends an event over the cap.
+type StreamValidation interface {
+	ValidatesEvents() bool
+}
+
 // The optional abilities.
 
 // Explicit is a turn that may ask compactd to compact and answer it itself, without calling
