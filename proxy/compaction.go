@@ -85,79 +85,8 @@ type compaction struct {
 	msgs  []api.Message // Messages: the compacted messages the upstream sees
 }
 
-// engineOf is c's engine compaction (nil for none).
-func engineOf(c *compaction) *engine.Compaction {
-	if c == nil {
-		return nil
-	}
-	return c.Compaction
-}
-
 // errNothingToCompact means the window replaces nothing (instructions and retained messages only).
 var errNothingToCompact = engine.ErrNothingToCompact
-
-// compactCore compacts through the engine (internal/engine) under the request's tenant and
-// renders the item or block in the dialect.
-func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, error) {
-	out := &compaction{}
-	req := in.Request
-	req.Dialect, req.Tenant, req.Owner = in.dialect.Engine(), s.tenantOf(ctx), s.ownerOf(ctx)
-	req.Finish = func(c *engine.Compaction) (int, int) {
-		out.Compaction = c
-		return in.finish(out)
-	}
-	if st := stateFrom(ctx); st != nil {
-		st.conversation = req.Conversation // the event log's (eventlog.go)
-	}
-	start := time.Now()
-	s.live.compacting.Add(1)
-	c, err := s.engine.Compact(ctx, req)
-	s.live.compacting.Add(-1)
-	if err != nil {
-		return nil, err
-	}
-	out.Compaction, out.took = c, time.Since(start)
-	if l, ok := in.dialect.(legacyDialect); ok {
-		out.item = l.compactionItem(c)
-	}
-	return out, nil
-}
-
-// thresholdCompaction runs a turn's threshold (or policy) compaction in either dialect: a
-// streamed turn is held open with the dialect's keep-alive while the compaction runs, the
-// outcome is recorded, and a failure is answered in the dialect (or, under the passthrough
-// failure policy, the turn goes on uncompacted). answered reports that the client has been
-// answered; a nil compaction without answered means the turn goes on uncompacted.
-func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turnState, trigger string, in compactIn) (c *compaction, answered bool) {
-	if !s.holdCompaction(r) {
-		s.metrics.BudgetRefused()
-		writeFaultTo(w, in.dialect, t.st(), s.budgetExceeded())
-		return nil, true
-	}
-	var ka *keepAlive
-	if t.Streamed {
-		ka = startKeepAlive(w, s.cfg.KeepAlive, in.dialect.KeepAlive)
-	}
-	c, err := s.compactCore(r.Context(), in)
-	t.Committed = ka != nil && ka.Stop()
-	switch {
-	case engine.SkipReason(err) != "":
-		// It could not make the turn meaningfully smaller: the turn goes on as it came.
-		s.compactionSkipped(r, in.dialect, trigger, err)
-		return nil, false
-	case err != nil:
-		s.compactionFailed(r, in.dialect, trigger, in.Model, err)
-		if !t.Committed && s.passThroughOnFailure(w, in.dialect, err) {
-			return nil, false // forward the turn as it came
-		}
-		if f := compactionFailure(err); f != nil {
-			writeFaultTo(w, in.dialect, t.st(), f)
-		}
-		return nil, true
-	}
-	s.compacted(r, in.dialect, trigger, c)
-	return c, false
-}
 
 // passThroughOnFailure reports whether a failed threshold compaction should be forwarded
 // uncompacted (the passthrough failure policy), and marks the response so the client can tell.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/internal/dialect/chat"
 	"github.com/compactd/compactd/internal/dialect/messages"
 	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
@@ -49,39 +50,39 @@ func TestRelayHoldsAnEventOnce(t *testing.T) {
 	done := "data: [DONE]\n\n"
 	for _, tc := range []struct {
 		name, path, stream string
-		wrap               func(resp *http.Response, tr *turnState)
+		wrap               func(resp *http.Response)
 		head               string // what the client's stream starts with, as far as the large event's text
 	}{
-		{"responses pass-through", "/v1/responses", created + delta + completed, func(resp *http.Response, _ *turnState) {
+		{"responses pass-through", "/v1/responses", created + delta + completed, func(resp *http.Response) {
 			f := responsesFlight(t, false)
 			guardTurn(resp, dialectOpenAI, f, dialectOpenAI.Terminal, false)
 		}, created + delta[:200]},
-		{"responses rewriter", "/v1/responses", created + delta + completed, func(resp *http.Response, _ *turnState) {
+		{"responses rewriter", "/v1/responses", created + delta + completed, func(resp *http.Response) {
 			f := responsesFlight(t, true)
 			guardTurn(resp, dialectOpenAI, f, dialectOpenAI.Terminal, true)
 			resp.Body = f.rw.Events(resp.Body)
 		}, "\"sequence_number\":3,\"output_index\":1,\"delta\":\"xxxx"},
-		{"messages pass-through", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, _ *turnState) { guardPassThrough(resp, dialectAnthropic) },
+		{"messages pass-through", "/v1/messages", start + msgDelta + stop, func(resp *http.Response) { guardPassThrough(resp, dialectAnthropic) },
 			start + msgDelta[:200]},
-		{"messages rewriter", "/v1/messages", start + msgDelta + stop, func(resp *http.Response, _ *turnState) {
+		{"messages rewriter", "/v1/messages", start + msgDelta + stop, func(resp *http.Response) {
 			f := messagesFlight(t, true)
 			guardTurn(resp, dialectAnthropic, f, dialectAnthropic.Terminal, true)
 			resp.Body = f.rw.Events(resp.Body)
 		}, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"xxxx"},
-		{"chat pass-through", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turnState) { guardPassThrough(resp, dialectChat) }, chunk[:200]},
-		{"chat compacted", "/v1/chat/completions", chunk + done, func(resp *http.Response, _ *turnState) { guardChatStream(resp, false) }, chunk[:200]},
+		{"chat pass-through", "/v1/chat/completions", chunk + done, func(resp *http.Response) { guardPassThrough(resp, dialectChat) }, chunk[:200]},
+		{"chat compacted", "/v1/chat/completions", chunk + done, func(resp *http.Response) {
+			guardTurn(resp, dialectChat, chatFlight(t), dialectChat.Terminal, false)
+		}, chunk[:200]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stream := []byte(tc.stream)
 			req, _ := http.NewRequest(http.MethodPost, "http://upstream"+tc.path, nil)
-			tr := &turnState{Stream: turn.Stream{Streamed: true}}
-			req = req.WithContext(withTurn(req.Context(), tr))
 			var before, held, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 				Body: &chunkedBody{stream}}
-			tc.wrap(resp, tr)
+			tc.wrap(resp)
 			buf := make([]byte, 32<<10) // the ReverseProxy's copy buffer
 			var out, measured int
 			var head, tail []byte
@@ -156,4 +157,15 @@ func messagesFlight(t *testing.T, compacted bool) *flight {
 		t.Fatal("a Messages turn with a compact edit has no rewriter")
 	}
 	return &flight{t: tr, rw: rw}
+}
+
+// chatFlight is a streamed Chat turn that went past the threshold, as the pipeline forwards it.
+func chatFlight(t *testing.T) *flight {
+	t.Helper()
+	tr, f := chat.Adapter{}.Parse(&turn.Env{Header: http.Header{}}, []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if f != nil {
+		t.Fatal(f)
+	}
+	tr.Compaction(&turn.Env{Conversation: func(string, *engine.Opened) string { return "conv" }}, 1, true)
+	return &flight{t: tr, rw: tr.Rewriter()}
 }

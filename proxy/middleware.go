@@ -53,9 +53,6 @@ type reqState struct {
 	ctx              reqCtx
 	route            chi.Context
 	routePatterns    [2]string // the backing of route.RoutePatterns (a mounted router adds the second)
-	// turnBuf is the request's first turn (newTurn).
-	turnBuf  turnState
-	turnUsed atomic.Bool
 	// credential is what the client presented (clientKey), taken before authenticate swaps it for
 	// the tenant's; owner is its digest with the tenant, computed on first use (ownerOf). Never
 	// logged.

@@ -14,9 +14,9 @@ import (
 )
 
 // newReverseProxy builds the ReverseProxy every upstream call of one API goes through. Routes
-// that rewrite a turn attach a *turnState to the request context; ModifyResponse then rewrites the
+// that rewrite a turn attach its flight to the request context; ModifyResponse then rewrites the
 // response on its way back, as a stream.
-func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReverseProxy {
+func (s *Server) newReverseProxy(target *url.URL, d dialect, modify func(*http.Response) error) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite:   rewriteTo(target, false),
 		Transport: s.cfg.Transport,
@@ -25,18 +25,10 @@ func (s *Server) newReverseProxy(target *url.URL, d dialect) *httputil.ReversePr
 		// SSE never sits in a buffer. A flush interval on every response would cost a plain JSON
 		// answer a separate header write, a timer goroutine and a flush per write.
 		BufferPool:     copyBuffers,
-		ModifyResponse: modifyResponseOf(s, d),
+		ModifyResponse: modify,
 		ErrorHandler:   s.upstreamError(d),
 		ErrorLog:       nil,
 	}
-}
-
-// modifyResponseOf is d's ReverseProxy hook: its legacy handlers' (messages, chat), or none.
-func modifyResponseOf(s *Server, d dialect) func(*http.Response) error {
-	if l, ok := d.(legacyDialect); ok {
-		return l.modifyResponse(s)
-	}
-	return nil
 }
 
 // copyBuffers are the ReverseProxy's copy buffers, 32 KiB like its own, reused across requests
@@ -80,13 +72,10 @@ func rewriteTo(target *url.URL, decode bool) func(*httputil.ProxyRequest) {
 }
 
 // rewrites reports whether compactd rewrites the answer to the request of ctx: a turn the
-// pipeline forwards with a Rewriter that edits it, or a legacy handler's committed stream.
+// pipeline forwards with a Rewriter that edits it.
 func rewrites(ctx context.Context) bool {
-	if f := flightFrom(ctx); f != nil {
-		return f.rw.Rewrites()
-	}
-	t := turnFrom(ctx)
-	return t != nil && t.rewrite()
+	f := flightFrom(ctx)
+	return f != nil && f.rw.Rewrites()
 }
 
 // upstreamRoundTrip sends body to target (the upstream of r's dialect) in place of r's for a

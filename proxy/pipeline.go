@@ -408,8 +408,5 @@ func committedStream(ctx context.Context) *turn.Stream {
 	if f := flightFrom(ctx); f != nil && f.t.Stream().Committed {
 		return f.t.Stream()
 	}
-	if t := turnFrom(ctx); t != nil && t.Committed {
-		return t.st()
-	}
 	return nil
 }

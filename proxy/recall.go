@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -94,14 +93,6 @@ func querySchema() map[string]any {
 	}
 }
 
-func mustMarshal(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // static maps of strings
-	}
-	return b
-}
-
 // recallTurn is a turn that offers the recall tool.
 type recallTurn struct {
 	cfg          RecallConfig
@@ -171,7 +162,7 @@ func (f recallFailure) fault(d dialect, compacted bool) *fault.Fault {
 	case f.cut:
 		return upstreamInterrupted()
 	}
-	return invalidUpstream(d, compacted, f.why)
+	return turn.UpstreamInvalid(d.Words(), compacted, f.why)
 }
 
 // runRecall runs a turn that offers the recall tool: up to MaxRounds hidden rounds, then the
@@ -308,11 +299,6 @@ type heldEvent struct {
 	renamed bool // edit applies
 }
 
-// renderBytes is d.render as one slice, for the few events compactd builds itself.
-func renderBytes(d turn.Recall, name string, data []byte) []byte {
-	return bytes.Join(d.Render(nil, name, data, nil), nil)
-}
-
 // streamRecall is runRecall for SSE. Each round's events are relayed as they arrive, renumbered
 // so the client sees one ordinary response: the response opens once, the recall calls are
 // dropped, and from a round's first tool call on its events are held until the round ends —
@@ -403,7 +389,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 				break // the stream broke off (mid-event, perhaps): reported below
 			}
 			data, valid := relay.EventJSON(&ev)
-			if len(data) == 0 || bytes.Equal(data, doneMarker) {
+			if len(data) == 0 || bytes.Equal(data, relay.DoneMarker) {
 				// comments, keep-alives, [DONE]: the stream's own framing, which ends a Chat
 				// Completions stream whose upstream sent no usage chunk (doneStopper).
 				if ds, ok := d.(turn.DoneStopper); ok && len(data) > 0 && ds.DoneStops() {

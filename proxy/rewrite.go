@@ -18,13 +18,7 @@ import (
 // newTurnProxy is the ReverseProxy of a's route: the upstream call of every turn it forwards.
 func (s *Server) newTurnProxy(target *url.URL, a turn.Dialect) *httputil.ReverseProxy {
 	terminal := a.Terminal // one method value per route, not one per stream
-	return &httputil.ReverseProxy{
-		Rewrite:        rewriteTo(target, false),
-		Transport:      s.cfg.Transport,
-		BufferPool:     copyBuffers,
-		ModifyResponse: func(resp *http.Response) error { return s.rewriteAnswer(resp, a, terminal) },
-		ErrorHandler:   s.upstreamError(a),
-	}
+	return s.newReverseProxy(target, a, func(resp *http.Response) error { return s.rewriteAnswer(resp, a, terminal) })
 }
 
 // rewriteAnswer is the ModifyResponse of a turn's upstream call.
@@ -37,7 +31,11 @@ func (s *Server) rewriteAnswer(resp *http.Response, a turn.Dialect, terminal fun
 	rw, st := f.rw, f.t.Stream()
 	// A broken upstream stream ends in an error event, not a cut; on a turn compactd rewrites,
 	// so does an event that is not JSON.
-	guardTurn(resp, a, f, terminal, rw.Rewrites())
+	validate := rw.Rewrites()
+	if sv, ok := rw.(turn.StreamValidation); ok {
+		validate = validate && sv.ValidatesEvents()
+	}
+	guardTurn(resp, a, f, terminal, validate)
 	if !rw.Rewrites() {
 		return nil
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
 	dialectname "github.com/compactd/compactd/internal/dialect"
+	"github.com/compactd/compactd/internal/dialect/chat"
 	"github.com/compactd/compactd/internal/dialect/messages"
 	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
@@ -414,8 +415,13 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.startRetention()
 	s.startMemoRetention()
-	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI)
-	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic)
+	// Pass-through: every path compactd does not handle. An Anthropic stream is held to the event
+	// cap (guardPassThrough); the OpenAI upstream's other paths pass as they are.
+	s.forward = s.newReverseProxy(cfg.Upstream, dialectOpenAI, nil)
+	s.forwardAnthropic = s.newReverseProxy(cfg.AnthropicUpstream, dialectAnthropic, func(resp *http.Response) error {
+		guardPassThrough(resp, dialectAnthropic)
+		return nil
+	})
 
 	// Routing is on the path only: Claude Code calls /v1/messages?beta=true. Every request, on
 	// every path and method, first passes the gate (authentication, path spelling, limits).
@@ -423,7 +429,7 @@ func New(cfg Config) (*Server, error) {
 	s.routeObservability(r)
 	r.Post("/v1/responses", s.serveTurn(responses.Adapter{}, cfg.Upstream))
 	r.Post("/v1/responses/compact", s.serveTurn(responses.Adapter{CompactEndpoint: true}, cfg.Upstream))
-	r.Post("/v1/chat/completions", s.chatRoute())
+	r.Post("/v1/chat/completions", s.serveTurn(chat.Adapter{}, cfg.Upstream))
 	s.routeAdmin(r)
 	// chi's Handle registers every method, so it comes first and the POST routes override it.
 	forwardAnthropic, forward := fullDuplex(s.forwardAnthropic), fullDuplex(s.forward)

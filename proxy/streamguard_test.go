@@ -130,7 +130,8 @@ func TestStreamGuardChat(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 				Body: &brokenBody{r: strings.NewReader(tc.stream), err: io.EOF}}
-			guardChatStream(resp, false)
+			f := chatFlight(t)
+			guardTurn(resp, dialectChat, f, dialectChat.Terminal, false)
 			out, err := io.ReadAll(resp.Body)
 			if err != nil {
 				t.Fatal(err)
@@ -192,8 +193,6 @@ func TestStreamGuardOversizedEvent(t *testing.T) {
 				path, body, first = "/v1/messages", start+hugeMsg+stop, start
 			}
 			req, _ := http.NewRequest(http.MethodPost, "http://upstream"+path, nil)
-			tr := &turnState{Stream: turn.Stream{Streamed: true}}
-			req = req.WithContext(withTurn(req.Context(), tr))
 			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Request: req,
 				Body: io.NopCloser(iotest.HalfReader(strings.NewReader(body)))}
 			if tc.messages {

@@ -1,53 +1,10 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/compactd/compactd/internal/turn"
 )
-
-// turn is the per-request state a rewriting route shares with the ReverseProxy hooks.
-type turnState struct {
-	// Stream is the response's state: streamed, committed once compactd has sent the response
-	// headers itself (keep-alives while the summariser ran), after which the upstream's status can
-	// only be reported inside the stream.
-	turn.Stream
-}
-
-func (t *turnState) rewrite() bool { return t.Committed }
-
-// st is the turn's stream state (nil for no turn).
-func (t *turnState) st() *turn.Stream {
-	if t == nil {
-		return nil
-	}
-	return &t.Stream
-}
-
-type turnKey struct{}
-
-// newTurn is a turn for the request of ctx: the first one a request asks for lives in its
-// reqState (no allocation of its own), any other is allocated. Not pooled, like the reqState:
-// the ReverseProxy's hooks reach it through the upstream request's context.
-func newTurn(ctx context.Context, stream bool) *turnState {
-	if st := stateFrom(ctx); st != nil && st.turnUsed.CompareAndSwap(false, true) {
-		st.turnBuf = turnState{Stream: turn.Stream{Streamed: stream}}
-		return &st.turnBuf
-	}
-	return &turnState{Stream: turn.Stream{Streamed: stream}}
-}
-
-func withTurn(ctx context.Context, t *turnState) context.Context {
-	return context.WithValue(ctx, turnKey{}, t)
-}
-
-func turnFrom(ctx context.Context) *turnState {
-	t, _ := ctx.Value(turnKey{}).(*turnState)
-	return t
-}
 
 // keepAlive holds a streaming response open while compactd waits on the summariser. Nothing is
 // sent for the first interval, so a quick summariser (or a quick failure) still gets a proper
@@ -117,14 +74,4 @@ func commitEventStream(w http.ResponseWriter) {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-}
-
-// writeEventStream writes events compactd rendered itself as the rest of an SSE response, which
-// is committed first unless committed says a keep-alive already did, and flushes them.
-func writeEventStream(w http.ResponseWriter, committed bool, events []byte) {
-	if !committed {
-		commitEventStream(w)
-	}
-	_, _ = w.Write(events)
-	_ = http.NewResponseController(w).Flush()
 }

@@ -179,15 +179,16 @@ func (g *streamGuard) observe(ev *sse.Event) string {
 	return ""
 }
 
-// doneMarker is the data of the event that ends an OpenAI stream.
-var doneMarker = []byte("[DONE]")
+// DoneMarker is the data of the event that ends an OpenAI stream.
+// DoneMarker is the data of the event that ends a Chat Completions stream.
+var DoneMarker = []byte("[DONE]")
 
 // EventJSON returns an event's data, trimmed, and whether compactd can use it: data that is
 // absent (comments, keep-alives), empty, a [DONE] marker or valid JSON within the depth bound.
 // data is a slice of ev.Data.
 func EventJSON(ev *sse.Event) (data []byte, ok bool) {
 	data = bytes.TrimSpace(ev.Data)
-	if len(data) == 0 || bytes.Equal(data, doneMarker) {
+	if len(data) == 0 || bytes.Equal(data, DoneMarker) {
 		return data, true
 	}
 	return data, jsonx.Valid(data) == nil
