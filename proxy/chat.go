@@ -160,7 +160,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rp http.Hand
 			Auth: s.summariserAuth(r), Units: units, Prefix: func(n int) []api.Item { items, _ := api.ChatItems(msgs[:n]); return items },
 			Retain: s.cfg.RetainTokens, Total: total, Limit: limit})
 		if v.prev != nil {
-			if !s.holdRebuild(r) {
+			if !holdOf(r).Rebuild() {
 				s.budgetRefused(w, dialectChat) // the remembered compaction applied: a body-sized rebuild
 				return
 			}

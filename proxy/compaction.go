@@ -129,7 +129,7 @@ func (s *Server) compactCore(ctx context.Context, in compactIn) (*compaction, er
 // failure policy, the turn goes on uncompacted). answered reports that the client has been
 // answered; a nil compaction without answered means the turn goes on uncompacted.
 func (s *Server) thresholdCompaction(w http.ResponseWriter, r *http.Request, t *turnState, trigger string, in compactIn) (c *compaction, answered bool) {
-	if !s.holdCompaction(r) {
+	if !holdOf(r).Compaction() {
 		s.metrics.budgetRefused()
 		writeFaultTo(w, in.dialect, t.st(), s.budgetExceeded())
 		return nil, true

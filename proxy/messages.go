@@ -185,7 +185,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if !compacted && !s.holdRebuild(r) {
+	if !compacted && !holdOf(r).Rebuild() {
 		s.budgetRefused(w, dialectAnthropic) // a body-sized rewrite, beside the body
 		return
 	}
@@ -330,7 +330,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		s.forwardMessages(w, r, mt, req.Body)
 		return
 	}
-	if !s.holdRebuild(r) {
+	if !holdOf(r).Rebuild() {
 		s.budgetRefused(w, dialectAnthropic) // a body-sized rewrite, beside the body
 		return
 	}

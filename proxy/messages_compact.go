@@ -284,7 +284,7 @@ func (s *Server) compactOnDemand(w http.ResponseWriter, r *http.Request, req *ap
 		writeFault(w, dialectAnthropic, nothing)
 		return
 	}
-	if !s.holdCompaction(r) {
+	if !holdOf(r).Compaction() {
 		s.budgetRefused(w, dialectAnthropic)
 		return
 	}

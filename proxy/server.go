@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/budget"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
@@ -171,7 +172,7 @@ type Config struct {
 	// 100 Continue goes out), and a chunked body is cut at the limit.
 	MaxBodyBytes int64
 	// MaxInflightBodyBytes bounds the bytes of request bodies compactd buffers (the routes it
-	// parses) across all requests at once (budget.go). Past it a request is answered 503 with
+	// parses) across all requests at once (internal/budget). Past it a request is answered 503 with
 	// Retry-After in its route's dialect before its body is read, and nothing is forwarded.
 	// 0: a quarter of the runtime's memory limit, or 1 GiB without one (at least MaxBodyBytes);
 	// negative: no budget.
@@ -285,7 +286,7 @@ type Server struct {
 	metrics                   *metrics
 	engine                    *engine.Engine // the compaction engine
 	owners                    *owner.Keyer   // owner digests and signed references (internal/owner)
-	budget                    *bodyBudget    // nil: no in-flight body budget
+	budget                    *budget.Budget // nil: no in-flight body budget
 	ops                       *ops
 	live                      *liveStats      // the console's live figures (stats.go)
 	events                    *eventRecorder  // the event log (eventlog.go); nil: none
@@ -346,7 +347,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.MaxInflightBodyBytes == 0 {
-		cfg.MaxInflightBodyBytes = defaultInflightBodyBytes(cfg.MaxBodyBytes)
+		cfg.MaxInflightBodyBytes = budget.Default(cfg.MaxBodyBytes)
 	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
@@ -384,7 +385,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes), owners: owners,
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: budget.New(cfg.MaxInflightBodyBytes), owners: owners,
 		live: &liveStats{}, breaker: breaker, adminThrottle: newFailThrottle()}
 	if !cfg.NoEvents {
 		sink := cfg.Events
@@ -469,11 +470,15 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		if !checkPathSpelling(w, raw, canon, d) || !s.checkDeclaredLength(w, r, d) {
 			return
 		}
-		release, ok := s.reserveBody(w, r, canon, d)
+		h, ok := s.budget.Reserve(r, canon)
 		if !ok {
+			s.budgetRefused(w, d)
 			return
 		}
-		defer release()
+		if st := stateFrom(r.Context()); st != nil {
+			st.hold = h
+		}
+		defer h.Release()
 		r, guard := s.guardBody(w, r)
 		defer guard.finish()
 		next.ServeHTTP(w, r)

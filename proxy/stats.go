@@ -104,12 +104,10 @@ type summariserState interface {
 func (s *Server) Stats() Stats {
 	l := s.live
 	now := time.Now()
-	st := Stats{Time: now, Compacting: int(l.compacting.Load()), BodyBytes: s.budget.inUse(),
+	st := Stats{Time: now, Compacting: int(l.compacting.Load()), BodyBytes: s.budget.InUse(),
 		MemoHits: l.memoHits.Load(), MemoMisses: l.memoMisses.Load(),
 		SpeculativeHits: l.specHits.Load(), SpeculativeMisses: l.specMisses.Load()}
-	if s.budget != nil {
-		st.BodyLimit = s.budget.limit
-	}
+	st.BodyLimit = s.budget.Limit()
 	if s.events != nil {
 		st.EventsDropped = s.events.dropped.Load()
 	}
