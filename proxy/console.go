@@ -8,6 +8,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/console"
+	"github.com/compactd/compactd/internal/throttle"
 )
 
 // ConsoleConfig turns on the operator console (internal/console) on the ops handler.
@@ -37,8 +38,8 @@ type consoleBackend struct{ s *Server }
 // throttle of failed attempts (one budget for both), counted in the same metric.
 func (b consoleBackend) CheckToken(r *http.Request, token string) (bool, time.Duration) {
 	s := b.s
-	addr := throttleAddr(r)
-	if ok, retry := s.adminThrottle.take(addr); !ok {
+	addr := throttle.Addr(r)
+	if ok, retry := s.adminThrottle.Take(addr); !ok {
 		s.metrics.adminAuthFailure("throttled")
 		return false, retry
 	}
@@ -46,7 +47,7 @@ func (b consoleBackend) CheckToken(r *http.Request, token string) (bool, time.Du
 		s.metrics.adminAuthFailure("invalid_token")
 		return false, 0
 	}
-	s.adminThrottle.refund(addr)
+	s.adminThrottle.Refund(addr)
 	return true, 0
 }
 

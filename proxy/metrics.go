@@ -81,7 +81,7 @@ type metrics struct {
 	speculativeOutcomes *prometheus.CounterVec // outcome (started, hit, miss, failed)
 	memoOutcomes        *prometheus.CounterVec // outcome (hit, miss, stale, error, recorded, record_error, spec_shared, spec_hit)
 	authFailures        prometheus.Counter
-	adminAuthFailures   *prometheus.CounterVec // outcome (invalid_token, throttled); adminthrottle.go
+	adminAuthFailures   *prometheus.CounterVec // outcome (invalid_token, throttled); admin.go
 	fallbacks           *prometheus.CounterVec // api, policy (passthrough, extractive)
 	clientCompactions   *prometheus.CounterVec // api, phase, reason (from the client's own headers)
 	foreign             *prometheus.CounterVec // api, action (dropped, rejected): foreign.go

@@ -32,6 +32,7 @@ import (
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/owner"
+	"github.com/compactd/compactd/internal/throttle"
 )
 
 // Config is what a Server needs. Zero values take the documented defaults.
@@ -288,10 +289,10 @@ type Server struct {
 	owners                    *owner.Keyer   // owner digests and signed references (internal/owner)
 	budget                    *budget.Budget // nil: no in-flight body budget
 	ops                       *ops
-	live                      *liveStats      // the console's live figures (stats.go)
-	events                    *eventRecorder  // the event log (eventlog.go); nil: none
-	breaker                   summariserState // the summariser's breaker, when it has one
-	adminThrottle             *failThrottle   // failed admin-token attempts: admin API and console alike
+	live                      *liveStats         // the console's live figures (stats.go)
+	events                    *eventRecorder     // the event log (eventlog.go); nil: none
+	breaker                   summariserState    // the summariser's breaker, when it has one
+	adminThrottle             *throttle.Throttle // failed admin-token attempts: admin API and console alike
 
 	// Lifecycle (Close).
 	ownTransport  *http.Transport // the transport New built, whose idle connections Close drops
@@ -386,7 +387,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg), ownTransport: own, budget: budget.New(cfg.MaxInflightBodyBytes), owners: owners,
-		live: &liveStats{}, breaker: breaker, adminThrottle: newFailThrottle()}
+		live: &liveStats{}, breaker: breaker, adminThrottle: throttle.New(AdminFailureBurst, AdminFailureRefill)}
 	if !cfg.NoEvents {
 		sink := cfg.Events
 		if sink == nil && cfg.Archive != nil {
