@@ -75,12 +75,8 @@ func (b consoleBackend) Archive() archive.Store { return b.s.cfg.Archive }
 func (b consoleBackend) Events() *archive.EventLog { return b.eventLog() }
 
 func (b consoleBackend) eventLog() *archive.EventLog {
-	if b.s.events != nil {
-		if l, ok := b.s.events.sink.(*archive.EventLog); ok {
-			return l
-		}
-	}
-	return nil
+	l, _ := b.s.events.Sink().(*archive.EventLog)
+	return l
 }
 
 func (b consoleBackend) Delete(ctx context.Context, tenant, conversation string) (int, error) {

@@ -27,6 +27,7 @@ import (
 	dialectname "github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/eventlog"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/owner"
@@ -147,7 +148,7 @@ type Config struct {
 	// AdminToken enables the admin API (/v1/compactd/…) for callers presenting it as a bearer
 	// token; empty turns the API off. The operator console (Console) logs in with it too.
 	AdminToken string
-	// Events receives the event log (eventlog.go): one row per compaction, memo application and
+	// Events receives the event log (internal/eventlog): one row per compaction, memo application and
 	// recall search, which the operator console shows. nil: kept in Archive's database when
 	// Archive is a SQL store, else none. NoEvents turns it off.
 	Events   EventSink
@@ -289,7 +290,7 @@ type Server struct {
 	budget                    *budget.Budget // nil: no in-flight body budget
 	ops                       *ops
 	live                      *liveStats         // the console's live figures (stats.go)
-	events                    *eventRecorder     // the event log (eventlog.go); nil: none
+	events                    *eventlog.Recorder // the event log (internal/eventlog); nil: none
 	breaker                   summariserState    // the summariser's breaker, when it has one
 	adminThrottle             *throttle.Throttle // failed admin-token attempts: admin API and console alike
 
@@ -395,7 +396,7 @@ func New(cfg Config) (*Server, error) {
 			}
 		}
 		if sink != nil {
-			s.events = newEventRecorder(sink, cfg.Registry, s.log.Warn)
+			s.events = eventlog.New(sink, cfg.Registry, s.log.Warn)
 		}
 	}
 	s.setupObservability()

@@ -108,9 +108,7 @@ func (s *Server) Stats() Stats {
 		MemoHits: l.memoHits.Load(), MemoMisses: l.memoMisses.Load(),
 		SpeculativeHits: l.specHits.Load(), SpeculativeMisses: l.specMisses.Load()}
 	st.BodyLimit = s.budget.Limit()
-	if s.events != nil {
-		st.EventsDropped = s.events.dropped.Load()
-	}
+	st.EventsDropped = s.events.Dropped()
 	if s.breaker != nil {
 		st.Summariser = s.breaker.State()
 		st.SummariserInFlight, st.Waiting = s.breaker.InFlight()
