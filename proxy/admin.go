@@ -4,14 +4,32 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/throttle"
+)
+
+// Failed admin-token attempts are throttled per client address (adminAuth; internal/throttle):
+// each address has a token bucket of AdminFailureBurst attempts that refills by one every
+// AdminFailureRefill. An attempt takes one; a right token gives it back, so an operator's
+// ordinary use never drains the bucket. Once it is empty every admin call from the address is
+// answered 429 with Retry-After, the right token too, and the token is not even compared: a
+// right token that still worked would tell a guess that hit from one that missed, and the
+// throttle would not slow guessing. The price is that a client sharing the operator's address
+// (the same host, NAT, or a reverse proxy in front of compactd, where every caller is the
+// proxy's address) can lock the admin API for about a minute by failing on purpose; the API is
+// an operator's tool, and the alternative is an unbounded guessing rate.
+const (
+	AdminFailureBurst  = 10
+	AdminFailureRefill = 6 * time.Second // 10 a minute once the burst is spent
 )
 
 // The admin API lets operators search and delete a conversation's archived history. It is off
@@ -43,8 +61,8 @@ func (s *Server) routeAdmin(r chi.Router) {
 
 // adminAuth admits calls that present the admin token. Tokens are compared as SHA-256 digests
 // in constant time (secretEqual), so neither a prefix nor the length of the token leaks through
-// timing, and failed attempts are throttled per client address (adminthrottle.go).
-func (s *Server) adminAuth(th *failThrottle) func(http.Handler) http.Handler {
+// timing, and failed attempts are throttled per client address (AdminFailureBurst).
+func (s *Server) adminAuth(th *throttle.Throttle) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if s.cfg.AdminToken == "" {
@@ -52,8 +70,8 @@ func (s *Server) adminAuth(th *failThrottle) func(http.Handler) http.Handler {
 					Message: "compactd's admin API is off; start compactd with --admin-token (COMPACTD_ADMIN_TOKEN) to enable it"}).Write(w)
 				return
 			}
-			addr := throttleAddr(r)
-			if ok, retry := th.take(addr); !ok {
+			addr := throttle.Addr(r)
+			if ok, retry := th.Take(addr); !ok {
 				s.metrics.AdminAuthFailure("throttled")
 				adminThrottled(w, retry)
 				return
@@ -65,7 +83,7 @@ func (s *Server) adminAuth(th *failThrottle) func(http.Handler) http.Handler {
 					Message: "the admin API needs 'Authorization: Bearer <admin token>'"}).Write(w)
 				return
 			}
-			th.refund(addr)
+			th.Refund(addr)
 			if s.cfg.Archive == nil {
 				(&api.OpenAIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "archive_disabled",
 					Message: "the archive is off on this compactd (--archive off)"}).Write(w)
@@ -74,6 +92,16 @@ func (s *Server) adminAuth(th *failThrottle) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// adminThrottled answers a throttled admin call: 429 in OpenAI's envelope (the admin API's) with
+// Retry-After in whole seconds, at least one.
+func adminThrottled(w http.ResponseWriter, retry time.Duration) {
+	secs := max(1, int(math.Ceil(retry.Seconds())))
+	(&api.OpenAIError{Status: http.StatusTooManyRequests, Type: "requests", Code: "admin_auth_throttled",
+		RetryAfter: time.Duration(secs) * time.Second,
+		Message: "Too many failed admin-token attempts from this address; retry after " + strconv.Itoa(secs) +
+			"s with the right 'Authorization: Bearer <admin token>'."}).Write(w)
 }
 
 func (s *Server) handleConversationSearch(w http.ResponseWriter, r *http.Request) {

@@ -243,7 +243,7 @@ func clientKey(h http.Header) string {
 // (the admin token, which spans tenants). Only exact spellings are exempt. Everything else —
 // compactd's routes, pass-through and unknown paths, on any method — needs a client key.
 func (s *Server) authExempt(raw, canon string) bool {
-	if ok, _ := spelledExactly(raw, canon); !ok {
+	if ok, _ := ownRoutes.SpelledExactly(raw, canon); !ok {
 		return false
 	}
 	switch canon {

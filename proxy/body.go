@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/compactd/compactd/internal/budget"
 	"github.com/compactd/compactd/internal/fault"
 )
 
@@ -22,7 +23,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]
 		writeFault(w, d, s.bodyTooLarge())
 	case errors.Is(err, errBodyReadTimeout):
 		writeFault(w, d, s.bodyTimeout())
-	case errors.Is(err, errBudgetExceeded):
+	case errors.Is(err, budget.ErrExceeded):
 		s.budgetRefused(w, d)
 	default:
 		writeFault(w, d, &fault.Fault{Message: "compactd could not read the request body: " + err.Error()})

@@ -146,7 +146,7 @@ func TestBudgetCoversWhatARouteHolds(t *testing.T) {
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&held)
-			reserved := s.budget.inUse()
+			reserved := s.budget.InUse()
 			close(up.release)
 			if e, failed := <-done; failed {
 				t.Fatalf("the request failed: %.300s", e)

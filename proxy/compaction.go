@@ -11,6 +11,7 @@ import (
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/eventlog"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
@@ -223,5 +224,7 @@ func markCompactedTurn(w http.ResponseWriter, st *turn.Stream, c *compaction) {
 // remembered compaction to the turn.
 func (s *Server) markApplied(w http.ResponseWriter, r *http.Request, d dialect, m *engine.Memory) {
 	w.Header().Set(compactionHeader, fmt.Sprintf("applied; id=%s; items=%d", m.Opened.ID, m.Items))
-	s.recordMemoApplied(r, d, m)
+	if s.events != nil && s.events.MemoApplied(s.eventSource(r.Context(), eventlog.ClientKind(r.Header), apiName(d)), m) {
+		s.live.memoApplied.Add(1)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/compactd/compactd/internal/archive"
 	"github.com/compactd/compactd/internal/console"
+	"github.com/compactd/compactd/internal/throttle"
 )
 
 // ConsoleConfig turns on the operator console (internal/console) on the ops handler.
@@ -37,8 +38,8 @@ type consoleBackend struct{ s *Server }
 // throttle of failed attempts (one budget for both), counted in the same metric.
 func (b consoleBackend) CheckToken(r *http.Request, token string) (bool, time.Duration) {
 	s := b.s
-	addr := throttleAddr(r)
-	if ok, retry := s.adminThrottle.take(addr); !ok {
+	addr := throttle.Addr(r)
+	if ok, retry := s.adminThrottle.Take(addr); !ok {
 		s.metrics.AdminAuthFailure("throttled")
 		return false, retry
 	}
@@ -46,7 +47,7 @@ func (b consoleBackend) CheckToken(r *http.Request, token string) (bool, time.Du
 		s.metrics.AdminAuthFailure("invalid_token")
 		return false, 0
 	}
-	s.adminThrottle.refund(addr)
+	s.adminThrottle.Refund(addr)
 	return true, 0
 }
 
@@ -74,12 +75,8 @@ func (b consoleBackend) Archive() archive.Store { return b.s.cfg.Archive }
 func (b consoleBackend) Events() *archive.EventLog { return b.eventLog() }
 
 func (b consoleBackend) eventLog() *archive.EventLog {
-	if b.s.events != nil {
-		if l, ok := b.s.events.sink.(*archive.EventLog); ok {
-			return l
-		}
-	}
-	return nil
+	l, _ := b.s.events.Sink().(*archive.EventLog)
+	return l
 }
 
 func (b consoleBackend) Delete(ctx context.Context, tenant, conversation string) (int, error) {

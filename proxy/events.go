@@ -5,12 +5,13 @@ import (
 	"net/http"
 
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/eventlog"
 	"github.com/compactd/compactd/internal/metrics"
 )
 
 // compacted records one compaction event, in either dialect: one log line with the figures an
 // operator needs, never the summary or any prompt content, and the event log's row
-// (eventlog.go), whose content is sealed.
+// (internal/eventlog), whose content is sealed.
 func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compaction) {
 	attrs := []any{
 		slog.String("api", apiName(d)),
@@ -28,7 +29,9 @@ func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compac
 	s.metrics.ClientCompaction(apiName(d), ct.Phase, ct.Reason)
 	s.metrics.Compaction(metrics.CompactionEvent{API: apiName(d), Trigger: trigger, Outcome: "ok", Model: c.Payload.Model,
 		TokensBefore: c.Payload.TokensBefore, TokensAfter: c.Payload.TokensAfter})
-	s.recordCompaction(r, d, trigger, c)
+	if s.events != nil {
+		s.events.Compaction(s.eventSource(r.Context(), eventlog.ClientKind(r.Header), apiName(d)), turnConversation(r.Context()), trigger, c.Compaction, c.took)
+	}
 }
 
 // compactionFailed records a compaction that could not be completed (the turn was answered with
@@ -37,7 +40,10 @@ func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model str
 	attrs := append([]any{slog.String("api", apiName(d)), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
 	s.log.WarnContext(r.Context(), "compaction failed", attrs...)
 	s.metrics.Compaction(metrics.CompactionEvent{API: apiName(d), Trigger: trigger, Outcome: "failed", Model: model})
-	s.recordCompactionFailed(r, d, trigger, model, err)
+	if s.events != nil {
+		s.events.CompactionFailed(s.eventSource(r.Context(), eventlog.ClientKind(r.Header), apiName(d)), turnConversation(r.Context()), trigger, model,
+			s.cfg.FailurePolicies.For(d.Name()), err)
+	}
 }
 
 // compactionSkipped records a compaction the engine did not make because it could not make the

@@ -53,7 +53,7 @@ func (s *Server) close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("memo retention: still pruning: %w", context.Cause(ctx)))
 		}
 	}
-	if err := s.events.close(ctx); err != nil {
+	if err := s.events.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	s.cfg.Counter.Close()

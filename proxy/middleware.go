@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/tidwall/gjson"
 
+	"github.com/compactd/compactd/internal/budget"
 	"github.com/compactd/compactd/internal/metrics"
 	"github.com/compactd/compactd/internal/relay"
 )
@@ -35,9 +36,9 @@ type reqState struct {
 	// compactCore for the event log (eventlog.go).
 	conversation string
 
-	body  *bodyTap   // nil for bodiless requests
-	guard *bodyGuard // the body's size and read-deadline guard (limits.go); nil for bodiless requests
-	hold  *hold      // the request's share of the in-flight budget (budget.go); nil outside it
+	body  *bodyTap     // nil for bodiless requests
+	guard *bodyGuard   // the body's size and read-deadline guard (limits.go); nil for bodiless requests
+	hold  *budget.Hold // the request's share of the in-flight budget (internal/budget); nil outside it
 
 	// The storage of body, guard and the response writer instrument wraps: one allocation per
 	// request instead of four. Not pooled: the ReverseProxy's transport and the async work a

@@ -84,7 +84,7 @@ func (p *pipe) serve() {
 		return
 	}
 	rc := p.recall()
-	if p.c == nil && (rc != nil || p.t.Changed(p.env)) && !p.s.holdRebuild(p.r) {
+	if p.c == nil && (rc != nil || p.t.Changed(p.env)) && !holdOf(p.r).Rebuild() {
 		p.s.budgetRefused(p.w, p.a) // a body-sized rebuild, beside the body
 		return
 	}
@@ -137,7 +137,7 @@ func (p *pipe) threshold(policy compact.Policy) bool {
 	req := p.t.Compaction(p.env, total, transparent)
 	req.Memory = mem
 	st := p.t.Stream()
-	if !s.holdCompaction(p.r) {
+	if !holdOf(p.r).Compaction() {
 		s.metrics.BudgetRefused()
 		writeFaultTo(p.w, p.a, st, s.budgetExceeded())
 		return true
@@ -211,7 +211,7 @@ func (p *pipe) agent() bool {
 	}
 	s, st := p.s, p.t.Stream()
 	p.w.Header().Set(agentCompactionHeader, name)
-	if !s.holdCompaction(p.r) {
+	if !holdOf(p.r).Compaction() {
 		s.metrics.BudgetRefused()
 		writeFaultTo(p.w, p.a, st, s.budgetExceeded())
 		return true
@@ -276,7 +276,7 @@ func (p *pipe) explicit() bool {
 		writeFault(p.w, p.a, f)
 		return true
 	}
-	if !s.holdCompaction(p.r) {
+	if !holdOf(p.r).Compaction() {
 		s.metrics.BudgetRefused()
 		writeFault(p.w, p.a, s.budgetExceeded())
 		return true

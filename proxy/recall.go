@@ -15,6 +15,7 @@ import (
 	"github.com/compactd/compactd/internal/turn"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/eventlog"
 	"github.com/compactd/compactd/internal/handoff"
 	"github.com/compactd/compactd/internal/owner"
 	"github.com/compactd/compactd/internal/relay"
@@ -124,7 +125,9 @@ func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string)
 		Limit: rt.cfg.TopK, ExcerptBytes: rt.cfg.ExcerptBytes,
 	})
 	s.metrics.Recall(err == nil, len(hits))
-	s.recordRecall(ctx, rt, query, hits, err)
+	if s.events != nil {
+		s.events.Recall(s.eventSource(ctx, rt.client, rt.api), rt.conversation, query, hits, err)
+	}
 	if err != nil {
 		s.log.Warn("recall search failed", "err", err)
 		return "The archive could not be searched just now; continue from the summary."
@@ -169,7 +172,7 @@ func (f recallFailure) fault(d dialect, compacted bool) *fault.Fault {
 // answer the client sees. r's context cancels every round; committed says compactd already sent
 // the stream's headers (keep-alives while it compacted).
 func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d turn.Recall, a dialect, upstream *url.URL, stream, committed bool) {
-	rt.client, rt.api = clientKind(r.Header), apiName(a)
+	rt.client, rt.api = eventlog.ClientKind(r.Header), apiName(a)
 	if stream {
 		s.streamRecall(w, r, rt, d, a, upstream, committed)
 		return

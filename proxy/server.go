@@ -15,13 +15,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/budget"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
@@ -30,10 +29,13 @@ import (
 	"github.com/compactd/compactd/internal/dialect/messages"
 	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/eventlog"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/metrics"
 	"github.com/compactd/compactd/internal/owner"
+	"github.com/compactd/compactd/internal/pathcanon"
+	"github.com/compactd/compactd/internal/throttle"
 )
 
 // Config is what a Server needs. Zero values take the documented defaults.
@@ -149,7 +151,7 @@ type Config struct {
 	// AdminToken enables the admin API (/v1/compactd/…) for callers presenting it as a bearer
 	// token; empty turns the API off. The operator console (Console) logs in with it too.
 	AdminToken string
-	// Events receives the event log (eventlog.go): one row per compaction, memo application and
+	// Events receives the event log (internal/eventlog): one row per compaction, memo application and
 	// recall search, which the operator console shows. nil: kept in Archive's database when
 	// Archive is a SQL store, else none. NoEvents turns it off.
 	Events   EventSink
@@ -174,7 +176,7 @@ type Config struct {
 	// 100 Continue goes out), and a chunked body is cut at the limit.
 	MaxBodyBytes int64
 	// MaxInflightBodyBytes bounds the bytes of request bodies compactd buffers (the routes it
-	// parses) across all requests at once (budget.go). Past it a request is answered 503 with
+	// parses) across all requests at once (internal/budget). Past it a request is answered 503 with
 	// Retry-After in its route's dialect before its body is read, and nothing is forwarded.
 	// 0: a quarter of the runtime's memory limit, or 1 GiB without one (at least MaxBodyBytes);
 	// negative: no budget.
@@ -288,12 +290,12 @@ type Server struct {
 	metrics                   *metrics.Metrics
 	engine                    *engine.Engine // the compaction engine
 	owners                    *owner.Keyer   // owner digests and signed references (internal/owner)
-	budget                    *bodyBudget    // nil: no in-flight body budget
+	budget                    *budget.Budget // nil: no in-flight body budget
 	ops                       *ops
-	live                      *liveStats      // the console's live figures (stats.go)
-	events                    *eventRecorder  // the event log (eventlog.go); nil: none
-	breaker                   summariserState // the summariser's breaker, when it has one
-	adminThrottle             *failThrottle   // failed admin-token attempts: admin API and console alike
+	live                      *liveStats         // the console's live figures (stats.go)
+	events                    *eventlog.Recorder // the event log (internal/eventlog); nil: none
+	breaker                   summariserState    // the summariser's breaker, when it has one
+	adminThrottle             *throttle.Throttle // failed admin-token attempts: admin API and console alike
 
 	// Lifecycle (Close).
 	ownTransport  *http.Transport // the transport New built, whose idle connections Close drops
@@ -349,7 +351,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.MaxInflightBodyBytes == 0 {
-		cfg.MaxInflightBodyBytes = defaultInflightBodyBytes(cfg.MaxBodyBytes)
+		cfg.MaxInflightBodyBytes = budget.Default(cfg.MaxBodyBytes)
 	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
@@ -387,8 +389,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: metrics.New(cfg.Registry, cfg.MetricModels), ownTransport: own, budget: newBodyBudget(cfg.MaxInflightBodyBytes), owners: owners,
-		live: &liveStats{}, breaker: breaker, adminThrottle: newFailThrottle()}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: metrics.New(cfg.Registry, cfg.MetricModels), ownTransport: own, budget: budget.New(cfg.MaxInflightBodyBytes), owners: owners,
+		live: &liveStats{}, breaker: breaker, adminThrottle: throttle.New(AdminFailureBurst, AdminFailureRefill)}
 	if !cfg.NoEvents {
 		sink := cfg.Events
 		if sink == nil && cfg.Archive != nil {
@@ -397,7 +399,7 @@ func New(cfg Config) (*Server, error) {
 			}
 		}
 		if sink != nil {
-			s.events = newEventRecorder(sink, cfg.Registry, s.log.Warn)
+			s.events = eventlog.New(sink, cfg.Registry, s.log.Warn)
 		}
 	}
 	s.setupObservability()
@@ -458,7 +460,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) gate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw := r.URL.EscapedPath() // what routing sees and what the upstream would be sent
-		canon := canonicalPath(raw, true)
+		canon := pathcanon.Canonical(raw, true)
 		d := dialectOf(canon)
 		if !checkMethod(w, r, d) {
 			return
@@ -477,11 +479,15 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		if !checkPathSpelling(w, raw, canon, d) || !s.checkDeclaredLength(w, r, d) {
 			return
 		}
-		release, ok := s.reserveBody(w, r, canon, d)
+		h, ok := s.budget.Reserve(r, canon)
 		if !ok {
+			s.budgetRefused(w, d)
 			return
 		}
-		defer release()
+		if st := stateFrom(r.Context()); st != nil {
+			st.hold = h
+		}
+		defer h.Release()
 		r, guard := s.guardBody(w, r)
 		defer guard.finish()
 		next.ServeHTTP(w, r)
@@ -529,46 +535,22 @@ const (
 // it is fixed in one step). Paths that are no route of compactd's, however spelled, are
 // forwarded exactly as sent: there the upstream's own rules apply.
 
-// ownExact are the paths compactd answers itself (or, for GET /v1/messages and the like,
-// forwards to the Anthropic upstream).
-var ownExact = []string{
-	"/v1/responses", "/v1/responses/compact", "/v1/messages", "/v1/messages/count_tokens",
-	"/v1/chat/completions", "/v1/compactd", "/healthz", "/readyz", "/metrics",
-}
-
-// ownPrefixes are compactd's namespaces: everything under /v1/messages/ goes to the Anthropic
-// upstream (a misspelling would reach the other one), everything under /v1/compactd/ is the
-// admin API, which compactd alone answers.
-var ownPrefixes = []string{"/v1/messages/", "/v1/compactd/"}
-
-// spelledExactly reports whether raw, an escaped request path with canonical form canon, is
-// either no route of compactd's or one of them spelled exactly; if not, route is the path it
-// should have been.
-func spelledExactly(raw, canon string) (ok bool, route string) {
-	for _, p := range ownExact {
-		if canon == p {
-			return raw == p, p
-		}
-	}
-	for _, p := range ownPrefixes {
-		if !strings.HasPrefix(canon, p) {
-			continue
-		}
-		segs := canonicalSegments(raw, false)
-		route = p + strings.Join(segs[min(2, len(segs)):], "/") // the case of ids kept
-		if !strings.HasPrefix(raw, p) {
-			return false, route
-		}
-		// The admin API forwards nothing, so its ids may be escaped; below /v1/messages/ the
-		// path is forwarded and must be plain.
-		return p == "/v1/compactd/" || "/"+strings.Join(segs, "/") == raw, route
-	}
-	return true, ""
+// ownRoutes are compactd's paths (internal/pathcanon checks their spelling). Exact: the paths
+// compactd answers itself (or, for GET /v1/messages and the like, forwards to the Anthropic
+// upstream). Prefixes: compactd's namespaces: everything under /v1/messages/ goes to the
+// Anthropic upstream (a misspelling would reach the other one), everything under /v1/compactd/
+// is the admin API, which compactd alone answers, so its ids may be escaped.
+var ownRoutes = pathcanon.Routes{
+	Exact: []string{
+		"/v1/responses", "/v1/responses/compact", "/v1/messages", "/v1/messages/count_tokens",
+		"/v1/chat/completions", "/v1/compactd", "/healthz", "/readyz", "/metrics",
+	},
+	Prefixes: []pathcanon.Prefix{{Path: "/v1/messages/"}, {Path: "/v1/compactd/", Escaped: true}},
 }
 
 // checkPathSpelling answers a 400 for an odd spelling of one of compactd's paths.
 func checkPathSpelling(w http.ResponseWriter, raw, canon string, d dialect) bool {
-	ok, route := spelledExactly(raw, canon)
+	ok, route := ownRoutes.SpelledExactly(raw, canon)
 	if !ok {
 		writeFault(w, d, &fault.Fault{Code: fault.CodeNonCanonicalPath,
 			Message: "This path is another spelling of " + route + ", which compactd accepts only spelled exactly so " +
@@ -596,127 +578,4 @@ func upstreamOf(path string) string {
 		return "anthropic"
 	}
 	return "openai"
-}
-
-// canonicalPath is raw, an escaped path, resolved the way the most lenient server might (see
-// canonicalSegments); fold also folds letter case. Linear in the length of raw.
-func canonicalPath(raw string, fold bool) string {
-	if plainPath(raw, fold) {
-		return raw
-	}
-	return "/" + strings.Join(canonicalSegments(raw, fold), "/")
-}
-
-// plainPath reports whether raw is already canonical: lower-case letters (any case without
-// fold), digits, '-' and '_' between single slashes, no trailing slash. Most requests are.
-func plainPath(raw string, fold bool) bool {
-	if raw == "" || raw[0] != '/' || (len(raw) > 1 && raw[len(raw)-1] == '/') {
-		return false
-	}
-	for i := 1; i < len(raw); i++ {
-		switch c := raw[i]; {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
-		case c >= 'A' && c <= 'Z':
-			if fold {
-				return false
-			}
-		case c == '/':
-			if raw[i-1] == '/' {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// canonicalSegments splits raw into the segments a lenient server would see: percent-escapes
-// decoded up to three times over (double encoding), '\' read as '/', each segment cut at ';'
-// (matrix parameters) or a NUL and stripped of trailing dots and spaces, empty and "." segments
-// dropped, ".." resolved; with fold, letters folded to ASCII lower case where they fold to an
-// ASCII letter at all (ſ to s, K to k).
-func canonicalSegments(raw string, fold bool) []string {
-	p := raw
-	for range 3 {
-		d := unescapeLenient(p)
-		if d == p {
-			break
-		}
-		p = d
-	}
-	segs := strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' })
-	out := segs[:0]
-	for _, seg := range segs {
-		if i := strings.IndexAny(seg, ";\x00"); i >= 0 {
-			seg = seg[:i]
-		}
-		seg = strings.TrimRight(seg, " \t")
-		switch seg {
-		case "", ".":
-			continue
-		case "..":
-			out = out[:max(0, len(out)-1)]
-			continue
-		}
-		if seg = strings.TrimRight(seg, ". \t"); seg == "" {
-			continue
-		}
-		if fold {
-			seg = strings.Map(foldRune, seg)
-		}
-		out = append(out, seg)
-	}
-	return out
-}
-
-// unescapeLenient decodes every valid %XX in s and leaves anything else as it is, as lenient
-// servers do (url.PathUnescape gives up on the whole string at the first bad escape).
-func unescapeLenient(s string) string {
-	i := strings.IndexByte(s, '%')
-	if i < 0 {
-		return s
-	}
-	b := make([]byte, 0, len(s))
-	b = append(b, s[:i]...)
-	for ; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
-			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
-			i += 2
-			continue
-		}
-		b = append(b, s[i])
-	}
-	return string(b)
-}
-
-func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
-
-func unhex(c byte) byte {
-	switch {
-	case c >= 'a':
-		return c - 'a' + 10
-	case c >= 'A':
-		return c - 'A' + 10
-	}
-	return c - '0'
-}
-
-// foldRune folds r to an ASCII lower-case letter when any case mapping of it is one.
-func foldRune(r rune) rune {
-	if r < utf8.RuneSelf {
-		if r >= 'A' && r <= 'Z' {
-			return r + 'a' - 'A'
-		}
-		return r
-	}
-	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-		if f < utf8.RuneSelf {
-			return unicode.ToLower(f)
-		}
-	}
-	if u := unicode.ToUpper(r); u < utf8.RuneSelf {
-		return unicode.ToLower(u)
-	}
-	return r
 }

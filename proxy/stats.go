@@ -104,15 +104,11 @@ type summariserState interface {
 func (s *Server) Stats() Stats {
 	l := s.live
 	now := time.Now()
-	st := Stats{Time: now, Compacting: int(l.compacting.Load()), BodyBytes: s.budget.inUse(),
+	st := Stats{Time: now, Compacting: int(l.compacting.Load()), BodyBytes: s.budget.InUse(),
 		MemoHits: l.memoHits.Load(), MemoMisses: l.memoMisses.Load(),
 		SpeculativeHits: l.specHits.Load(), SpeculativeMisses: l.specMisses.Load()}
-	if s.budget != nil {
-		st.BodyLimit = s.budget.limit
-	}
-	if s.events != nil {
-		st.EventsDropped = s.events.dropped.Load()
-	}
+	st.BodyLimit = s.budget.Limit()
+	st.EventsDropped = s.events.Dropped()
 	if s.breaker != nil {
 		st.Summariser = s.breaker.State()
 		st.SummariserInFlight, st.Waiting = s.breaker.InFlight()

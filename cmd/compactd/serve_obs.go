@@ -168,7 +168,7 @@ func (o *obsConfig) serveOps(s *proxy.Server, log *slog.Logger) (stop func(), er
 	}, nil
 }
 
-// Memory: the runtime's memory limit and the in-flight body budget (proxy/budget.go).
+// Memory: the runtime's memory limit and the in-flight body budget (internal/budget).
 
 // memoryLimitHeadroom is the share of a container's memory limit left outside the Go heap's soft
 // limit for what the runtime does not count (thread stacks, the binary, kernel buffers): the
