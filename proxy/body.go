@@ -20,11 +20,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeFault(w, d, s.bodyTooLarge())
+		writeFault(w, d, bodyTooLarge(s.cfg.MaxBodyBytes))
 	case errors.Is(err, errBodyReadTimeout):
-		writeFault(w, d, s.bodyTimeout())
+		writeFault(w, d, bodyTimeout(s.cfg.BodyReadTimeout))
 	case errors.Is(err, budget.ErrExceeded):
-		s.budgetRefused(w, d)
+		budgetRefused(w, d, s.budget, s.metrics)
 	default:
 		writeFault(w, d, &fault.Fault{Message: "compactd could not read the request body: " + err.Error()})
 	}

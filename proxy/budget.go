@@ -6,6 +6,7 @@ import (
 
 	"github.com/compactd/compactd/internal/budget"
 	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/metrics"
 )
 
 // The in-flight body budget (internal/budget) is reserved by the gate (server.go) for the
@@ -26,14 +27,15 @@ func InflightBodyBytesFor(memLimit, maxBody int64) int64 { return budget.BytesFo
 // compactd's own load, not anything this client did (429 says "you are sending too much", and
 // with tenants on it is the per-tenant rate limit's answer); both SDKs retry a 503 and honour its
 // Retry-After. Anthropic's envelope says overloaded_error, the type its own API uses for load.
-func (s *Server) budgetExceeded() *fault.Fault {
+func budgetExceeded(b *budget.Budget) *fault.Fault {
 	return &fault.Fault{Kind: fault.Overloaded, Code: fault.CodeServerOverloaded, RetryAfter: budget.RetryAfter, Close: true,
-		Message: fmt.Sprintf("compactd is holding its limit of %d bytes of request bodies in flight; retry shortly, or raise --max-inflight-body-bytes (COMPACTD_MAX_INFLIGHT_BODY_BYTES).", s.budget.Limit())}
+		Message: fmt.Sprintf("compactd is holding its limit of %d bytes of request bodies in flight; retry shortly, or raise --max-inflight-body-bytes (COMPACTD_MAX_INFLIGHT_BODY_BYTES).", b.Limit())}
 }
 
-func (s *Server) budgetRefused(w http.ResponseWriter, d dialect) {
-	s.metrics.BudgetRefused()
-	writeFault(w, d, s.budgetExceeded())
+// budgetRefused answers budgetExceeded in d's envelope and counts it.
+func budgetRefused(w http.ResponseWriter, d dialect, b *budget.Budget, m *metrics.Metrics) {
+	m.BudgetRefused()
+	writeFault(w, d, budgetExceeded(b))
 }
 
 // holdOf is r's share of the in-flight budget, which the gate reserved; nil (every reservation

@@ -91,11 +91,11 @@ var errNothingToCompact = engine.ErrNothingToCompact
 
 // passThroughOnFailure reports whether a failed threshold compaction should be forwarded
 // uncompacted (the passthrough failure policy), and marks the response so the client can tell.
-func (s *Server) passThroughOnFailure(w http.ResponseWriter, d dialect, err error) bool {
-	if !s.engine.PassThrough(d.Name(), err) {
+func (p *pipe) passThroughOnFailure(err error) bool {
+	if !p.s.engine.PassThrough(p.a.Name(), err) {
 		return false
 	}
-	w.Header().Add("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
+	p.w.Header().Add("X-Compactd-Warning", "compaction skipped: the summariser is unavailable; the request was forwarded uncompacted")
 	return true
 }
 
@@ -222,7 +222,8 @@ func markCompactedTurn(w http.ResponseWriter, st *turn.Stream, c *compaction) {
 
 // markApplied says so to the client, and records it in the event log, when the memo applied a
 // remembered compaction to the turn.
-func (s *Server) markApplied(w http.ResponseWriter, r *http.Request, d dialect, m *engine.Memory) {
+func (p *pipe) markApplied(m *engine.Memory) {
+	s, w, r, d := p.s, p.w, p.r, p.a
 	w.Header().Set(compactionHeader, fmt.Sprintf("applied; id=%s; items=%d", m.Opened.ID, m.Items))
 	if s.events != nil && s.events.MemoApplied(s.eventSource(r.Context(), eventlog.ClientKind(r.Header), apiName(d)), m) {
 		s.live.memoApplied.Add(1)

@@ -2,17 +2,17 @@ package proxy
 
 import (
 	"log/slog"
-	"net/http"
 
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/eventlog"
 	"github.com/compactd/compactd/internal/metrics"
 )
 
-// compacted records one compaction event, in either dialect: one log line with the figures an
+// compacted records the turn's compaction: one log line with the figures an
 // operator needs, never the summary or any prompt content, and the event log's row
 // (internal/eventlog), whose content is sealed.
-func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compaction) {
+func (p *pipe) compacted(trigger string, c *compaction) {
+	s, r, d := p.s, p.r, p.a
 	attrs := []any{
 		slog.String("api", apiName(d)),
 		slog.String("trigger", trigger),
@@ -36,7 +36,8 @@ func (s *Server) compacted(r *http.Request, d dialect, trigger string, c *compac
 
 // compactionFailed records a compaction that could not be completed (the turn was answered with
 // an error, or forwarded uncompacted, and nothing was changed).
-func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model string, err error) {
+func (p *pipe) compactionFailed(trigger, model string, err error) {
+	s, r, d := p.s, p.r, p.a
 	attrs := append([]any{slog.String("api", apiName(d)), slog.String("trigger", trigger), slog.Any("err", err)}, clientTurnFrom(r.Header).LogAttrs()...)
 	s.log.WarnContext(r.Context(), "compaction failed", attrs...)
 	s.metrics.Compaction(metrics.CompactionEvent{API: apiName(d), Trigger: trigger, Outcome: "failed", Model: model})
@@ -49,7 +50,8 @@ func (s *Server) compactionFailed(r *http.Request, d dialect, trigger, model str
 // compactionSkipped records a compaction the engine did not make because it could not make the
 // request meaningfully smaller (engine.SkipReason): a debug line with the figures, never content,
 // and the skip counters. The turn goes on uncompacted.
-func (s *Server) compactionSkipped(r *http.Request, d dialect, trigger string, err error) {
+func (p *pipe) compactionSkipped(trigger string, err error) {
+	s, r, d := p.s, p.r, p.a
 	reason := engine.SkipReason(err)
 	s.log.DebugContext(r.Context(), "compaction skipped", slog.String("api", apiName(d)), slog.String("trigger", trigger),
 		slog.String("reason", reason), slog.String("detail", err.Error()))
@@ -57,10 +59,10 @@ func (s *Server) compactionSkipped(r *http.Request, d dialect, trigger string, e
 }
 
 // compactionNotMade records a compaction that was not made: skipped (engine.SkipReason) or failed.
-func (s *Server) compactionNotMade(r *http.Request, d dialect, trigger, model string, err error) {
+func (p *pipe) compactionNotMade(trigger, model string, err error) {
 	if engine.SkipReason(err) != "" {
-		s.compactionSkipped(r, d, trigger, err)
+		p.compactionSkipped(trigger, err)
 		return
 	}
-	s.compactionFailed(r, d, trigger, model, err)
+	p.compactionFailed(trigger, model, err)
 }

@@ -53,28 +53,19 @@ func ParseForeignItems(s string) (ForeignItems, error) {
 	return "", fmt.Errorf("%q is not a foreign-items policy: use drop or reject", s)
 }
 
-// foreign is Env.Foreign: n foreign compactions at where, counted and reported; it reports
-// whether the policy rejects them.
+// foreign is Env.Foreign: n foreign compactions at where. Under reject it counts and logs them
+// and reports true (the adapter answers the 400); under drop it says so in a warning header, a
+// metric and a warn log line (locations and counts only, never content).
 func (s *Server) foreign(w http.ResponseWriter, d dialect, n int, where string) bool {
 	if s.cfg.ForeignItems == ForeignReject {
-		s.foreignRejected(d, n)
+		s.metrics.ForeignItems(apiName(d), "rejected", n)
+		s.log.Warn("rejected a request holding foreign compaction items (--foreign-items reject)", "api", apiName(d), "items", n)
 		return true
 	}
-	s.foreignDropped(w, d, n, where)
-	return false
-}
-
-// foreignDropped says that n foreign items were dropped: the warning header, the metric and a
-// warn log line. Locations and counts only, never content.
-func (s *Server) foreignDropped(w http.ResponseWriter, d dialect, n int, where string) {
 	w.Header().Add("X-Compactd-Warning", "dropped "+strconv.Itoa(n)+" foreign compaction item(s) at "+where+
 		": not issued by compactd, so never opened; whatever they summarised is no longer in the model's view (--foreign-items reject refuses such requests instead)")
 	s.metrics.ForeignItems(apiName(d), "dropped", n)
 	s.log.Warn("dropped foreign compaction items: the history they replaced is gone from the model's view",
 		"api", apiName(d), "items", n, "at", where)
-}
-
-func (s *Server) foreignRejected(d dialect, n int) {
-	s.metrics.ForeignItems(apiName(d), "rejected", n)
-	s.log.Warn("rejected a request holding foreign compaction items (--foreign-items reject)", "api", apiName(d), "items", n)
+	return false
 }

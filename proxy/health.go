@@ -43,7 +43,7 @@ func (s *Server) setupObservability() {
 			Registry:          s.cfg.Registry, // promhttp_metric_handler_errors_total
 			EnableOpenMetrics: true,           // exemplars and _created where supported
 		})
-		s.ops.metrics = s.metricsAuth(h)
+		s.ops.metrics = s.OpsGuard(h)
 	}
 }
 
@@ -51,8 +51,8 @@ func (s *Server) setupObservability() {
 // outermost, then the gate, server.go, that every request passes before routing) wraps the
 // router instead of being installed in it: see Server.handler.
 func (s *Server) routeObservability(r chi.Router) {
-	r.HandleFunc("/healthz", s.handleHealthz)
-	r.HandleFunc("/readyz", s.handleReadyz)
+	r.HandleFunc("/healthz", handleHealthz)
+	r.HandleFunc("/readyz", readyz(s.cfg.Sealer, s.cfg.Tenant, s.cfg.ReadyUpstreams))
 	if s.ops.metrics != nil && !s.cfg.MetricsSeparate {
 		r.Handle("/metrics", s.ops.metrics)
 	}
@@ -64,8 +64,8 @@ func (s *Server) routeObservability(r chi.Router) {
 // not counted in the request metrics.
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", s.handleHealthz)
-	mux.HandleFunc("/readyz", s.handleReadyz)
+	mux.HandleFunc("/healthz", handleHealthz)
+	mux.HandleFunc("/readyz", readyz(s.cfg.Sealer, s.cfg.Tenant, s.cfg.ReadyUpstreams))
 	if s.ops.metrics != nil {
 		mux.Handle("/metrics", s.ops.metrics)
 	}
@@ -78,7 +78,7 @@ func (s *Server) OpsHandler() http.Handler {
 
 // handleHealthz is liveness: the process serves HTTP. It checks nothing else on purpose, so an
 // upstream outage never gets compactd restarted.
-func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+func handleHealthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte("ok\n"))
@@ -87,14 +87,18 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // readyTimeout bounds each readiness check (an upstream dial).
 const readyTimeout = 2 * time.Second
 
-// handleReadyz is readiness: the keyring seals and opens (so compaction items can be issued and
+// readyz is readiness: the keyring seals and opens (so compaction items can be issued and
 // read), and, when Config.ReadyUpstreams is set, each upstream accepts a TCP connection. The
 // answer is JSON naming each check; 503 when any fails.
-func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	checks := map[string]string{"keys": s.checkKeys()}
+func readyz(sealer crypto.Sealer, tenant string, upstreams []*url.URL) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { serveReadyz(w, r, sealer, tenant, upstreams) }
+}
+
+func serveReadyz(w http.ResponseWriter, r *http.Request, sealer crypto.Sealer, tenant string, upstreams []*url.URL) {
+	checks := map[string]string{"keys": checkKeys(sealer, tenant)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, u := range s.cfg.ReadyUpstreams {
+	for _, u := range upstreams {
 		wg.Go(func() {
 			addr := hostPort(u)
 			res := dialCheck(r.Context(), addr)
@@ -118,14 +122,14 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkKeys seals and opens a probe value with the active key: a loaded, usable keyring.
-func (s *Server) checkKeys() string {
-	if s.cfg.Sealer == nil {
+func checkKeys(sealer crypto.Sealer, tenant string) string {
+	if sealer == nil {
 		return "no keyring loaded"
 	}
-	b := crypto.Binding{Kind: "compactd.readyz", ItemID: "readyz", Tenant: s.cfg.Tenant}
-	blob, err := s.cfg.Sealer.Seal([]byte("ready"), b)
+	b := crypto.Binding{Kind: "compactd.readyz", ItemID: "readyz", Tenant: tenant}
+	blob, err := sealer.Seal([]byte("ready"), b)
 	if err == nil {
-		_, err = s.cfg.Sealer.Open(blob, b)
+		_, err = sealer.Open(blob, b)
 	}
 	if err != nil {
 		return "keyring cannot seal and open: " + crypto.Reason(err)
@@ -160,13 +164,13 @@ func dialCheck(ctx context.Context, addr string) string {
 // OpsGuard wraps h in the guard of /metrics: the bearer token (Config.MetricsToken) or the
 // basic-auth credentials (MetricsUser, MetricsPassword). serve puts the profiler (--pprof)
 // behind it on the ops listener. With neither configured it returns h as it is.
-func (s *Server) OpsGuard(h http.Handler) http.Handler { return s.metricsAuth(h) }
+func (s *Server) OpsGuard(h http.Handler) http.Handler {
+	return metricsAuth(h, s.cfg.MetricsToken, s.cfg.MetricsUser, s.cfg.MetricsPassword)
+}
 
-// metricsAuth guards /metrics with the configured bearer token or basic-auth credentials.
-// Comparisons are of SHA-256 digests in constant time, so neither content nor length leaks
-// through timing.
-func (s *Server) metricsAuth(h http.Handler) http.Handler {
-	token, user, pass := s.cfg.MetricsToken, s.cfg.MetricsUser, s.cfg.MetricsPassword
+// metricsAuth guards h with a bearer token or basic-auth credentials. Comparisons are of SHA-256
+// digests in constant time, so neither content nor length leaks through timing.
+func metricsAuth(h http.Handler, token, user, pass string) http.Handler {
 	if token == "" && user == "" && pass == "" {
 		return h
 	}

@@ -50,14 +50,16 @@ func (s *Server) checkHeaders(w http.ResponseWriter, r *http.Request, d dialect)
 // that stall for a while and then catch up.
 const DefaultBodyReadTimeout = 5 * time.Minute
 
-func (s *Server) bodyTooLarge() *fault.Fault {
+// bodyTooLarge is the 413 past the body size limit.
+func bodyTooLarge(limit int64) *fault.Fault {
 	return &fault.Fault{Kind: fault.TooLarge, Code: fault.CodeRequestTooLarge, Close: true,
-		Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", s.cfg.MaxBodyBytes)}
+		Message: fmt.Sprintf("The request body exceeds compactd's limit of %d bytes; raise --max-body-bytes (COMPACTD_MAX_BODY_BYTES) if this is expected.", limit)}
 }
 
-func (s *Server) bodyTimeout() *fault.Fault {
+// bodyTimeout is the 408 past the body read deadline.
+func bodyTimeout(d time.Duration) *fault.Fault {
 	return &fault.Fault{Kind: fault.BodyTimeout, Code: fault.CodeBodyTimeout, Close: true,
-		Message: fmt.Sprintf("compactd did not receive the whole request body within %s of its headers; send it faster, or raise --body-read-timeout (COMPACTD_BODY_READ_TIMEOUT).", s.cfg.BodyReadTimeout)}
+		Message: fmt.Sprintf("compactd did not receive the whole request body within %s of its headers; send it faster, or raise --body-read-timeout (COMPACTD_BODY_READ_TIMEOUT).", d)}
 }
 
 // checkDeclaredLength refuses a body whose declared Content-Length exceeds the limit, before
@@ -67,7 +69,7 @@ func (s *Server) checkDeclaredLength(w http.ResponseWriter, r *http.Request, d d
 	if r.ContentLength <= s.cfg.MaxBodyBytes {
 		return true
 	}
-	writeFault(w, d, s.bodyTooLarge())
+	writeFault(w, d, bodyTooLarge(s.cfg.MaxBodyBytes))
 	return false
 }
 

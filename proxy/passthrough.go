@@ -156,9 +156,9 @@ func (s *Server) bodyError(w http.ResponseWriter, r *http.Request, err error, d 
 	var tooBig *http.MaxBytesError
 	switch {
 	case bodyTimedOut(r.Context()):
-		writeFault(w, d, s.bodyTimeout())
+		writeFault(w, d, bodyTimeout(s.cfg.BodyReadTimeout))
 	case errors.As(err, &tooBig):
-		writeFault(w, d, s.bodyTooLarge())
+		writeFault(w, d, bodyTooLarge(s.cfg.MaxBodyBytes))
 	default:
 		return false
 	}

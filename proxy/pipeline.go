@@ -85,7 +85,7 @@ func (p *pipe) serve() {
 	}
 	rc := p.recall()
 	if p.c == nil && (rc != nil || p.t.Changed(p.env)) && !holdOf(p.r).Rebuild() {
-		p.s.budgetRefused(p.w, p.a) // a body-sized rebuild, beside the body
+		budgetRefused(p.w, p.a, p.s.budget, p.s.metrics) // a body-sized rebuild, beside the body
 		return
 	}
 	if rc != nil {
@@ -94,7 +94,7 @@ func (p *pipe) serve() {
 			r = r.Clone(r.Context()) // every round goes upstream with the turn's headers
 			uh.UpstreamHeaders(r.Header)
 		}
-		p.s.runRecall(p.w, r, rc.rt, rc.d, p.a, p.upstream, st.Streamed, st.Committed)
+		p.s.recall.run(p.w, r, rc.rt, rc.d, p.a, p.upstream, st.Streamed, st.Committed)
 		return
 	}
 	p.forward(p.t.Body(p.env), p.t.Rewriter())
@@ -121,7 +121,7 @@ func (p *pipe) threshold(policy compact.Policy) bool {
 		mem = s.engine.Remembered(ctx, p.a.Engine(), s.scope(ctx), api.Raws[json.RawMessage](p.t.Units()))
 		if mem != nil && mem.Opened != nil {
 			p.t.Remember(p.env, mem)
-			s.markApplied(p.w, p.r, p.a, mem)
+			p.markApplied(mem)
 		}
 	}
 	total := p.t.Tokens(p.env, limit)
@@ -139,18 +139,18 @@ func (p *pipe) threshold(policy compact.Policy) bool {
 	st := p.t.Stream()
 	if !holdOf(p.r).Compaction() {
 		s.metrics.BudgetRefused()
-		writeFaultTo(p.w, p.a, st, s.budgetExceeded())
+		writeFaultTo(p.w, p.a, st, budgetExceeded(s.budget))
 		return true
 	}
 	c, err := p.compactHeld(ctx, req, p.a.KeepAlive)
 	switch {
 	case engine.SkipReason(err) != "":
 		// It could not make the turn meaningfully smaller: the turn goes on as it came.
-		s.compactionSkipped(p.r, p.a, trigger, err)
+		p.compactionSkipped(trigger, err)
 		return false
 	case err != nil:
-		s.compactionFailed(p.r, p.a, trigger, req.Model, err)
-		if !st.Committed && s.passThroughOnFailure(p.w, p.a, err) {
+		p.compactionFailed(trigger, req.Model, err)
+		if !st.Committed && p.passThroughOnFailure(err) {
 			return false // forward the turn as it came
 		}
 		if f := compactionFailure(err); f != nil {
@@ -158,7 +158,7 @@ func (p *pipe) threshold(policy compact.Policy) bool {
 		}
 		return true
 	}
-	s.compacted(p.r, p.a, trigger, c)
+	p.compacted(trigger, c)
 	p.c = c.Compaction
 	p.t.Compacted(c.Compaction, transparent)
 	if transparent {
@@ -213,14 +213,14 @@ func (p *pipe) agent() bool {
 	p.w.Header().Set(agentCompactionHeader, name)
 	if !holdOf(p.r).Compaction() {
 		s.metrics.BudgetRefused()
-		writeFaultTo(p.w, p.a, st, s.budgetExceeded())
+		writeFaultTo(p.w, p.a, st, budgetExceeded(s.budget))
 		return true
 	}
 	c, err := p.compactHeld(withAgentSummariser(p.r.Context()), req, p.a.KeepAlive)
 	if err != nil {
 		skipped := engine.SkipReason(err) != ""
 		if skipped {
-			s.compactionSkipped(p.r, p.a, agentTrigger, err)
+			p.compactionSkipped(agentTrigger, err)
 		}
 		if skipped || errors.Is(err, summarizer.ErrNothingToSummarize) {
 			switch {
@@ -238,8 +238,8 @@ func (p *pipe) agent() bool {
 			}
 			return true
 		}
-		s.compactionFailed(p.r, p.a, agentTrigger, req.Model, err)
-		if !st.Committed && s.passThroughOnFailure(p.w, p.a, err) {
+		p.compactionFailed(agentTrigger, req.Model, err)
+		if !st.Committed && p.passThroughOnFailure(err) {
 			p.w.Header().Del(agentCompactionHeader)
 			p.forward(p.body, p.t.Rewriter()) // the agent summarises as it would have
 			return true
@@ -249,7 +249,7 @@ func (p *pipe) agent() bool {
 		}
 		return true
 	}
-	s.compacted(p.r, p.a, agentTrigger, c)
+	p.compacted(agentTrigger, c)
 	note := ""
 	if cfg := s.cfg.Recall.withDefaults(); c.Payload != nil && c.Payload.Archive != nil && !cfg.Disabled {
 		// The turns after this one offer the recall tool over the archive; the note says so, and
@@ -278,7 +278,7 @@ func (p *pipe) explicit() bool {
 	}
 	if !holdOf(p.r).Compaction() {
 		s.metrics.BudgetRefused()
-		writeFault(p.w, p.a, s.budgetExceeded())
+		writeFault(p.w, p.a, budgetExceeded(s.budget))
 		return true
 	}
 	keepAlive := ex.ExplicitKeepAlive()
@@ -287,7 +287,7 @@ func (p *pipe) explicit() bool {
 	}
 	c, err := p.compactHeld(p.r.Context(), req, keepAlive)
 	if err != nil {
-		s.compactionNotMade(p.r, p.a, trigger, req.Model, err)
+		p.compactionNotMade(trigger, req.Model, err)
 		nothing := ex.Nothing()
 		switch {
 		case nothing != nil && (errors.Is(err, engine.ErrNothingToCompact) || errors.Is(err, summarizer.ErrNothingToSummarize)):
@@ -300,7 +300,7 @@ func (p *pipe) explicit() bool {
 		writeFaultTo(p.w, p.a, st, f)
 		return true
 	}
-	s.compacted(p.r, p.a, trigger, c)
+	p.compacted(trigger, c)
 	ex.Answer(p.w, c.Compaction)
 	return true
 }
@@ -327,7 +327,7 @@ func (p *pipe) recall() *recallRun {
 			}
 		}
 	}
-	rt, ok := p.s.recallConfig(conv, owners)
+	rt, ok := p.s.recall.config(conv, owners)
 	if !ok {
 		return nil
 	}

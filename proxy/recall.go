@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/metrics"
 	"github.com/compactd/compactd/internal/turn"
 
 	"github.com/compactd/compactd/internal/archive"
@@ -94,6 +96,20 @@ func querySchema() map[string]any {
 	}
 }
 
+// recaller runs the recall loop of the turns that offer the tool: what it needs of the server,
+// given once (New).
+type recaller struct {
+	cfg           RecallConfig // defaults applied
+	archive       archive.Store
+	metrics       *metrics.Metrics
+	events        *eventlog.Recorder
+	log           *slog.Logger
+	source        func(ctx context.Context, client, api string) eventlog.Source
+	tenantOf      func(context.Context) string
+	roundTrip     func(r *http.Request, target *url.URL, body []byte) (*http.Response, error)
+	upstreamError func(d dialect) func(http.ResponseWriter, *http.Request, error)
+}
+
 // recallTurn is a turn that offers the recall tool.
 type recallTurn struct {
 	cfg          RecallConfig
@@ -107,29 +123,29 @@ type recallTurn struct {
 // with the owners whose segments in it the turn may read, or ok false when recall does not apply:
 // no archive, recall off, no conversation or owners. Whether the request leaves room for the tool
 // (its tool choice, a tool of the same name) is its API's to say (turn.RecallAllowed).
-func (s *Server) recallConfig(conversation string, owners owner.Set) (*recallTurn, bool) {
-	cfg := s.cfg.Recall.withDefaults()
-	if s.cfg.Archive == nil || cfg.Disabled || conversation == "" || len(owners) == 0 {
+func (rl *recaller) config(conversation string, owners owner.Set) (*recallTurn, bool) {
+	cfg := rl.cfg
+	if rl.archive == nil || cfg.Disabled || conversation == "" || len(owners) == 0 {
 		return nil, false
 	}
 	return &recallTurn{cfg: cfg, conversation: conversation, owners: owners}, true
 }
 
 // recallSearch searches the archive and renders the excerpts for the model.
-func (s *Server) recallSearch(ctx context.Context, rt *recallTurn, query string) string {
+func (rl *recaller) search(ctx context.Context, rt *recallTurn, query string) string {
 	if strings.TrimSpace(query) == "" {
 		return "Empty query: call the tool again with the words to search for."
 	}
-	hits, err := s.cfg.Archive.Search(ctx, archive.Query{
-		Text: query, Tenant: s.tenantOf(ctx), Conversation: rt.conversation, Owners: rt.owners,
+	hits, err := rl.archive.Search(ctx, archive.Query{
+		Text: query, Tenant: rl.tenantOf(ctx), Conversation: rt.conversation, Owners: rt.owners,
 		Limit: rt.cfg.TopK, ExcerptBytes: rt.cfg.ExcerptBytes,
 	})
-	s.metrics.Recall(err == nil, len(hits))
-	if s.events != nil {
-		s.events.Recall(s.eventSource(ctx, rt.client, rt.api), rt.conversation, query, hits, err)
+	rl.metrics.Recall(err == nil, len(hits))
+	if rl.events != nil {
+		rl.events.Recall(rl.source(ctx, rt.client, rt.api), rt.conversation, query, hits, err)
 	}
 	if err != nil {
-		s.log.Warn("recall search failed", "err", err)
+		rl.log.Warn("recall search failed", "err", err)
 		return "The archive could not be searched just now; continue from the summary."
 	}
 	if len(hits) == 0 {
@@ -171,18 +187,18 @@ func (f recallFailure) fault(d dialect, compacted bool) *fault.Fault {
 // runRecall runs a turn that offers the recall tool: up to MaxRounds hidden rounds, then the
 // answer the client sees. r's context cancels every round; committed says compactd already sent
 // the stream's headers (keep-alives while it compacted).
-func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d turn.Recall, a dialect, upstream *url.URL, stream, committed bool) {
+func (rl *recaller) run(w http.ResponseWriter, r *http.Request, rt *recallTurn, d turn.Recall, a dialect, upstream *url.URL, stream, committed bool) {
 	rt.client, rt.api = eventlog.ClientKind(r.Header), apiName(a)
 	if stream {
-		s.streamRecall(w, r, rt, d, a, upstream, committed)
+		rl.stream(w, r, rt, d, a, upstream, committed)
 		return
 	}
 	var visible [][]byte
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamRoundTrip(r, upstream, d.Request(last))
+		resp, err := rl.roundTrip(r, upstream, d.Request(last))
 		if err != nil {
-			s.recallFailed(w, r, a, d, recallFailure{err: err})
+			rl.failed(w, r, a, d, recallFailure{err: err})
 			return
 		}
 		if resp.StatusCode != http.StatusOK {
@@ -202,8 +218,8 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 			items, why = d.JSONRound(data)
 		}
 		if why != "" {
-			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", apiName(a), "reason", why)
-			s.recallFailed(w, r, a, d, recallFailure{why: why})
+			rl.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", apiName(a), "reason", why)
+			rl.failed(w, r, a, d, recallFailure{why: why})
 			return
 		}
 		calls := recallCalls(items)
@@ -216,7 +232,7 @@ func (s *Server) runRecall(w http.ResponseWriter, r *http.Request, rt *recallTur
 			return
 		}
 		visible = appendVisible(visible, items, firstTool(items))
-		d.Answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
+		d.Answer(withoutClientCalls(items), rl.results(r.Context(), rt, calls))
 	}
 }
 
@@ -272,10 +288,10 @@ func withoutClientCalls(items []turn.RecallItem) []turn.RecallItem {
 	return out
 }
 
-func (s *Server) recallResults(ctx context.Context, rt *recallTurn, calls []turn.RecallCall) []string {
+func (rl *recaller) results(ctx context.Context, rt *recallTurn, calls []turn.RecallCall) []string {
 	out := make([]string, len(calls))
 	for i, c := range calls {
-		out[i] = s.recallSearch(ctx, rt, c.Query)
+		out[i] = rl.search(ctx, rt, c.Query)
 	}
 	return out
 }
@@ -306,7 +322,7 @@ type heldEvent struct {
 // so the client sees one ordinary response: the response opens once, the recall calls are
 // dropped, and from a round's first tool call on its events are held until the round ends —
 // dropped if the round called the recall tool (the model is asked again), relayed otherwise.
-func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recallTurn, d turn.Recall, a dialect, upstream *url.URL, committed bool) {
+func (rl *recaller) stream(w http.ResponseWriter, r *http.Request, rt *recallTurn, d turn.Recall, a dialect, upstream *url.URL, committed bool) {
 	rc := http.NewResponseController(w)
 	headersSent := committed
 	writePieces := func(bs [][]byte) bool {
@@ -332,13 +348,13 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 	}
 	fail := func(f recallFailure) {
 		if f.why != "" {
-			s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", apiName(a), "reason", f.why)
+			rl.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", apiName(a), "reason", f.why)
 		}
 		if headersSent {
 			write(d.ErrorEvents(f.fault(a, d.Compacted()), f.status, f.body))
 			return
 		}
-		s.recallFailed(w, r, a, d, f)
+		rl.failed(w, r, a, d, f)
 	}
 	var visible [][]byte
 	injected := !d.Compacted()
@@ -348,7 +364,7 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 	}
 	for round := 0; ; round++ {
 		last := round == rt.cfg.MaxRounds
-		resp, err := s.upstreamRoundTrip(r, upstream, d.Request(last))
+		resp, err := rl.roundTrip(r, upstream, d.Request(last))
 		if err != nil {
 			if !errors.Is(err, context.Canceled) || r.Context().Err() == nil {
 				fail(recallFailure{err: err})
@@ -492,15 +508,15 @@ func (s *Server) streamRecall(w http.ResponseWriter, r *http.Request, rt *recall
 			next = holdFrom
 		}
 		visible = appendVisible(visible, items, firstTool(items))
-		d.Answer(withoutClientCalls(items), s.recallResults(r.Context(), rt, calls))
+		d.Answer(withoutClientCalls(items), rl.results(r.Context(), rt, calls))
 	}
 }
 
 // recallFailed answers a failed round over HTTP: an unreachable upstream as every upstream call's
 // failure is answered, anything else as the fault it is.
-func (s *Server) recallFailed(w http.ResponseWriter, r *http.Request, a dialect, d turn.Recall, f recallFailure) {
+func (rl *recaller) failed(w http.ResponseWriter, r *http.Request, a dialect, d turn.Recall, f recallFailure) {
 	if f.err != nil {
-		s.upstreamError(a)(w, r, f.err)
+		rl.upstreamError(a)(w, r, f.err)
 		return
 	}
 	writeFault(w, a, f.fault(a, d.Compacted()))

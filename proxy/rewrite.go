@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -18,11 +19,12 @@ import (
 // newTurnProxy is the ReverseProxy of a's route: the upstream call of every turn it forwards.
 func (s *Server) newTurnProxy(target *url.URL, a turn.Dialect) *httputil.ReverseProxy {
 	terminal := a.Terminal // one method value per route, not one per stream
-	return s.newReverseProxy(target, a, func(resp *http.Response) error { return s.rewriteAnswer(resp, a, terminal) })
+	log := s.log
+	return s.newReverseProxy(target, a, func(resp *http.Response) error { return rewriteAnswer(log, resp, a, terminal) })
 }
 
 // rewriteAnswer is the ModifyResponse of a turn's upstream call.
-func (s *Server) rewriteAnswer(resp *http.Response, a turn.Dialect, terminal func([]byte) bool) error {
+func rewriteAnswer(log *slog.Logger, resp *http.Response, a turn.Dialect, terminal func([]byte) bool) error {
 	f := flightFrom(resp.Request.Context())
 	if f == nil {
 		guardPassThrough(resp, a) // the event cap, nothing else
@@ -52,12 +54,12 @@ func (s *Server) rewriteAnswer(resp *http.Response, a turn.Dialect, terminal fun
 	switch {
 	case isSSE && !st.Streamed:
 		resp.Body.Close()
-		s.refuseAnswer(resp, a, f, "is an event stream, but the request was not streamed")
+		refuseAnswer(log, resp, a, f, "is an event stream, but the request was not streamed")
 		return nil
 	case !isSSE && st.Committed:
 		// compactd already answered with a stream: a JSON body cannot follow its events.
 		resp.Body.Close()
-		s.refuseAnswer(resp, a, f, "is JSON, but the request was streamed")
+		refuseAnswer(log, resp, a, f, "is JSON, but the request was streamed")
 		return nil
 	case isSSE:
 		if body := rw.Events(resp.Body); body != nil {
@@ -75,7 +77,7 @@ func (s *Server) rewriteAnswer(resp *http.Response, a turn.Dialect, terminal fun
 		body, why = rw.JSON(body)
 	}
 	if why != "" {
-		s.refuseAnswer(resp, a, f, why)
+		refuseAnswer(log, resp, a, f, why)
 		return nil
 	}
 	relay.ReplaceBody(resp, body)
@@ -102,8 +104,8 @@ func guardTurn(resp *http.Response, a turn.Dialect, f *flight, terminal func([]b
 
 // refuseAnswer replaces an upstream answer compactd cannot rewrite with a 502 in a's envelope,
 // or, when compactd already committed the stream, with a's terminal error events.
-func (s *Server) refuseAnswer(resp *http.Response, a turn.Dialect, f *flight, why string) {
-	s.log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", apiName(a), "reason", why, "status", resp.StatusCode)
+func refuseAnswer(log *slog.Logger, resp *http.Response, a turn.Dialect, f *flight, why string) {
+	log.Warn("upstream response not passed on: compactd cannot rewrite it", "api", apiName(a), "reason", why, "status", resp.StatusCode)
 	e := turn.UpstreamInvalid(a.Words(), f.rw.Carries(), why)
 	var body []byte
 	if st := f.t.Stream(); st.Committed {

@@ -294,6 +294,7 @@ type Server struct {
 	ops                       *ops
 	live                      *liveStats         // the console's live figures (stats.go)
 	events                    *eventlog.Recorder // the event log (internal/eventlog); nil: none
+	recall                    *recaller          // the recall loop (recall.go)
 	breaker                   summariserState    // the summariser's breaker, when it has one
 	adminThrottle             *throttle.Throttle // failed admin-token attempts: admin API and console alike
 
@@ -403,6 +404,8 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.setupObservability()
+	s.recall = &recaller{cfg: cfg.Recall.withDefaults(), archive: cfg.Archive, metrics: s.metrics, events: s.events, log: s.log,
+		source: s.eventSource, tenantOf: s.tenantOf, roundTrip: s.upstreamRoundTrip, upstreamError: s.upstreamError}
 	// After setupObservability, which wraps the summariser in its metrics.
 	ledger := s.cfg.LedgerBytes
 	if ledger < 0 {
@@ -481,7 +484,7 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		}
 		h, ok := s.budget.Reserve(r, canon)
 		if !ok {
-			s.budgetRefused(w, d)
+			budgetRefused(w, d, s.budget, s.metrics)
 			return
 		}
 		if st := stateFrom(r.Context()); st != nil {
