@@ -213,3 +213,25 @@ func ApplySplices(data []byte, edits []Splice) []byte {
 	}
 	return append(out, data[at:]...)
 }
+
+// EventType is the "type" member of an event's JSON object data ("" for anything else: a
+// comment, [DONE], data that is not an object).
+func EventType(data []byte) string {
+	if len(data) == 0 || data[0] != '{' {
+		return ""
+	}
+	return gjson.GetBytes(data, "type").Str
+}
+
+// SetNumber is the edit that sets the number at path of data to n; ok is false when it is n
+// already, or absent.
+func SetNumber(data []byte, path string, n int64) (Splice, bool) {
+	r := GetAlias(data, path)
+	if r.Int() == n {
+		return Splice{}, false
+	}
+	return NumberAt(r, n)
+}
+
+// KeepAlive is an SSE comment that holds a committed stream open: no event a client parses.
+var KeepAlive = sse.AppendComment(nil, "compactd is compacting the conversation")

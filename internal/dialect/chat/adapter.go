@@ -29,6 +29,7 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
 )
@@ -70,10 +71,8 @@ func (Adapter) FaultEvent(f *fault.Fault, _ *turn.Stream) []byte {
 
 func errorChunk(e *api.OpenAIError) []byte { return sse.AppendEvent(nil, "", e.Body()) }
 
-// keepAlive is an SSE comment, which Chat stream parsers skip.
-var keepAlive = sse.AppendComment(nil, "compactd is compacting the conversation")
-
-func (Adapter) KeepAlive(bool) []byte { return keepAlive }
+// KeepAlive is an SSE comment, which every parser of the API skips.
+func (Adapter) KeepAlive(bool) []byte { return relay.KeepAlive }
 
 // doneMarker is the data of the event that ends a Chat Completions stream.
 var doneMarker = []byte("[DONE]")

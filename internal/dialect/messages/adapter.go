@@ -23,6 +23,7 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/turn"
 )
 
@@ -73,19 +74,11 @@ var pingEvent = api.AppendSSE(nil, "ping", []byte(`{"type": "ping"}`))
 func (Adapter) KeepAlive(bool) []byte { return pingEvent }
 
 func (Adapter) Terminal(data []byte) bool {
-	switch eventType(data) {
+	switch relay.EventType(data) {
 	case "message_stop", "error":
 		return true
 	}
 	return false
-}
-
-// eventType is the "type" member of an event's JSON object data ("" for anything else).
-func eventType(data []byte) string {
-	if len(data) == 0 || data[0] != '{' {
-		return ""
-	}
-	return gjson.GetBytes(data, "type").Str
 }
 
 // Parse skims a Messages body. A request that needs nothing of compactd is left as it came,

@@ -305,11 +305,7 @@ func (b *streamBlock) raw() []byte {
 }
 
 func (d *recall) Reindex(data []byte, index int64) (relay.Splice, bool) {
-	idx := relay.GetAlias(data, "index")
-	if idx.Int() == index {
-		return relay.Splice{}, false
-	}
-	return relay.NumberAt(idx, index)
+	return relay.SetNumber(data, "index", index)
 }
 
 func (d *recall) Render(out [][]byte, name string, data []byte, edits []relay.Splice) [][]byte {

@@ -15,6 +15,7 @@ import (
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
+	"github.com/compactd/compactd/internal/turn/turntest"
 )
 
 const fuzzItemID = "cmp_0123456789abcdef0123456789abcdef"
@@ -28,26 +29,9 @@ func rewriteTurn(applied []api.AppliedEdit) *Turn {
 		compUsage: summarizer.Usage{InputTokens: 500, OutputTokens: 40, CachedTokens: 7}}
 }
 
-// chunkedReader hands out src in pieces of at most n bytes, so event boundaries fall anywhere in
-// the rewriter's reads.
-type chunkedReader struct {
-	src []byte
-	n   int
-}
-
-func (c *chunkedReader) Read(p []byte) (int, error) {
-	if len(c.src) == 0 {
-		return 0, io.EOF
-	}
-	k := min(len(p), c.n, len(c.src))
-	copy(p, c.src[:k])
-	c.src = c.src[k:]
-	return k, nil
-}
-
 func rewriteSSE(t testing.TB, tt *Turn, in []byte, chunk int) []byte {
 	t.Helper()
-	r := tt.Events(io.NopCloser(&chunkedReader{src: in, n: max(chunk, 1)}))
+	r := tt.Events(turntest.Chunked(in, chunk))
 	if r == nil {
 		t.Fatal("no event rewriter")
 	}

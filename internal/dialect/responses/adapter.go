@@ -24,7 +24,7 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
-	"github.com/compactd/compactd/internal/sse"
+	"github.com/compactd/compactd/internal/relay"
 	"github.com/compactd/compactd/internal/turn"
 )
 
@@ -62,25 +62,15 @@ func (Adapter) FaultEvent(f *fault.Fault, st *turn.Stream) []byte {
 	return api.OpenAIFault(f).SSE(seq, id)
 }
 
-// keepAlive is an SSE comment: no event a client parses.
-var keepAlive = sse.AppendComment(nil, "compactd is compacting the conversation")
-
-func (Adapter) KeepAlive(bool) []byte { return keepAlive }
+// KeepAlive is an SSE comment, which every parser of the API skips.
+func (Adapter) KeepAlive(bool) []byte { return relay.KeepAlive }
 
 func (Adapter) Terminal(data []byte) bool {
-	switch eventType(data) {
+	switch relay.EventType(data) {
 	case "response.completed", "response.failed", "response.incomplete", "error":
 		return true
 	}
 	return false
-}
-
-// eventType is the "type" member of an event's JSON object data ("" for anything else).
-func eventType(data []byte) string {
-	if len(data) == 0 || data[0] != '{' {
-		return ""
-	}
-	return gjson.GetBytes(data, "type").Str
 }
 
 // Parse skims a Responses body, applies the foreign-items policy, checks a compaction_trigger,

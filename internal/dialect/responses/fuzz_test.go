@@ -35,26 +35,9 @@ func fuzzTurn() *Turn {
 	return &Turn{a: Adapter{}, item: item, itemID: fuzzItemID, stream: turn.Stream{Streamed: true}}
 }
 
-// chunkedReader hands out src in pieces of at most n bytes, so event boundaries fall anywhere in
-// the rewriter's reads.
-type chunkedReader struct {
-	src []byte
-	n   int
-}
-
-func (c *chunkedReader) Read(p []byte) (int, error) {
-	if len(c.src) == 0 {
-		return 0, io.EOF
-	}
-	k := min(len(p), c.n, len(c.src))
-	copy(p, c.src[:k])
-	c.src = c.src[k:]
-	return k, nil
-}
-
 func rewriteResponsesSSE(t *testing.T, in []byte, chunk int) []byte {
 	t.Helper()
-	r := fuzzTurn().Events(io.NopCloser(&chunkedReader{src: in, n: max(chunk, 1)}))
+	r := fuzzTurn().Events(turntest.Chunked(in, chunk))
 	out, err := io.ReadAll(iotest.HalfReader(r))
 	if err != nil {
 		t.Fatalf("rewriter returned %v", err)

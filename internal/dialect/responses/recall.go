@@ -134,11 +134,7 @@ func (d *recall) Event(_ string, data []byte) turn.RecallEvent {
 }
 
 func (d *recall) Reindex(data []byte, index int64) (relay.Splice, bool) {
-	oi := relay.GetAlias(data, "output_index")
-	if oi.Int() == index {
-		return relay.Splice{}, false
-	}
-	return relay.NumberAt(oi, index)
+	return relay.SetNumber(data, "output_index", index)
 }
 
 // render numbers the event in the client's sequence.

@@ -89,7 +89,7 @@ func (r *sseRewriter) rewriteEvent(out [][]byte, ev *sse.Event, data []byte) [][
 	if len(data) == 0 || data[0] != '{' {
 		return append(out, ev.Raw) // a comment, keep-alive or [DONE]: pass through
 	}
-	typ := eventType(data)
+	typ := relay.EventType(data)
 	if !r.injected {
 		switch typ {
 		case "response.created", "response.in_progress", "error", "response.failed":

@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
@@ -324,4 +325,25 @@ type summarise func()
 func (s summarise) Summarize(context.Context, summarizer.Request) (summarizer.Result, error) {
 	s()
 	return summarizer.Result{Summary: "summary of the conversation", Model: "sum-model"}, nil
+}
+
+// Chunked hands out src in pieces of at most n bytes, so event boundaries fall anywhere in a
+// rewriter's reads.
+func Chunked(src []byte, n int) io.ReadCloser {
+	return io.NopCloser(&chunkedReader{src: src, n: max(n, 1)})
+}
+
+type chunkedReader struct {
+	src []byte
+	n   int
+}
+
+func (c *chunkedReader) Read(p []byte) (int, error) {
+	if len(c.src) == 0 {
+		return 0, io.EOF
+	}
+	k := min(len(p), c.n, len(c.src))
+	copy(p, c.src[:k])
+	c.src = c.src[k:]
+	return k, nil
 }
