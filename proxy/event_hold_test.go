@@ -13,6 +13,7 @@ import (
 	"github.com/compactd/compactd/internal/dialect/responses"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/turn"
+	"github.com/compactd/compactd/internal/turn/turntest"
 )
 
 // chunkedBody hands out its bytes at most 64 KiB a read, as an upstream connection does.
@@ -166,6 +167,6 @@ func chatFlight(t *testing.T) *flight {
 	if f != nil {
 		t.Fatal(f)
 	}
-	tr.Compaction(&turn.Env{Conversation: func(string, *engine.Opened) string { return "conv" }}, 1, true)
+	tr.Compaction(turntest.NewHarness(t, chat.Adapter{}).Env, 1, true)
 	return &flight{t: tr, rw: tr.Rewriter()}
 }

@@ -37,13 +37,15 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		env := s.turnEnv(w, r, a)
-		t, f := a.Parse(env, body)
+		p := &pipe{s: s, w: w, r: r, a: a, body: body, rp: rp, upstream: upstream}
+		p.env = turn.Env{Front: p, Ctx: r.Context(), Header: r.Header, Counter: s.cfg.Counter, Engine: s.engine,
+			Retain: s.cfg.RetainTokens, Options: s.turnOptions}
+		t, f := a.Parse(&p.env, body)
 		if f != nil {
 			writeFault(w, a, f)
 			return
 		}
-		p := &pipe{s: s, w: w, r: r, a: a, t: t, env: env, body: body, rp: rp, upstream: upstream}
+		p.t = t
 		p.serve()
 	}
 }
@@ -55,11 +57,12 @@ type pipe struct {
 	r        *http.Request
 	a        turn.Adapter
 	t        turn.Turn
-	env      *turn.Env
-	body     []byte // the client's bytes
+	env      turn.Env // the adapter's view of the front (its Front is the pipe itself)
+	body     []byte   // the client's bytes
 	rp       http.Handler
 	upstream *url.URL
 	c        *engine.Compaction // the compaction this turn made, if any
+	fl       flight             // what the answer's hooks rewrite (forward), in the pipe's own allocation
 }
 
 func (p *pipe) serve() {
@@ -76,7 +79,7 @@ func (p *pipe) serve() {
 		return // an explicit compaction, answered by compactd
 	}
 	policy := p.s.cfg.Policy.ForRoute(p.a.Name())
-	if pt, ok := p.t.(turn.PassThrough); ok && pt.PassThrough(p.env, policy.Threshold > 0) {
+	if pt, ok := p.t.(turn.PassThrough); ok && pt.PassThrough(&p.env, policy.Threshold > 0) {
 		p.forward(p.body, nil)
 		return
 	}
@@ -84,7 +87,7 @@ func (p *pipe) serve() {
 		return
 	}
 	rc := p.recall()
-	if p.c == nil && (rc != nil || p.t.Changed(p.env)) && !holdOf(p.r).Rebuild() {
+	if p.c == nil && (rc != nil || p.t.Changed(&p.env)) && !holdOf(p.r).Rebuild() {
 		budgetRefused(p.w, p.a, p.s.budget, p.s.metrics) // a body-sized rebuild, beside the body
 		return
 	}
@@ -97,7 +100,7 @@ func (p *pipe) serve() {
 		p.s.recall.run(p.w, r, rc.rt, rc.d, p.a, p.upstream, st.Streamed, st.Committed)
 		return
 	}
-	p.forward(p.t.Body(p.env), p.t.Rewriter())
+	p.forward(p.t.Body(&p.env), p.t.Rewriter())
 }
 
 // threshold applies the client's threshold or the operator's policy: the memo's compaction for a
@@ -120,21 +123,21 @@ func (p *pipe) threshold(policy compact.Policy) bool {
 	if transparent {
 		mem = s.engine.Remembered(ctx, p.a.Engine(), s.scope(ctx), api.Raws[json.RawMessage](p.t.Units()))
 		if mem != nil && mem.Opened != nil {
-			p.t.Remember(p.env, mem)
+			p.t.Remember(&p.env, mem)
 			p.markApplied(mem)
 		}
 	}
-	total := p.t.Tokens(p.env, limit)
+	total := p.t.Tokens(&p.env, limit)
 	if !compact.Over(total, limit) {
 		if s.engine.Speculating(total, limit) {
-			sr := p.t.Speculation(p.env)
+			sr := p.t.Speculation(&p.env)
 			sr.Dialect, sr.Tenant, sr.Owner, sr.Auth = p.a.Engine(), s.tenantOf(ctx), s.ownerOf(ctx), s.summariserAuth(p.r)
 			sr.Total, sr.Limit = total, limit
 			s.engine.Speculate(sr)
 		}
 		return false
 	}
-	req := p.t.Compaction(p.env, total, transparent)
+	req := p.t.Compaction(&p.env, total, transparent)
 	req.Memory = mem
 	st := p.t.Stream()
 	if !holdOf(p.r).Compaction() {
@@ -205,7 +208,7 @@ func (p *pipe) agent() bool {
 	if !ok || p.s.cfg.NoAgentCompaction {
 		return false
 	}
-	name, req, ok := ag.Agent(p.env)
+	name, req, ok := ag.Agent(&p.env)
 	if !ok {
 		return false
 	}
@@ -267,7 +270,7 @@ func (p *pipe) explicit() bool {
 	if !ok {
 		return false
 	}
-	trigger, req, f, ok := ex.Explicit(p.env)
+	trigger, req, f, ok := ex.Explicit(&p.env)
 	if !ok {
 		return false
 	}
@@ -322,7 +325,7 @@ func (p *pipe) recall() *recallRun {
 	conv, owners := p.s.readSet(ctx, p.t.Prev(), p.c)
 	if p.t.Prev() == nil && p.c == nil {
 		if ar, ok := p.t.(turn.ArchiveRef); ok {
-			if c, o, ok := ar.ArchiveRef(p.env); ok {
+			if c, o, ok := ar.ArchiveRef(&p.env); ok {
 				conv, owners = c, owner.Set{p.s.ownerOf(ctx)}.With(o)
 			}
 		}
@@ -331,7 +334,7 @@ func (p *pipe) recall() *recallRun {
 	if !ok {
 		return nil
 	}
-	d := rc.Recall(p.env, turn.RecallTool{Name: rt.cfg.ToolName, Description: rt.cfg.Description, Parameters: querySchema()})
+	d := rc.Recall(&p.env, turn.RecallTool{Name: rt.cfg.ToolName, Description: rt.cfg.Description, Parameters: querySchema()})
 	if d == nil {
 		return nil
 	}
@@ -344,7 +347,8 @@ func (p *pipe) recall() *recallRun {
 func (p *pipe) forward(body []byte, rw turn.Rewriter) {
 	ctx := p.r.Context()
 	if rw != nil {
-		ctx = withFlight(ctx, &flight{t: p.t, rw: rw})
+		p.fl = flight{t: p.t, rw: rw}
+		ctx = withFlight(ctx, &p.fl)
 	}
 	out := withBody(p.r, ctx, body)
 	var w http.ResponseWriter = p.w
@@ -360,29 +364,29 @@ func (p *pipe) forward(body []byte, rw turn.Rewriter) {
 	p.rp.ServeHTTP(w, out)
 }
 
-// turnEnv is what a's adapter may use of the front for request r.
-func (s *Server) turnEnv(w http.ResponseWriter, r *http.Request, a turn.Dialect) *turn.Env {
-	ctx := r.Context()
-	var findRef func(string) (string, string, bool)
-	if s.cfg.Archive != nil && !s.cfg.Recall.Disabled {
-		// nil without an archive or recall: nothing a turn names could be read.
-		findRef = func(text string) (string, string, bool) { return s.owners.FindRef(s.tenantOf(ctx), text) }
+// The pipe is its turn's turn.Front: what the adapter asks of the front.
+
+func (p *pipe) Open(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
+	return p.s.openCompaction(p.r.Context(), p.a, param, ec, id, sig)
+}
+func (p *pipe) HandedOff() { p.s.metrics.HandoffApplied(apiName(p.a)) }
+func (p *pipe) Foreign(n int, where string) bool {
+	return p.s.foreign(p.w, p.a, n, where)
+}
+func (p *pipe) Conversation(key string, prev *engine.Opened) string {
+	return conversationID(p.r, key, prev)
+}
+func (p *pipe) Label(key string, prev *engine.Opened) string {
+	return conversationLabel(p.r, key, prev)
+}
+
+// Recalls: nothing a turn names can be read without an archive or with recall off.
+func (p *pipe) Recalls() bool { return p.s.cfg.Archive != nil && !p.s.cfg.Recall.Disabled }
+func (p *pipe) FindRef(text string) (string, string, bool) {
+	if !p.Recalls() {
+		return "", "", false
 	}
-	return &turn.Env{
-		Ctx: ctx, Header: r.Header, Counter: s.cfg.Counter, Engine: s.engine, Retain: s.cfg.RetainTokens,
-		Options: turn.Options{StripCodexFields: s.cfg.StripCodexFields, ApplyEdits: s.cfg.AnthropicApplyEdits,
-			AllowEditedSummaries: s.cfg.AllowEditedSummaries},
-		Open: func(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
-			return s.openCompaction(ctx, a, param, ec, id, sig)
-		},
-		HandedOff: func() { s.metrics.HandoffApplied(apiName(a)) },
-		Foreign:   func(n int, where string) bool { return s.foreign(w, a, n, where) },
-		Conversation: func(key string, prev *engine.Opened) string {
-			return conversationID(r, key, prev)
-		},
-		Label:   func(key string, prev *engine.Opened) string { return conversationLabel(r, key, prev) },
-		FindRef: findRef,
-	}
+	return p.s.owners.FindRef(p.s.tenantOf(p.r.Context()), text)
 }
 
 // flight is a forwarded turn the response hooks rewrite.

@@ -36,6 +36,7 @@ import (
 	"github.com/compactd/compactd/internal/owner"
 	"github.com/compactd/compactd/internal/pathcanon"
 	"github.com/compactd/compactd/internal/throttle"
+	"github.com/compactd/compactd/internal/turn"
 )
 
 // Config is what a Server needs. Zero values take the documented defaults.
@@ -295,6 +296,7 @@ type Server struct {
 	live                      *liveStats         // the console's live figures (stats.go)
 	events                    *eventlog.Recorder // the event log (internal/eventlog); nil: none
 	recall                    *recaller          // the recall loop (recall.go)
+	turnOptions               turn.Options       // the operator's settings every adapter reads
 	breaker                   summariserState    // the summariser's breaker, when it has one
 	adminThrottle             *throttle.Throttle // failed admin-token attempts: admin API and console alike
 
@@ -403,6 +405,8 @@ func New(cfg Config) (*Server, error) {
 			s.events = eventlog.New(sink, cfg.Registry, s.log.Warn)
 		}
 	}
+	s.turnOptions = turn.Options{StripCodexFields: cfg.StripCodexFields, ApplyEdits: cfg.AnthropicApplyEdits,
+		AllowEditedSummaries: cfg.AllowEditedSummaries}
 	s.setupObservability()
 	s.recall = &recaller{cfg: cfg.Recall.withDefaults(), archive: cfg.Archive, metrics: s.metrics, events: s.events, log: s.log,
 		source: s.eventSource, tenantOf: s.tenantOf, roundTrip: s.upstreamRoundTrip, upstreamError: s.upstreamError}

@@ -122,7 +122,7 @@ func handoffBodies(b *testing.B, s *Server, size int, counter *compact.Counter) 
 		items[i] = api.Item{Raw: raw, Type: gjson.GetBytes(raw, "type").Str, Role: gjson.GetBytes(raw, "role").Str}
 	}
 	c, err := s.engine.Compact(context.Background(), engine.Request{Dialect: dialectOpenAI.Engine(), Tenant: s.cfg.Tenant, Model: "bench",
-		Items: items, AllowEmpty: true, Finish: func(c *engine.Compaction) (int, int) { return 0, len(c.Compacted) }})
+		Items: items, AllowEmpty: true, Explicit: true, Finish: func(c *engine.Compaction) (int, int) { return 0, len(c.Compacted) }})
 	if err != nil {
 		b.Fatal(err)
 	}

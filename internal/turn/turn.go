@@ -245,8 +245,10 @@ type Deferred interface {
 	Refusal() *fault.Fault
 }
 
-// Env is what an adapter may use of the front for one request.
+// Env is what an adapter may use of the front for one request: the request's context and
+// headers, the counter and engine, the operator's settings, and the front's services (Front).
 type Env struct {
+	Front
 	Ctx    context.Context
 	Header http.Header // the client's request headers
 	// Counter counts tokens; Engine partitions, keeps windows and counts items.
@@ -255,23 +257,30 @@ type Env struct {
 	// Retain is the budget of newest user messages kept verbatim.
 	Retain  int
 	Options Options
+}
+
+// Front is what the front does for an adapter during one request. The front's implementation is
+// the request's own pipeline state, so an Env costs no allocation of its own.
+type Front interface {
 	// Open opens a compaction sealed for this API at param (the request path of its
 	// encrypted_content): id is the id sent beside it ("" none), sig its signature ("" none).
 	// A failure is logged and counted, and comes back as the 400 to answer.
-	Open func(param, encryptedContent, id, sig string) (*engine.Opened, *fault.Fault)
+	Open(param, encryptedContent, id, sig string) (*engine.Opened, *fault.Fault)
 	// HandedOff counts one carried compaction handed off.
-	HandedOff func()
+	HandedOff()
 	// Foreign reports n compactions compactd did not issue, at where (for the warning): it
 	// counts them and says whether the operator's policy rejects them (else they are dropped,
 	// with a warning header).
-	Foreign func(n int, where string) (reject bool)
+	Foreign(n int, where string) (reject bool)
 	// Conversation is the archive conversation of the turn: the one a header or key names,
 	// else prev's, else a new id; Label is the same without the new id ("" when none is named).
-	Conversation func(key string, prev *engine.Opened) string
-	Label        func(key string, prev *engine.Opened) string
+	Conversation(key string, prev *engine.Opened) string
+	Label(key string, prev *engine.Opened) string
+	// Recalls reports whether the recall tool can apply to any turn (an archive, recall on);
 	// FindRef finds and verifies, for the request's tenant, the signed archive reference an
 	// agent compaction's summary carries (AgentRecallText) in text.
-	FindRef func(text string) (conversation, owner string, ok bool)
+	Recalls() bool
+	FindRef(text string) (conversation, owner string, ok bool)
 }
 
 // Options are the operator's settings an adapter reads.

@@ -39,6 +39,50 @@ type fakeFront struct {
 	foreign   []string // Foreign's where, one per call
 	handedOff int
 	refs      map[string]string // FindRef: a text holding key verifies as conversation value
+	noRecall  bool              // Recalls: false (no archive, or recall off)
+	eng       *engine.Engine
+}
+
+func (f *fakeFront) Open(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
+	o, err := f.eng.Open(ec, id, SealKind, testTenant, sig)
+	if err != nil {
+		return nil, &fault.Fault{Code: fault.CodeInvalidEncryptedContent, Param: param, Message: "did not open: " + engine.Reason(err)}
+	}
+	return o, nil
+}
+
+func (f *fakeFront) HandedOff() { f.mu.Lock(); f.handedOff++; f.mu.Unlock() }
+
+func (f *fakeFront) Foreign(n int, where string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.foreign = append(f.foreign, where)
+	return f.reject
+}
+
+func (f *fakeFront) Conversation(key string, prev *engine.Opened) string {
+	if l := f.Label(key, prev); l != "" {
+		return l
+	}
+	return "conv_new"
+}
+
+func (f *fakeFront) Label(key string, prev *engine.Opened) string {
+	if prev != nil && prev.Payload.Archive != nil {
+		return prev.Payload.Archive.Conversation
+	}
+	return key
+}
+
+func (f *fakeFront) Recalls() bool { return !f.noRecall }
+
+func (f *fakeFront) FindRef(text string) (string, string, bool) {
+	for k, conv := range f.refs {
+		if strings.Contains(text, k) {
+			return conv, "owner-of-" + conv, true
+		}
+	}
+	return "", "", false
 }
 
 type envOption func(*turn.Env, *fakeFront)
@@ -64,41 +108,8 @@ func newEnv(t testing.TB, opts ...envOption) (*turn.Env, *fakeFront) {
 		Speculative: engine.SpeculativeConfig{Fraction: -1}})
 	t.Cleanup(func() { _ = eng.Close(context.Background()) })
 	f := &fakeFront{refs: map[string]string{}}
-	env := &turn.Env{Ctx: context.Background(), Header: http.Header{}, Counter: counter, Engine: eng}
-	env.Open = func(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
-		o, err := eng.Open(ec, id, SealKind, testTenant, sig)
-		if err != nil {
-			return nil, &fault.Fault{Code: fault.CodeInvalidEncryptedContent, Param: param, Message: "did not open: " + engine.Reason(err)}
-		}
-		return o, nil
-	}
-	env.HandedOff = func() { f.mu.Lock(); f.handedOff++; f.mu.Unlock() }
-	env.Foreign = func(n int, where string) bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.foreign = append(f.foreign, where)
-		return f.reject
-	}
-	env.Conversation = func(key string, prev *engine.Opened) string {
-		if l := env.Label(key, prev); l != "" {
-			return l
-		}
-		return "conv_new"
-	}
-	env.Label = func(key string, prev *engine.Opened) string {
-		if prev != nil && prev.Payload.Archive != nil {
-			return prev.Payload.Archive.Conversation
-		}
-		return key
-	}
-	env.FindRef = func(text string) (string, string, bool) {
-		for k, conv := range f.refs {
-			if strings.Contains(text, k) {
-				return conv, "owner-of-" + conv, true
-			}
-		}
-		return "", "", false
-	}
+	f.eng = eng
+	env := &turn.Env{Front: f, Ctx: context.Background(), Header: http.Header{}, Counter: counter, Engine: eng}
 	for _, o := range opts {
 		o(env, f)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/handoff"
+	"github.com/compactd/compactd/internal/turn"
 )
 
 // The handoff rebuilds what a speculative compaction kept verbatim behind the summary:
@@ -124,7 +125,7 @@ func TestRememberMatchesCarriedBlock(t *testing.T) {
 		// The transparent client: its whole history, the memo covering what was summarised.
 		plain := append(append([]string(nil), summarised...), later...)
 
-		env.Open = func(string, string, string, string) (*engine.Opened, *fault.Fault) { return o, nil }
+		env.Front = openAs{env.Front, o}
 		ct := parse(t, Adapter{}, env, body(carried))
 		pt := parse(t, Adapter{}, env, body(plain))
 		pt.Remember(env, &engine.Memory{Opened: o, Items: len(summarised)})
@@ -150,3 +151,11 @@ func msgsOf(t *testing.T, body []byte) string {
 	}
 	return m.Raw
 }
+
+// openAs is a front whose Open opens everything as o.
+type openAs struct {
+	turn.Front
+	o *engine.Opened
+}
+
+func (f openAs) Open(string, string, string, string) (*engine.Opened, *fault.Fault) { return f.o, nil }

@@ -197,9 +197,7 @@ func TestParseWhatNeedsNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env, front := newEnv(t, tc.opts...)
 			front.refs[noteRef] = "conv-agent"
-			if tc.noFindRef {
-				env.FindRef = nil
-			}
+			front.noRecall = tc.noFindRef
 			in := []byte(tc.body)
 			tt := parse(t, tc.a, env, tc.body)
 			if tt.needed != tc.needed {

@@ -26,13 +26,13 @@ import (
 // ArchiveRef is the archive conversation of a turn that follows an agent compaction compactd
 // answered, and the owner it was archived under: the conversation and owner named by the signed
 // reference in compactd's note (turn.AgentRecallNote), when the first message holds one that
-// verifies for the request's tenant (Env.FindRef; nil: the archive or recall is off). No header
+// verifies for the request's tenant (Env.FindRef; none while the archive or recall is off: Env.Recalls). No header
 // is consulted: a session id a client sends names nothing it owns. A turn that applies a
 // compaction of its own (a block, the memo) or compacted reads that compaction's archive
 // instead, or none.
 func (t *Turn) ArchiveRef(env *turn.Env) (string, string, bool) {
 	req := t.req
-	if t.a.CountTokens || env.FindRef == nil || t.prev != nil || t.compacted || len(req.Messages) == 0 || len(req.Blocks) > 0 {
+	if t.a.CountTokens || !env.Recalls() || t.prev != nil || t.compacted || len(req.Messages) == 0 || len(req.Blocks) > 0 {
 		return "", "", false
 	}
 	for _, b := range req.Messages[0].Blocks {

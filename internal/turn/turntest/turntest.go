@@ -90,23 +90,34 @@ func NewHarness(t testing.TB, a turn.Dialect) *Harness {
 	h.Engine = engine.New(engine.Config{Sealer: ring, Summarizer: sum, Counter: counter, Memo: h.Memo,
 		Speculative: engine.SpeculativeConfig{Fraction: -1}, MinSaving: -1})
 	t.Cleanup(func() { _ = h.Engine.Close(context.Background()) })
-	h.Env = &turn.Env{
-		Ctx: context.Background(), Header: map[string][]string{}, Counter: counter, Engine: h.Engine, Retain: compact.DefaultRetainBudget,
-		Open: func(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
-			o, err := h.Engine.Open(ec, id, a.Engine().SealKind, Tenant, sig)
-			if err != nil {
-				return nil, &fault.Fault{Code: fault.CodeInvalidEncryptedContent, Param: param, Message: err.Error()}
-			}
-			return o, nil
-		},
-		HandedOff:    func() {},
-		Foreign:      func(_ int, where string) bool { h.Foreign = append(h.Foreign, where); return false },
-		Conversation: func(string, *engine.Opened) string { return "conv-test" },
-		Label:        func(string, *engine.Opened) string { return "conv-test" },
-		FindRef:      func(string) (string, string, bool) { return "", "", false },
-	}
+	h.Env = &turn.Env{Front: &front{h: h, kind: a.Engine().SealKind},
+		Ctx: context.Background(), Header: map[string][]string{}, Counter: counter, Engine: h.Engine, Retain: compact.DefaultRetainBudget}
 	return h
 }
+
+// front is the harness's turn.Front: compactions open under Tenant; foreign ones are recorded
+// and dropped; every turn is conversation "conv-test"; recall is off.
+type front struct {
+	h    *Harness
+	kind string
+}
+
+func (f *front) Open(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
+	o, err := f.h.Engine.Open(ec, id, f.kind, Tenant, sig)
+	if err != nil {
+		return nil, &fault.Fault{Code: fault.CodeInvalidEncryptedContent, Param: param, Message: err.Error()}
+	}
+	return o, nil
+}
+func (f *front) HandedOff() {}
+func (f *front) Foreign(_ int, where string) bool {
+	f.h.Foreign = append(f.h.Foreign, where)
+	return false
+}
+func (f *front) Conversation(string, *engine.Opened) string { return "conv-test" }
+func (f *front) Label(string, *engine.Opened) string        { return "conv-test" }
+func (f *front) Recalls() bool                               { return false }
+func (f *front) FindRef(string) (string, string, bool)       { return "", "", false }
 
 // Compact runs t's threshold compaction through the engine as the front does, records it in the
 // memo against the turn's units (as a transparent turn's is), and puts it in force.
