@@ -116,8 +116,8 @@ func (f *front) Foreign(_ int, where string) bool {
 }
 func (f *front) Conversation(string, *engine.Opened) string { return "conv-test" }
 func (f *front) Label(string, *engine.Opened) string        { return "conv-test" }
-func (f *front) Recalls() bool                               { return false }
-func (f *front) FindRef(string) (string, string, bool)       { return "", "", false }
+func (f *front) Recalls() bool                              { return false }
+func (f *front) FindRef(string) (string, string, bool)      { return "", "", false }
 
 // Compact runs t's threshold compaction through the engine as the front does, records it in the
 // memo against the turn's units (as a transparent turn's is), and puts it in force.
