@@ -12,8 +12,8 @@ import (
 	"testing/iotest"
 
 	"github.com/compactd/compactd/internal/dialect/responses"
-	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
+	"github.com/compactd/compactd/internal/turn/turntest"
 	"github.com/tidwall/gjson"
 )
 
@@ -150,7 +150,7 @@ func TestStreamGuardChat(t *testing.T) {
 }
 
 func BenchmarkStreamGuard(b *testing.B) {
-	stream, _ := upstreamStream(b, 200)
+	stream, _ := turntest.ResponsesStream(b, 200)
 	req, _ := http.NewRequest(http.MethodPost, "http://upstream/v1/responses", nil)
 	b.SetBytes(int64(len(stream)))
 	b.ReportAllocs()
@@ -240,22 +240,4 @@ func guardResponses(resp *http.Response, validate bool) {
 	guardTurn(resp, dialectOpenAI, &flight{t: tr, rw: tr.Rewriter()}, dialectOpenAI.Terminal, validate)
 }
 
-// sseEvents splits an SSE body into the data payloads of its events, with compactd's reader.
-func sseEvents(t *testing.T, body []byte) []gjson.Result {
-	t.Helper()
-	var out []gjson.Result
-	rd := sse.NewReader(bytes.NewReader(body))
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			return out
-		}
-		if !ev.HasData() {
-			continue
-		}
-		if !gjson.ValidBytes(ev.Data) {
-			t.Fatalf("event data is not JSON: %q", ev.Data)
-		}
-		out = append(out, gjson.ParseBytes(append([]byte(nil), ev.Data...)))
-	}
-}
+func sseEvents(t *testing.T, body []byte) []gjson.Result { return turntest.SSEData(t, body) }

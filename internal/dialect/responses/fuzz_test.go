@@ -16,7 +16,6 @@ import (
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/handoff"
-	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
 	"github.com/compactd/compactd/internal/turn/turntest"
 )
@@ -99,25 +98,7 @@ func responsesStream(text string, nItems, nDeltas int, crlf, seq bool) []byte {
 	return b.Bytes()
 }
 
-// sseEvents splits an SSE body into the data payloads of its events, with compactd's reader.
-func sseEvents(t *testing.T, body []byte) []gjson.Result {
-	t.Helper()
-	var out []gjson.Result
-	rd := sse.NewReader(bytes.NewReader(body))
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			return out
-		}
-		if !ev.HasData() {
-			continue
-		}
-		if !gjson.ValidBytes(ev.Data) {
-			t.Fatalf("event data is not JSON: %q", ev.Data)
-		}
-		out = append(out, gjson.ParseBytes(append([]byte(nil), ev.Data...)))
-	}
-}
+func sseEvents(t *testing.T, body []byte) []gjson.Result { return turntest.SSEData(t, body) }
 
 // FuzzSSERewriterStream rewrites well-formed streams of fuzzed shape and text: the compaction
 // item goes in once, as output 0, before the first output event; every upstream output_index

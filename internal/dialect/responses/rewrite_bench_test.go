@@ -4,32 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/compactd/compactd/bench/cputime"
-	"github.com/compactd/compactd/bench/workload"
 	"github.com/compactd/compactd/internal/api"
-	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/turn"
+	"github.com/compactd/compactd/internal/turn/turntest"
 )
-
-// upstreamStream returns a Responses SSE body as the fake upstream writes it, with deltas text
-// deltas, and the number of events in it.
-func upstreamStream(tb testing.TB, deltas int) ([]byte, int) {
-	tb.Helper()
-	fake := fakeupstream.New(fakeupstream.Options{Deltas: deltas, DropBodies: true})
-	body := workload.Request(8<<10, workload.BodyOptions{Stream: true})
-	w := httptest.NewRecorder()
-	fake.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/responses", bytes.NewReader(body)))
-	if w.Code != http.StatusOK {
-		tb.Fatalf("fake upstream: %d %s", w.Code, w.Body)
-	}
-	out := w.Body.Bytes()
-	return out, bytes.Count(out, []byte("\n\n"))
-}
 
 // BenchmarkSSERewrite measures the SSE rewriting of a turn that compacted: every event of the
 // upstream's stream is parsed for its type, sequence number and output index and rewritten, and
@@ -39,7 +21,7 @@ func upstreamStream(tb testing.TB, deltas int) ([]byte, int) {
 func BenchmarkSSERewrite(b *testing.B) {
 	item := api.CompactionItem("cmp_0123456789abcdef0123456789abcdef", "cmp_0123456789abcdef0123456789abcdef."+strings.Repeat("QUJD", 4<<10))
 	for _, deltas := range []int{16, 256} {
-		stream, events := upstreamStream(b, deltas)
+		stream, events := turntest.ResponsesStream(b, deltas)
 		b.Run(fmt.Sprintf("%devents", events), func(b *testing.B) {
 			b.SetBytes(int64(len(stream)))
 			b.ReportAllocs()

@@ -20,19 +20,24 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/bench/workload"
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/crypto"
 	"github.com/compactd/compactd/internal/engine"
+	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
+	"github.com/tidwall/gjson"
 )
 
 // Fixture is one API's material for the suite.
@@ -357,4 +362,40 @@ func (c *chunkedReader) Read(p []byte) (int, error) {
 	copy(p, c.src[:k])
 	c.src = c.src[k:]
 	return k, nil
+}
+
+// SSEData splits an SSE body into the data payloads of its events, with compactd's reader; data
+// that is not JSON fails the test.
+func SSEData(t testing.TB, body []byte) []gjson.Result {
+	t.Helper()
+	var out []gjson.Result
+	rd := sse.NewReader(bytes.NewReader(body))
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return out
+		}
+		if !ev.HasData() {
+			continue
+		}
+		if !gjson.ValidBytes(ev.Data) {
+			t.Fatalf("event data is not JSON: %q", ev.Data)
+		}
+		out = append(out, gjson.ParseBytes(append([]byte(nil), ev.Data...)))
+	}
+}
+
+// ResponsesStream returns a Responses SSE body as the fake upstream writes it, with deltas text
+// deltas, and the number of events in it.
+func ResponsesStream(tb testing.TB, deltas int) ([]byte, int) {
+	tb.Helper()
+	fake := fakeupstream.New(fakeupstream.Options{Deltas: deltas, DropBodies: true})
+	body := workload.Request(8<<10, workload.BodyOptions{Stream: true})
+	w := httptest.NewRecorder()
+	fake.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/responses", bytes.NewReader(body)))
+	if w.Code != http.StatusOK {
+		tb.Fatalf("fake upstream: %d %s", w.Code, w.Body)
+	}
+	out := w.Body.Bytes()
+	return out, bytes.Count(out, []byte("\n\n"))
 }
