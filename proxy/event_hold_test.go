@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/dialect/chat"
 	"github.com/compactd/compactd/internal/dialect/messages"
 	"github.com/compactd/compactd/internal/dialect/responses"
@@ -131,7 +132,7 @@ func TestRelayHoldsAnEventOnce(t *testing.T) {
 // that issued the compaction cmp_1.
 func responsesFlight(t *testing.T, compacted bool) *flight {
 	t.Helper()
-	tr, f := responses.Adapter{}.Parse(&turn.Env{Header: http.Header{}}, []byte(`{"model":"m","input":"hi","stream":true}`))
+	tr, f := responses.Adapter{}.Parse(&turn.Env{Front: parseOnly{}, Header: http.Header{}}, []byte(`{"model":"m","input":"hi","stream":true}`))
 	if f != nil {
 		t.Fatal(f)
 	}
@@ -145,7 +146,7 @@ func responsesFlight(t *testing.T, compacted bool) *flight {
 // that issued a compaction block.
 func messagesFlight(t *testing.T, compacted bool) *flight {
 	t.Helper()
-	tr, f := messages.Adapter{}.Parse(&turn.Env{Header: http.Header{}},
+	tr, f := messages.Adapter{}.Parse(&turn.Env{Front: parseOnly{}, Header: http.Header{}},
 		[]byte(`{"model":"m","max_tokens":16,"stream":true,"context_management":{"edits":[{"type":"compact_20260112"}]},"messages":[{"role":"user","content":"hi"}]}`))
 	if f != nil {
 		t.Fatal(f)
@@ -163,10 +164,17 @@ func messagesFlight(t *testing.T, compacted bool) *flight {
 // chatFlight is a streamed Chat turn that went past the threshold, as the pipeline forwards it.
 func chatFlight(t *testing.T) *flight {
 	t.Helper()
-	tr, f := chat.Adapter{}.Parse(&turn.Env{Header: http.Header{}}, []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	tr, f := chat.Adapter{}.Parse(&turn.Env{Front: parseOnly{}, Header: http.Header{}}, []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	if f != nil {
 		t.Fatal(f)
 	}
 	tr.Compaction(turntest.NewHarness(t, chat.Adapter{}).Env, 1, true)
 	return &flight{t: tr, rw: tr.Rewriter()}
 }
+
+// parseOnly is the front of a turn a test only parses: no skim cache (and nothing else: a call
+// to another of the front's services fails the test with a nil dereference).
+type parseOnly struct{ turn.Front }
+
+func (parseOnly) ResumeFrom([]byte) *api.Prefix                     { return nil }
+func (parseOnly) Skimmed([]byte, interface{ Prefix() *api.Prefix }) {}

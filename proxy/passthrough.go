@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"sync"
 
+	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/fault"
 )
 
@@ -221,3 +222,57 @@ func fullDuplex(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// withSplice is withBody for a body in pieces (api.Splice): the transport reads them one after
+// another, so the pieces that are the client's bytes are copied once, into the socket.
+func withSplice(r *http.Request, ctx context.Context, body api.Splice) *http.Request {
+	out := r.WithContext(ctx)
+	sb := &spliceBody{parts: body}
+	out.Body = sb
+	out.ContentLength = int64(body.Len())
+	out.GetBody = sb.replay
+	return out
+}
+
+// spliceBody reads the pieces of a Splice in order.
+type spliceBody struct {
+	parts api.Splice
+	i, at int // the piece being read and the offset in it
+}
+
+func (b *spliceBody) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && b.i < len(b.parts) {
+		c := copy(p[n:], b.parts[b.i][b.at:])
+		n += c
+		b.at += c
+		if b.at == len(b.parts[b.i]) {
+			b.i, b.at = b.i+1, 0
+		}
+	}
+	if n == 0 && b.i >= len(b.parts) {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// WriteTo writes what is left of the pieces to w, each in one call: io.Copy takes it, and a piece
+// of the client's body goes to the connection without passing through a copy buffer.
+func (b *spliceBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for b.i < len(b.parts) {
+		n, err := w.Write(b.parts[b.i][b.at:])
+		total += int64(n)
+		if err != nil {
+			b.at += n
+			return total, err
+		}
+		b.i, b.at = b.i+1, 0
+	}
+	return total, nil
+}
+
+func (*spliceBody) Close() error { return nil }
+
+// replay is GetBody: a fresh reader over the same pieces.
+func (b *spliceBody) replay() (io.ReadCloser, error) { return &spliceBody{parts: b.parts}, nil }

@@ -14,6 +14,7 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/owner"
+	"github.com/compactd/compactd/internal/skimcache"
 	"github.com/compactd/compactd/internal/turn"
 )
 
@@ -63,6 +64,7 @@ type pipe struct {
 	upstream *url.URL
 	c        *engine.Compaction // the compaction this turn made, if any
 	fl       flight             // what the answer's hooks rewrite (forward), in the pipe's own allocation
+	skimHit  skimcache.Hit      // the remembered skim the body's was resumed from (ResumeFrom)
 }
 
 func (p *pipe) serve() {
@@ -80,7 +82,7 @@ func (p *pipe) serve() {
 	}
 	policy := p.s.cfg.Policy.ForRoute(p.a.Name())
 	if pt, ok := p.t.(turn.PassThrough); ok && pt.PassThrough(&p.env, policy.Threshold > 0) {
-		p.forward(p.body, nil)
+		p.forward(api.Splice{p.body}, nil)
 		return
 	}
 	if p.threshold(policy) {
@@ -100,7 +102,13 @@ func (p *pipe) serve() {
 		p.s.recall.run(p.w, r, rc.rt, rc.d, p.a, p.upstream, st.Streamed, st.Committed)
 		return
 	}
-	p.forward(p.t.Body(&p.env), p.t.Rewriter())
+	if sp, ok := p.t.(turn.Spliced); ok && p.t.Changed(&p.env) {
+		if parts := sp.Splice(&p.env); parts != nil {
+			p.forward(parts, p.t.Rewriter())
+			return
+		}
+	}
+	p.forward(api.Splice{p.t.Body(&p.env)}, p.t.Rewriter())
 }
 
 // threshold applies the client's threshold or the operator's policy: the memo's compaction for a
@@ -244,7 +252,7 @@ func (p *pipe) agent() bool {
 		p.compactionFailed(agentTrigger, req.Model, err)
 		if !st.Committed && p.passThroughOnFailure(err) {
 			p.w.Header().Del(agentCompactionHeader)
-			p.forward(p.body, p.t.Rewriter()) // the agent summarises as it would have
+			p.forward(api.Splice{p.body}, p.t.Rewriter()) // the agent summarises as it would have
 			return true
 		}
 		if f := compactionFailure(err); f != nil {
@@ -341,16 +349,21 @@ func (p *pipe) recall() *recallRun {
 	return &recallRun{rt: rt, d: d}
 }
 
-// forward sends body to the upstream and relays its answer, rewritten by rw. A nil rw is a
-// pass-through: the answer goes back as the upstream sent it, its stream held to the event cap
-// only, and the request's headers are the client's.
-func (p *pipe) forward(body []byte, rw turn.Rewriter) {
+// forward sends body (its pieces in order) to the upstream and relays its answer, rewritten by
+// rw. A nil rw is a pass-through: the answer goes back as the upstream sent it, its stream held
+// to the event cap only, and the request's headers are the client's.
+func (p *pipe) forward(body api.Splice, rw turn.Rewriter) {
 	ctx := p.r.Context()
 	if rw != nil {
 		p.fl = flight{t: p.t, rw: rw}
 		ctx = withFlight(ctx, &p.fl)
 	}
-	out := withBody(p.r, ctx, body)
+	var out *http.Request
+	if len(body) == 1 {
+		out = withBody(p.r, ctx, body[0])
+	} else {
+		out = withSplice(p.r, ctx, body)
+	}
 	var w http.ResponseWriter = p.w
 	if rw != nil {
 		if uh, ok := p.t.(turn.UpstreamHeaders); ok {

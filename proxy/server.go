@@ -35,6 +35,7 @@ import (
 	"github.com/compactd/compactd/internal/metrics"
 	"github.com/compactd/compactd/internal/owner"
 	"github.com/compactd/compactd/internal/pathcanon"
+	"github.com/compactd/compactd/internal/skimcache"
 	"github.com/compactd/compactd/internal/throttle"
 	"github.com/compactd/compactd/internal/turn"
 )
@@ -182,6 +183,11 @@ type Config struct {
 	// 0: a quarter of the runtime's memory limit, or 1 GiB without one (at least MaxBodyBytes);
 	// negative: no budget.
 	MaxInflightBodyBytes int64
+	// SkimCacheBytes bounds the memory of the skim-state cache (internal/skimcache): per tenant
+	// and API, what the skim learnt of a conversation's previous request, so the next request,
+	// which begins with the same bytes (proved by a keyed MAC), is validated and skimmed only
+	// past them. 0: DefaultSkimCacheBytes; negative: no cache (every body skimmed in full).
+	SkimCacheBytes int64
 	// BodyReadTimeout bounds the time to receive a request body once its headers are in
 	// (default 5m; negative: no limit). It is a deadline on reading the request only, lifted as
 	// soon as the body has arrived, so a long streamed response is never cut by it. When it fires
@@ -289,9 +295,10 @@ type Server struct {
 	// forward and forwardAnthropic carry every upstream call of their API.
 	forward, forwardAnthropic *httputil.ReverseProxy
 	metrics                   *metrics.Metrics
-	engine                    *engine.Engine // the compaction engine
-	owners                    *owner.Keyer   // owner digests and signed references (internal/owner)
-	budget                    *budget.Budget // nil: no in-flight body budget
+	engine                    *engine.Engine   // the compaction engine
+	owners                    *owner.Keyer     // owner digests and signed references (internal/owner)
+	budget                    *budget.Budget   // nil: no in-flight body budget
+	skims                     *skimcache.Cache // nil: every body skimmed in full
 	ops                       *ops
 	live                      *liveStats         // the console's live figures (stats.go)
 	events                    *eventlog.Recorder // the event log (internal/eventlog); nil: none
@@ -356,6 +363,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxInflightBodyBytes == 0 {
 		cfg.MaxInflightBodyBytes = budget.Default(cfg.MaxBodyBytes)
 	}
+	if cfg.SkimCacheBytes == 0 {
+		cfg.SkimCacheBytes = DefaultSkimCacheBytes
+	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
@@ -393,7 +403,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: metrics.New(cfg.Registry, cfg.MetricModels), ownTransport: own, budget: budget.New(cfg.MaxInflightBodyBytes), owners: owners,
-		live: &liveStats{}, breaker: breaker, adminThrottle: throttle.New(AdminFailureBurst, AdminFailureRefill)}
+		live: &liveStats{}, breaker: breaker, adminThrottle: throttle.New(AdminFailureBurst, AdminFailureRefill),
+		skims: skimcache.New(skimcache.Options{Budget: cfg.SkimCacheBytes})}
+	metrics.RegisterSkimCache(cfg.Registry, s.skims.Stats)
 	if !cfg.NoEvents {
 		sink := cfg.Events
 		if sink == nil && cfg.Archive != nil {

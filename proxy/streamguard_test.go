@@ -236,7 +236,7 @@ func TestStreamGuardOversizedEvent(t *testing.T) {
 // guardResponses guards resp as the pipeline guards a streamed Responses turn that compacted
 // nothing.
 func guardResponses(resp *http.Response, validate bool) {
-	tr, _ := responses.Adapter{}.Parse(&turn.Env{Header: http.Header{}}, []byte(`{"model":"m","input":"hi","stream":true}`))
+	tr, _ := responses.Adapter{}.Parse(&turn.Env{Front: parseOnly{}, Header: http.Header{}}, []byte(`{"model":"m","input":"hi","stream":true}`))
 	guardTurn(resp, dialectOpenAI, &flight{t: tr, rw: tr.Rewriter()}, dialectOpenAI.Terminal, validate)
 }
 

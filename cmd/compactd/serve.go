@@ -343,7 +343,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	if err != nil || antUp.Scheme == "" || antUp.Host == "" {
 		return nil, fmt.Errorf("--anthropic-upstream %q is not an absolute URL", c.anthropicUpstream)
 	}
-	budget, memAttrs, err := c.mem.apply(c.maxBodyBytes)
+	budget, skimCache, memAttrs, err := c.mem.apply(c.maxBodyBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -451,6 +451,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		RetainTokens:         c.retainTokens,
 		MaxBodyBytes:         c.maxBodyBytes,
 		MaxInflightBodyBytes: budget,
+		SkimCacheBytes:       skimCache,
 		BodyReadTimeout:      offAsNegative(c.bodyReadTimeout),
 		StreamWriteTimeout:   offAsNegative(c.streamWriteTimeout),
 		KeepAlive:            c.keepAlive,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"runtime/debug"
@@ -46,22 +47,27 @@ func TestMemConfig(t *testing.T) {
 		mem                 memConfig
 		wantLimit           int64 // the runtime's limit after apply (checked when > 0)
 		wantBudget          int64
+		wantSkim            int64 // 0: the default
 		wantCheckErr        string
 		skipWithCgroupLimit bool
 	}{
-		{name: "explicit limit, auto budget", mem: memConfig{"2GiB", "auto"}, wantLimit: 2 << 30, wantBudget: 512 << 20},
-		{name: "budget never below one largest body", mem: memConfig{"64MiB", "auto"}, wantLimit: 64 << 20, wantBudget: maxBody},
-		{name: "explicit budget", mem: memConfig{"2GiB", "100MiB"}, wantBudget: 100 << 20},
-		{name: "budget off", mem: memConfig{"2GiB", "0"}, wantBudget: -1},
-		{name: "no limit", mem: memConfig{"0", "auto"}, wantLimit: math.MaxInt64, wantBudget: proxy.DefaultInflightBodyBytes},
-		{name: "auto without a cgroup limit: the budget bounds the heap", mem: memConfig{"auto", "auto"}, wantBudget: proxy.DefaultInflightBodyBytes,
-			wantLimit: proxy.DefaultInflightBodyBytes + budgetMemoryHeadroom, skipWithCgroupLimit: true},
-		{name: "auto with an explicit budget", mem: memConfig{"auto", "256MiB"}, wantBudget: 256 << 20,
-			wantLimit: 256<<20 + budgetMemoryHeadroom, skipWithCgroupLimit: true},
-		{name: "auto, budget off: no limit", mem: memConfig{"auto", "0"}, wantBudget: -1, wantLimit: math.MaxInt64, skipWithCgroupLimit: true},
-		{name: "bad limit", mem: memConfig{"much", "auto"}, wantCheckErr: "--memory-limit"},
-		{name: "bad budget", mem: memConfig{"auto", "1.5GB"}, wantCheckErr: "--max-inflight-body-bytes"},
-		{name: "budget below the largest body", mem: memConfig{"auto", "16MiB"}, wantCheckErr: "at least --max-body-bytes"},
+		{name: "explicit limit, auto budget", mem: memConfig{"2GiB", "auto", "auto"}, wantLimit: 2 << 30, wantBudget: 512 << 20},
+		{name: "budget never below one largest body", mem: memConfig{"64MiB", "auto", "auto"}, wantLimit: 64 << 20, wantBudget: maxBody},
+		{name: "explicit budget", mem: memConfig{"2GiB", "100MiB", "auto"}, wantBudget: 100 << 20},
+		{name: "budget off", mem: memConfig{"2GiB", "0", "auto"}, wantBudget: -1},
+		{name: "no limit", mem: memConfig{"0", "auto", "auto"}, wantLimit: math.MaxInt64, wantBudget: proxy.DefaultInflightBodyBytes},
+		{name: "auto without a cgroup limit: the budget bounds the heap", mem: memConfig{"auto", "auto", "auto"}, wantBudget: proxy.DefaultInflightBodyBytes,
+			wantLimit: proxy.DefaultInflightBodyBytes + proxy.DefaultSkimCacheBytes + budgetMemoryHeadroom, skipWithCgroupLimit: true},
+		{name: "auto, skim cache off: the budget alone bounds the heap", mem: memConfig{"auto", "auto", "0"}, wantBudget: proxy.DefaultInflightBodyBytes,
+			wantSkim: -1, wantLimit: proxy.DefaultInflightBodyBytes + budgetMemoryHeadroom, skipWithCgroupLimit: true},
+		{name: "explicit skim cache", mem: memConfig{"2GiB", "auto", "8MiB"}, wantBudget: 512 << 20, wantSkim: 8 << 20},
+		{name: "bad skim cache", mem: memConfig{"auto", "auto", "lots"}, wantCheckErr: "--skim-cache-bytes"},
+		{name: "auto with an explicit budget", mem: memConfig{"auto", "256MiB", "auto"}, wantBudget: 256 << 20,
+			wantLimit: 256<<20 + proxy.DefaultSkimCacheBytes + budgetMemoryHeadroom, skipWithCgroupLimit: true},
+		{name: "auto, budget off: no limit", mem: memConfig{"auto", "0", "auto"}, wantBudget: -1, wantLimit: math.MaxInt64, skipWithCgroupLimit: true},
+		{name: "bad limit", mem: memConfig{"much", "auto", "auto"}, wantCheckErr: "--memory-limit"},
+		{name: "bad budget", mem: memConfig{"auto", "1.5GB", "auto"}, wantCheckErr: "--max-inflight-body-bytes"},
+		{name: "budget below the largest body", mem: memConfig{"auto", "16MiB", "auto"}, wantCheckErr: "at least --max-body-bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.skipWithCgroupLimit && cgroupMemoryLimit() > 0 {
@@ -78,9 +84,12 @@ func TestMemConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			budget, _, err := tc.mem.apply(maxBody)
+			budget, skim, _, err := tc.mem.apply(maxBody)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if want := cmp.Or(tc.wantSkim, proxy.DefaultSkimCacheBytes); skim != want {
+				t.Errorf("skim cache %d, want %d", skim, want)
 			}
 			if budget != tc.wantBudget {
 				t.Errorf("budget %d, want %d", budget, tc.wantBudget)

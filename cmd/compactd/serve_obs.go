@@ -192,18 +192,20 @@ const budgetMemoryHeadroom = 32 << 20
 type memConfig struct {
 	memoryLimit   string
 	inflightBytes string
+	skimCache     string
 }
 
 func (m *memConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&m.memoryLimit, "memory-limit", "auto", "soft memory limit of the Go runtime (bytes, or KiB/MiB/GiB); auto: GOMEMLIMIT when set, else 90% of the container's cgroup memory limit, else the in-flight body budget plus 32 MiB (0: none)")
 	fs.StringVar(&m.inflightBytes, "max-inflight-body-bytes", "auto", "bytes of request bodies compactd holds at once across all requests (the routes it parses); past it a request gets a 503 with Retry-After in its API's dialect (auto: a quarter of the memory limit, 1 GiB without one, at least --max-body-bytes; 0: no budget)")
+	fs.StringVar(&m.skimCache, "skim-cache-bytes", "auto", "bytes of remembered skims: per tenant and API, what the skim learnt of a conversation's last request, so the next one (the same bytes plus new items, proved by a keyed MAC) is validated only past them (auto: 64 MiB; 0: no cache)")
 }
 
 // check refuses a value that is neither auto nor a size, when the flags are parsed, and a budget
 // smaller than the largest body allowed: such a body could never fit, and would be answered
 // "retry shortly" forever.
 func (m *memConfig) check(maxBody int64) error {
-	for _, f := range []struct{ name, v string }{{"memory-limit", m.memoryLimit}, {"max-inflight-body-bytes", m.inflightBytes}} {
+	for _, f := range []struct{ name, v string }{{"memory-limit", m.memoryLimit}, {"max-inflight-body-bytes", m.inflightBytes}, {"skim-cache-bytes", m.skimCache}} {
 		if v := strings.TrimSpace(f.v); v != "auto" && v != "" {
 			n, err := parseByteSize(v)
 			if err != nil {
@@ -217,9 +219,20 @@ func (m *memConfig) check(maxBody int64) error {
 	return nil
 }
 
-// apply sets the runtime's memory limit and returns the proxy's MaxInflightBodyBytes (negative:
-// none) and what was decided, for the startup log.
-func (m *memConfig) apply(maxBody int64) (budget int64, attrs []any, err error) {
+// apply sets the runtime's memory limit and returns the proxy's MaxInflightBodyBytes and
+// SkimCacheBytes (negative: none) and what was decided, for the startup log.
+func (m *memConfig) apply(maxBody int64) (budget, skim int64, attrs []any, err error) {
+	skim = proxy.DefaultSkimCacheBytes
+	if v := strings.TrimSpace(m.skimCache); v != "auto" && v != "" {
+		n, err := parseByteSize(v)
+		if err != nil {
+			return 0, 0, nil, usageErrorf("serve", "--skim-cache-bytes: %v", err)
+		}
+		skim = n
+		if n == 0 {
+			skim = -1
+		}
+	}
 	limit, source := int64(0), "none"
 	autoNone := false // auto, and nothing sets a limit
 	switch v := strings.TrimSpace(m.memoryLimit); v {
@@ -234,7 +247,7 @@ func (m *memConfig) apply(maxBody int64) (budget int64, attrs []any, err error) 
 	default:
 		n, err := parseByteSize(v)
 		if err != nil {
-			return 0, nil, usageErrorf("serve", "--memory-limit: %v", err)
+			return 0, 0, nil, usageErrorf("serve", "--memory-limit: %v", err)
 		}
 		limit, source = n, "flag"
 		if n == 0 {
@@ -249,7 +262,7 @@ func (m *memConfig) apply(maxBody int64) (budget int64, attrs []any, err error) 
 	default:
 		n, err := parseByteSize(v)
 		if err != nil {
-			return 0, nil, usageErrorf("serve", "--max-inflight-body-bytes: %v", err)
+			return 0, 0, nil, usageErrorf("serve", "--max-inflight-body-bytes: %v", err)
 		}
 		budget = n
 		if n == 0 {
@@ -257,11 +270,13 @@ func (m *memConfig) apply(maxBody int64) (budget int64, attrs []any, err error) 
 		}
 	}
 	if autoNone && budget > 0 {
-		// auto found no limit: bound the heap by the budget plus room for the rest.
-		limit, source = budget+budgetMemoryHeadroom, "budget"
+		// auto found no limit: bound the heap by the budget and the skim cache's, plus room for
+		// the rest.
+		limit, source = budget+max(skim, 0)+budgetMemoryHeadroom, "budget"
 		debug.SetMemoryLimit(limit)
 	}
-	return budget, []any{"memory_limit", limit, "memory_limit_source", source, "max_inflight_body_bytes", max(budget, 0)}, nil
+	return budget, skim, []any{"memory_limit", limit, "memory_limit_source", source, "max_inflight_body_bytes", max(budget, 0),
+		"skim_cache_bytes", max(skim, 0)}, nil
 }
 
 // cgroupMemoryLimit is the memory limit of the cgroup compactd runs in (v2 memory.max, else v1

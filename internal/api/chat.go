@@ -29,6 +29,8 @@ type ChatRequest struct {
 	Messages []ChatMessage
 
 	msgStart, msgEnd int // byte span of the messages value in Body; 0,0 when absent
+
+	from *Prefix // the prefix the skim resumed from, nil when it read the whole body
 }
 
 // ChatMessage is one element of `messages`, its exact bytes and its role.
@@ -47,7 +49,9 @@ type ChatMessage struct {
 // or a function_call): JSON parsers disagree on which copy counts, and the upstream must read the
 // conversation compactd counted and compacted, with the tool choice recall was decided on.
 // Everything else is left to the upstream.
-func ParseChatRequest(body []byte) (*ChatRequest, error) {
+func ParseChatRequest(body []byte) (*ChatRequest, error) { return parseChat(body, nil) }
+
+func parseChat(body []byte, from *Prefix) (*ChatRequest, error) {
 	// One pass, as ParseMessagesRequest: the walk validates every byte it passes and descends
 	// only where the skim reads (see chat_twopass_test.go, the oracle it must agree with).
 	it := jsonx.NewIter(body)
@@ -68,7 +72,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			seen |= bit
 		}
 		if string(name) == "messages" && it.Peek() == '[' {
-			err = r.scanMessages(it)
+			err = r.scanMessages(it, from)
 			r.msgStart, r.msgEnd = vs, it.Pos()
 			return err == nil
 		}
@@ -230,9 +234,13 @@ func chatMembers(it *jsonx.Iter, at func() string, fn func(bit uint16, vs int)) 
 }
 
 // scanMessages walks the messages array at it; the first refusal stops it.
-func (r *ChatRequest) scanMessages(it *jsonx.Iter) error {
+func (r *ChatRequest) scanMessages(it *jsonx.Iter, from *Prefix) error {
 	var err error
-	it.Array(func(i, s int) bool {
+	it.Array(func(_, s int) bool {
+		if len(r.Messages) == 0 && from.resumeAt(prefixChat, s, r.Body) {
+			return r.resumeMessages(it, from)
+		}
+		i := len(r.Messages)
 		var m ChatMessage
 		if m, err = scanChatMessage(it, r.Body, i, s); err != nil {
 			return false

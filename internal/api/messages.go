@@ -34,6 +34,7 @@ type MessagesRequest struct {
 	Blocks []BlockRef
 
 	members []member
+	from    *Prefix // the prefix the skim resumed from, nil when it read the whole body
 	// blockBuf backs the Blocks of every message, so the skim of a long history allocates a few
 	// times as blockBuf doubles rather than once or twice per message.
 	blockBuf []Block
@@ -78,7 +79,9 @@ type member struct {
 // block nested in one), or that carry a compaction block anywhere but
 // directly in a message's content. Everything else is left to the parts of compactd that act on
 // a field, and to the upstream.
-func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
+func ParseMessagesRequest(body []byte) (*MessagesRequest, error) { return parseMessages(body, nil) }
+
+func parseMessages(body []byte, from *Prefix) (*MessagesRequest, error) {
 	// One pass: the walk validates every byte it passes (jsonx.Iter checks what jsonx.Valid
 	// checks), and descends only where the skim reads: the top-level members, the messages,
 	// their members, their content blocks and the blocks nested in those, and system blocks.
@@ -104,7 +107,7 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 		var end int
 		switch {
 		case string(name) == "messages" && it.Peek() == '[':
-			err = r.scanMessages(it)
+			err = r.scanMessages(it, from)
 			end = it.Pos()
 		case string(name) == "system" && it.Peek() == '[':
 			err = checkSystem(it, body)
@@ -228,9 +231,13 @@ func blockBit(name []byte) uint16 {
 }
 
 // scanMessages walks the messages array at it, message by message; the first refusal stops it.
-func (r *MessagesRequest) scanMessages(it *jsonx.Iter) error {
+func (r *MessagesRequest) scanMessages(it *jsonx.Iter, from *Prefix) error {
 	var err error
-	it.Array(func(i, s int) bool {
+	it.Array(func(_, s int) bool {
+		if len(r.Messages) == 0 && from.resumeAt(prefixMessages, s, r.Body) {
+			return r.resumeMessages(it, from)
+		}
+		i := len(r.Messages)
 		var msg Message
 		if msg, err = r.scanMessage(it, i, s); err != nil {
 			return false

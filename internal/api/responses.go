@@ -54,6 +54,7 @@ type ResponsesRequest struct {
 	// first turns of any): the skim of a small body then makes one allocation, the request, not
 	// one more per doubling of Items.
 	itemBuf [8]Item
+	from    *Prefix // the prefix the skim resumed from, nil when it read the whole body
 
 	inputStart, inputEnd int // byte span of the input value in Body; 0,0 when absent
 	cmStart, cmEnd       int // byte span of the context_management member (key to value) in Body
@@ -69,7 +70,9 @@ var ErrInvalidJSON = errors.New("request body is not a valid JSON object")
 // instructions item, in an input item or in one of its content parts), or that carry a
 // compaction item anywhere but as an item of input.
 // Everything else is left to the parts of compactd that act on a field, and to the upstream.
-func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
+func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) { return parseResponses(body, nil) }
+
+func parseResponses(body []byte, from *Prefix) (*ResponsesRequest, error) {
 	// One pass: the walk validates every byte it passes (jsonx.Iter checks what jsonx.Valid
 	// checks), and descends only where the skim reads: the top-level members, the items of input,
 	// their members, and the parts of their content, output and summary arrays.
@@ -96,7 +99,7 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		var end int
 		switch {
 		case string(name) == "input" && it.Peek() == '[':
-			err = r.scanItems(it)
+			err = r.scanItems(it, from)
 			r.inputStart, r.inputEnd = vs, it.Pos()
 			prevEnd = it.Pos()
 			return err == nil
@@ -340,10 +343,15 @@ func memberSpan(body []byte, prevEnd, keyStart, valueEnd int) (int, int) {
 	return keyStart, valueEnd
 }
 
-// scanItems walks the input array at it, item by item (see scanItem).
-func (r *ResponsesRequest) scanItems(it *jsonx.Iter) error {
+// scanItems walks the input array at it, item by item (see scanItem); from's items, when input
+// begins where from's did, are taken unread.
+func (r *ResponsesRequest) scanItems(it *jsonx.Iter, from *Prefix) error {
 	var err error
-	it.Array(func(i, s int) bool {
+	it.Array(func(_, s int) bool {
+		if len(r.Items) == 0 && from.resumeAt(prefixResponses, s, r.Body) {
+			return r.resumeItems(it, from)
+		}
+		i := len(r.Items)
 		var item Item
 		if item, err = scanItem(it, r.Body, i, s); err != nil {
 			return false
@@ -494,36 +502,96 @@ func (r *ResponsesRequest) WithInput(items [][]byte, dropContextManagement bool)
 // body has no tools member, the tool is added as sjson adds it; "tools":null becomes the list of
 // the one tool.
 func (r *ResponsesRequest) Rebuild(items [][]byte, dropContextManagement bool, tool []byte) []byte {
-	// The edits inside the kept bytes, in body order: the context_management member to cut, the
-	// tool to insert before the tools array's closing bracket. Both are top-level members other
-	// than input, so neither overlaps input's span or the other.
-	type edit struct {
-		at, end int    // Body[at:end] is replaced by ins
-		ins     []byte // with a comma before it when comma is set
-		comma   bool
+	if sp := r.RebuildSplice(items, dropContextManagement, tool); sp != nil {
+		return sp.Bytes()
 	}
-	var edits [2]edit
+	return r.rebuild(items, dropContextManagement, tool)
+}
+
+// RebuildSplice is Rebuild as a Splice: the client's bytes that stay are pieces of Body, not
+// copies, and the items that were Body's and follow one another there stay one piece with their
+// separators. nil when the body has no input member, or a tool to add and no tools array to add
+// it to (Rebuild then writes the body whole).
+func (r *ResponsesRequest) RebuildSplice(items [][]byte, dropContextManagement bool, tool []byte) Splice {
+	spliceTool := tool != nil && len(r.Tools) >= 2 && (r.Tools[0] == '[' || string(r.Tools) == "null")
+	if !r.HasInput() || (tool != nil && !spliceTool) {
+		return nil
+	}
+	edits, n := r.edits(dropContextManagement, tool, spliceTool)
+	s := newSplicer(r.Body, 8)
+	cut := func(from, to int) {
+		for _, e := range edits[:n] {
+			if e.at < from || e.at >= to {
+				continue
+			}
+			s.raw(from, e.at)
+			if e.comma {
+				s.lit(comma)
+			}
+			s.lit(e.ins)
+			from = e.end
+		}
+		s.raw(from, to)
+	}
+	cut(0, r.inputStart)
+	if len(items) == 0 {
+		if in := r.Body[r.inputStart:r.inputEnd]; len(in) >= 2 && in[0] == '[' && isClosing(in[1:]) {
+			s.raw(r.inputStart, r.inputEnd)
+		} else {
+			s.lit([]byte("[]"))
+		}
+	} else {
+		s.openArray(r.inputStart, items[0])
+		for _, it := range items[1:] {
+			s.element(it, false)
+		}
+		s.closeArray(r.inputEnd)
+	}
+	cut(r.inputEnd, len(r.Body))
+	return s.parts
+}
+
+// rebuildEdit is one edit of Rebuild inside the kept bytes: Body[at:end] replaced by ins, with a
+// comma before it when comma is set.
+type rebuildEdit struct {
+	at, end int
+	ins     []byte
+	comma   bool
+}
+
+// edits are Rebuild's edits inside the kept bytes, in body order: the context_management member
+// to cut, the tool to insert before the tools array's closing bracket. Both are top-level members
+// other than input, so neither overlaps input's span or the other.
+func (r *ResponsesRequest) edits(dropContextManagement bool, tool []byte, spliceTool bool) ([2]rebuildEdit, int) {
+	var edits [2]rebuildEdit
 	n := 0
 	if dropContextManagement && r.ContextManagement != nil {
-		edits[n] = edit{at: r.cmStart, end: r.cmEnd}
+		edits[n] = rebuildEdit{at: r.cmStart, end: r.cmEnd}
 		n++
 	}
-	spliceTool := tool != nil && len(r.Tools) >= 2 && (r.Tools[0] == '[' || string(r.Tools) == "null")
 	if spliceTool {
 		if r.Tools[0] == '[' {
 			at := r.toolsEnd - 1 // the ']'
 			inner := bytes.TrimLeft(r.Body[r.toolsStart+1:at], " \t\r\n")
-			edits[n] = edit{at: at, end: at, ins: tool, comma: len(inner) > 0}
+			edits[n] = rebuildEdit{at: at, end: at, ins: tool, comma: len(inner) > 0}
 		} else {
 			// "tools":null: a list of the one tool (sjson would write {"-1":tool}, which no
 			// upstream reads as a tool list).
-			edits[n] = edit{at: r.toolsStart, end: r.toolsEnd, ins: append(append([]byte{'['}, tool...), ']')}
+			edits[n] = rebuildEdit{at: r.toolsStart, end: r.toolsEnd, ins: append(append([]byte{'['}, tool...), ']')}
 		}
 		n++
 		if n == 2 && edits[1].at < edits[0].at {
 			edits[0], edits[1] = edits[1], edits[0]
 		}
 	}
+	return edits, n
+}
+
+// rebuild is Rebuild writing the body whole: for a body without input, or a tool with no tools
+// array to splice it into.
+func (r *ResponsesRequest) rebuild(items [][]byte, dropContextManagement bool, tool []byte) []byte {
+	spliceTool := tool != nil && len(r.Tools) >= 2 && (r.Tools[0] == '[' || string(r.Tools) == "null")
+	edits, n := r.edits(dropContextManagement, tool, spliceTool)
 	// Everything but the old input, plus the new one: one allocation of the final size.
 	size := len(r.Body) - (r.inputEnd - r.inputStart) + len(`"input":`) + 2 + len(tool) + 1
 	for _, it := range items {

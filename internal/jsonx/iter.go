@@ -191,3 +191,17 @@ func (it *Iter) End() bool {
 	}
 	return true
 }
+
+// Resume moves the walk forward to offset to without reading the bytes before it: the caller
+// vouches that b[Pos():to] is the rest of the current value followed by zero or more complete,
+// valid elements or members at the current depth — bytes this Iter's checks already passed in a
+// body that began with the same bytes (a skim resuming from a remembered prefix, whose identity a
+// keyed MAC proved). It reports false, and moves nothing, when to lies behind the position or past
+// the end, or after an error.
+func (it *Iter) Resume(to int) bool {
+	if it.err != nil || to < it.i || to > len(it.b) {
+		return false
+	}
+	it.i = to
+	return true
+}

@@ -157,6 +157,14 @@ type Rewriter interface {
 	UpstreamError(status int, body []byte) []byte
 }
 
+// Spliced is a Turn whose changed body can go upstream as pieces (api.Splice): the client's
+// bytes that stay, never copied, and the few compactd wrote between them. The front writes the
+// pieces one after another as the body, so a 2 MB handoff turn is not first joined into a second
+// 2 MB buffer. Splice returns nil when the turn's body must be written whole (Body).
+type Spliced interface {
+	Splice(env *Env) api.Splice
+}
+
 // StreamValidation is a Rewriter that says whether the front's guard ends its stream at an event
 // that is not JSON. Without it a stream is validated whenever the Rewriter Rewrites: its Events
 // splice into the events and must never do so blindly. A Rewriter that edits no event (Chat
@@ -281,6 +289,12 @@ type Front interface {
 	// agent compaction's summary carries (AgentRecallText) in text.
 	Recalls() bool
 	FindRef(text string) (conversation, owner string, ok bool)
+	// ResumeFrom is the remembered skim (api.Prefix) of an earlier body of this tenant and API
+	// that body begins with, proved by a keyed MAC over those bytes; nil when there is none.
+	// Parse skims from it (api.Parse*From), then calls Skimmed with what it skimmed, so the
+	// conversation's next request resumes from this one.
+	ResumeFrom(body []byte) *api.Prefix
+	Skimmed(body []byte, s interface{ Prefix() *api.Prefix })
 }
 
 // Options are the operator's settings an adapter reads.

@@ -85,10 +85,11 @@ func (Adapter) Terminal(data []byte) bool {
 // Parse skims a Chat Completions body. There is nothing else to read: Chat has no compaction on
 // the wire to open or hand off, and no foreign compaction to drop; what compactd does to the
 // turn is the operator's policy alone (Turn.Threshold).
-func (a Adapter) Parse(_ *turn.Env, body []byte) (turn.Turn, *fault.Fault) {
-	req, err := api.ParseChatRequest(body)
+func (a Adapter) Parse(env *turn.Env, body []byte) (turn.Turn, *fault.Fault) {
+	req, err := api.ParseChatFrom(body, env.ResumeFrom(body))
 	if err != nil {
 		return nil, api.BodyFault(err)
 	}
+	env.Skimmed(body, req)
 	return &Turn{req: req, msgs: req.Messages, stream: turn.Stream{Streamed: req.Stream}}, nil
 }

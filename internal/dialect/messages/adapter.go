@@ -91,10 +91,11 @@ func (Adapter) Terminal(data []byte) bool {
 // compaction block where compactd does not open one) is refused and never forwarded: forwarding
 // it unchecked would carry whatever compaction blocks it holds past compactd.
 func (a Adapter) Parse(env *turn.Env, body []byte) (turn.Turn, *fault.Fault) {
-	req, err := api.ParseMessagesRequest(body)
+	req, err := api.ParseMessagesFrom(body, env.ResumeFrom(body))
 	if err != nil {
 		return nil, api.BodyFault(err)
 	}
+	env.Skimmed(body, req)
 	t := &Turn{a: a, env: env, req: req, view: req.Messages}
 	// count_tokens answers JSON, whatever the body says: an event stream to it is not passed on.
 	t.stream.Streamed = req.Stream && !a.CountTokens

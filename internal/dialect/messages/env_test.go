@@ -177,3 +177,7 @@ func sealedBlock(t testing.TB, env *turn.Env, msgs []string) ([]byte, *engine.Co
 	}
 	return tt.block, c
 }
+
+// The fake front has no skim cache: every body is skimmed in full.
+func (f *fakeFront) ResumeFrom([]byte) *api.Prefix                     { return nil }
+func (f *fakeFront) Skimmed([]byte, interface{ Prefix() *api.Prefix }) {}

@@ -77,10 +77,11 @@ func (Adapter) Terminal(data []byte) bool {
 // opens the latest compaction item and hands it off, and validates context_management (unless
 // the turn is an explicit or agent compaction compactd answers itself).
 func (a Adapter) Parse(env *turn.Env, body []byte) (turn.Turn, *fault.Fault) {
-	req, err := api.ParseResponsesRequest(body)
+	req, err := api.ParseResponsesFrom(body, env.ResumeFrom(body))
 	if err != nil {
 		return nil, api.BodyFault(err)
 	}
+	env.Skimmed(body, req)
 	// Foreign compaction items (OpenAI's own, say) are dropped or refused before anything else
 	// reads the input.
 	if req, err = foreign(env, req); err != nil {

@@ -106,6 +106,16 @@ func (t *Turn) Changed(env *turn.Env) bool {
 	return t.changed || t.req.ContextManagement != nil || env.Options.StripCodexFields
 }
 
+// Splice is Body in pieces (turn.Spliced): input's new items between the client's bytes, which
+// stay pieces of its body. nil where Body writes more than input (a string input, Codex's
+// fields stripped).
+func (t *Turn) Splice(env *turn.Env) api.Splice {
+	if !t.Changed(env) || env.Options.StripCodexFields || (!t.changed && t.req.InputString) {
+		return nil
+	}
+	return t.req.RebuildSplice(rawItems(t.items, false), true, nil)
+}
+
 func (t *Turn) Body(env *turn.Env) []byte {
 	if !t.Changed(env) {
 		return t.req.Body

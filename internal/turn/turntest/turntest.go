@@ -35,6 +35,7 @@ import (
 	"github.com/compactd/compactd/internal/fault"
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/memo"
+	"github.com/compactd/compactd/internal/skimcache"
 	"github.com/compactd/compactd/internal/sse"
 	"github.com/compactd/compactd/internal/turn"
 	"github.com/tidwall/gjson"
@@ -95,7 +96,7 @@ func NewHarness(t testing.TB, a turn.Dialect) *Harness {
 	h.Engine = engine.New(engine.Config{Sealer: ring, Summarizer: sum, Counter: counter, Memo: h.Memo,
 		Speculative: engine.SpeculativeConfig{Fraction: -1}, MinSaving: -1})
 	t.Cleanup(func() { _ = h.Engine.Close(context.Background()) })
-	h.Env = &turn.Env{Front: &front{h: h, kind: a.Engine().SealKind},
+	h.Env = &turn.Env{Front: &front{h: h, kind: a.Engine().SealKind, skims: skimcache.New(skimcache.Options{Budget: 8 << 20, MinBody: 1})},
 		Ctx: context.Background(), Header: map[string][]string{}, Counter: counter, Engine: h.Engine, Retain: compact.DefaultRetainBudget}
 	return h
 }
@@ -103,8 +104,10 @@ func NewHarness(t testing.TB, a turn.Dialect) *Harness {
 // front is the harness's turn.Front: compactions open under Tenant; foreign ones are recorded
 // and dropped; every turn is conversation "conv-test"; recall is off.
 type front struct {
-	h    *Harness
-	kind string
+	h     *Harness
+	kind  string
+	skims *skimcache.Cache
+	hit   skimcache.Hit
 }
 
 func (f *front) Open(param, ec, id, sig string) (*engine.Opened, *fault.Fault) {
@@ -123,6 +126,20 @@ func (f *front) Conversation(string, *engine.Opened) string { return "conv-test"
 func (f *front) Label(string, *engine.Opened) string        { return "conv-test" }
 func (f *front) Recalls() bool                              { return false }
 func (f *front) FindRef(string) (string, string, bool)      { return "", "", false }
+
+// ResumeFrom and Skimmed keep the harness's turns on the skim cache, as the front's are: a
+// conformance run whose requests grow resumes their skims (every body, whatever its size).
+func (f *front) ResumeFrom(body []byte) *api.Prefix {
+	f.hit = f.skims.Find("turntest", body)
+	p, _ := f.hit.State.(*api.Prefix)
+	return p
+}
+
+func (f *front) Skimmed(body []byte, s interface{ Prefix() *api.Prefix }) {
+	if p := s.Prefix(); p != nil {
+		f.skims.Store("turntest", body, f.hit, p)
+	}
+}
 
 // Compact runs t's threshold compaction through the engine as the front does, records it in the
 // memo against the turn's units (as a transparent turn's is), and puts it in force.

@@ -1,0 +1,358 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/compactd/compactd/internal/fixtures"
+	"github.com/compactd/compactd/internal/jsonx"
+)
+
+// The resumed skims (Parse*From) are held to the full skims: for any body that begins with the
+// bytes a Prefix was taken from, the resumed skim gives exactly what the full skim gives — the
+// same request, or the same refusal. That is the whole contract of the prefix cache: what
+// compactd decides from a resumed skim is what it would have decided from the whole body, so
+// the upstream reads what compactd checked (duplicates, depth, UTF-8, misplaced compactions in
+// the new tail are still found).
+
+// prefixDialects are the three skims, each run full and resumed on one body.
+var prefixDialects = []struct {
+	name string
+	// full skims body from the start; resumed from p. Both return a comparable view (the
+	// request with its private backing buffers cleared) and the refusal, and the Prefix to
+	// resume from next (nil on a refusal).
+	full    func(body []byte) (any, *Prefix, error)
+	resumed func(body []byte, p *Prefix) (any, *Prefix, error)
+}{
+	{"responses",
+		func(b []byte) (any, *Prefix, error) { return responsesView(ParseResponsesRequest(b)) },
+		func(b []byte, p *Prefix) (any, *Prefix, error) { return responsesView(ParseResponsesFrom(b, p)) }},
+	{"messages",
+		func(b []byte) (any, *Prefix, error) { return messagesView(ParseMessagesRequest(b)) },
+		func(b []byte, p *Prefix) (any, *Prefix, error) { return messagesView(ParseMessagesFrom(b, p)) }},
+	{"chat",
+		func(b []byte) (any, *Prefix, error) { return chatView(ParseChatRequest(b)) },
+		func(b []byte, p *Prefix) (any, *Prefix, error) { return chatView(ParseChatFrom(b, p)) }},
+}
+
+func responsesView(r *ResponsesRequest, err error) (any, *Prefix, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	v := *r
+	v.itemBuf, v.from = [8]Item{}, nil
+	return v, r.Prefix(), nil
+}
+
+func messagesView(r *MessagesRequest, err error) (any, *Prefix, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	v := *r
+	v.blockBuf, v.from = nil, nil
+	return v, r.Prefix(), nil
+}
+
+func chatView(r *ChatRequest, err error) (any, *Prefix, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	v := *r
+	v.from = nil
+	return v, r.Prefix(), nil
+}
+
+// sameSkim fails t when the resumed skim of body from p differs from the full skim.
+func sameSkim(t *testing.T, d int, body []byte, p *Prefix) {
+	t.Helper()
+	dl := prefixDialects[d]
+	want, wantP, wantErr := dl.full(body)
+	got, gotP, gotErr := dl.resumed(body, p)
+	if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+		t.Fatalf("%s: full skim error %v, resumed %v\nbody %.500q", dl.name, wantErr, gotErr, body)
+	}
+	for _, kind := range []error{ErrInvalidJSON, ErrTooDeep, ErrDuplicateMember, ErrMisplacedCompaction, ErrShape} {
+		if errors.Is(wantErr, kind) != errors.Is(gotErr, kind) {
+			t.Fatalf("%s: full skim error kind %v, resumed %v", dl.name, wantErr, gotErr)
+		}
+	}
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("%s: resumed skim differs from the full skim\nfull    %.2000v\nresumed %.2000v\nbody %.500q", dl.name, fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", got), body)
+	}
+	if !reflect.DeepEqual(wantP, gotP) {
+		t.Fatalf("%s: the next Prefix differs\nfull    %+v\nresumed %+v", dl.name, wantP, gotP)
+	}
+}
+
+// resumeCase skims a in full, takes its Prefix and skims b = a[:End] + tail both ways. It
+// returns false when a is refused or has no prefix (nothing to resume from).
+func resumeCase(t *testing.T, d int, a, tail []byte) bool {
+	t.Helper()
+	_, p, err := prefixDialects[d].full(a)
+	if err != nil || p == nil {
+		return false
+	}
+	b := append(bytes.Clone(a[:p.End()]), tail...)
+	sameSkim(t, d, b, p)
+	return true
+}
+
+// Bodies of each dialect with a tail that closes them, and tails that must be refused or read the
+// same either way: duplicates after the array, a compaction where none may be, invalid UTF-8,
+// depth, a second array member, trailing garbage.
+var (
+	prefixBodies = [][]string{
+		{ // responses
+			`{"model":"gpt-5","instructions":"be brief","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c1","name":"sh","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"tools":[{"type":"function","name":"sh"}],"stream":true}`,
+			`{"input":[{"role":"user","content":"a"},{"type":"compaction","encrypted_content":"x"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"b"}]}],"context_management":[{"type":"compaction","compact_threshold":1000}]}`,
+		},
+		{ // messages
+			`{"model":"claude","max_tokens":10,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t1","name":"sh","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}]}]}],"tools":[{"name":"sh","input_schema":{}}],"stream":true}`,
+			`{"messages":[{"role":"user","content":"a\u2028b"},{"role":"assistant","content":[{"type":"compaction","content":"sum"}]},{"role":"user","content":"c\\n"}],"context_management":{"edits":[{"type":"compact_20260112"}]}}`,
+		},
+		{ // chat
+			`{"model":"gpt-4o","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"sh","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"function","function":{"name":"sh"}}],"stream":true,"stream_options":{"include_usage":true}}`,
+		},
+	}
+	prefixTails = []string{
+		`]}`,
+		` ] , "stream" : false }`,
+		`,{"role":"user","content":"more"}]}`,
+		`,{"type":"message","role":"user","content":[{"type":"input_text","text":"more"}]},{"type":"function_call_output","call_id":"c2","output":"done"}],"tools":[]}`,
+		`,{"role":"user","content":[{"type":"text","text":"x"},{"type":"compaction","content":"s"}]}]}`,
+		`,{"type":"compaction","encrypted_content":"y"}]}`,
+		`,{"type":"compaction_trigger"}]}`,
+		`,{"role":"user","role":"assistant","content":"x"}]}`,
+		`,{"type":"message","content":[{"type":"compaction"}]}]}`,
+		`],"model":"a","model":"b"}`,
+		`],"input":[],"messages":[]}`,
+		`,{"role":"user","content":"` + "\xff" + `"}]}`,
+		`,` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `]}`,
+		`,{"role":"user","content":[` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `]}]}`,
+		`]} trailing`,
+		`]`,
+		``,
+		`,]}`,
+		`,{"role":"user","content":"x"}]`,
+		`],"tool_choice":{"type":"function","name":"a","name":"b"}}`,
+		`,{"role":"tool","content":5}]}`,
+		`],"stream_options":{"include_usage":true,"include_usage":false}}`,
+	}
+)
+
+func TestPrefixResumeMatchesFullSkim(t *testing.T) {
+	n := 0
+	for d := range prefixDialects {
+		for _, a := range prefixBodies[d] {
+			for _, tail := range prefixTails {
+				if resumeCase(t, d, []byte(a), []byte(tail)) {
+					n++
+				}
+			}
+		}
+	}
+	// The real captures, resumed with every tail and with themselves (a retry: the whole body).
+	names, bodies := fixtures.CodexAll()
+	for i, b := range bodies {
+		b = []byte(gjson.GetBytes(b, "body").Raw)
+		_, p, err := prefixDialects[0].full(b)
+		if err != nil || p == nil {
+			t.Fatalf("%s: no prefix to resume from (%v)", names[i], err)
+		}
+		sameSkim(t, 0, b, p)
+		for _, tail := range prefixTails {
+			resumeCase(t, 0, b, []byte(tail))
+			n++
+		}
+	}
+	cc := fixtures.ClaudeCode("compaction_request.json")
+	if !resumeCase(t, 1, cc, []byte(`]}`)) {
+		t.Fatal("the Claude Code capture gave no prefix")
+	}
+	if n < 100 {
+		t.Fatalf("only %d resumed cases ran", n)
+	}
+}
+
+// TestPrefixResumeSkipsTheKnownItems is the point of the exercise: the resumed skim takes the
+// remembered items unread. A prefix whose remembered bytes are not what the body holds — which
+// the cache's MAC rules out — is believed, so the resumed skim reads the stale kinds: this shows
+// the items really were not walked again (and why the MAC is what makes resuming safe).
+func TestPrefixResumeSkipsTheKnownItems(t *testing.T) {
+	a := []byte(`{"input":[{"type":"message","role":"user","content":"aaaa"},{"type":"message","role":"user","content":"bbbb"}]}`)
+	r, err := ParseResponsesRequest(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Prefix()
+	if p.Len() != 2 || p.End() != len(a)-2 {
+		t.Fatalf("prefix of %d items ending at %d, want 2 ending at %d", p.Len(), p.End(), len(a)-2)
+	}
+	// Same length and layout, but the second item is a compaction in the new body.
+	b := []byte(`{"input":[{"type":"message","role":"user","content":"aaaa"},{"type":"compaction","encrypted_content":"bbbbb"}]}`)
+	if len(b) != len(a) {
+		t.Fatal("test bodies must have the same layout")
+	}
+	got, err := ParseResponsesFrom(b, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Compaction != -1 || got.Items[1].Type != "message" {
+		t.Fatalf("resumed skim re-read the remembered items: compaction %d, type %q", got.Compaction, got.Items[1].Type)
+	}
+	if full, _ := ParseResponsesRequest(b); full.Compaction != 1 {
+		t.Fatalf("full skim: compaction %d, want 1", full.Compaction)
+	}
+}
+
+// TestPrefixHoldsNoBody: a Prefix's names are interned or copied, never the body's bytes.
+func TestPrefixHoldsNoBody(t *testing.T) {
+	body := []byte(`{"input":[{"type":"my_custom_item"},{"type":"message","role":"someone","content":"x"}]}`)
+	r, err := ParseResponsesRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Prefix()
+	for i := range body {
+		body[i] = 'X' // the body is reused for something else
+	}
+	if p.name(p.items[0].typ) != "my_custom_item" || p.name(p.items[1].role) != "someone" || p.name(p.items[1].typ) != "message" {
+		t.Fatalf("prefix names changed with the body: %+v", p.items)
+	}
+	if p.Size() < sizeOfPrefix+2*sizeOfPrefixItem+len("my_custom_item")+len("someone") {
+		t.Fatalf("Size %d does not count the items and the copied names", p.Size())
+	}
+}
+
+// TestPrefixResumeOnlyWhereItBegan: a Prefix of another dialect, or one whose array began
+// elsewhere, is not resumed from (the skim reads the body in full).
+func TestPrefixResumeOnlyWhereItBegan(t *testing.T) {
+	a := []byte(`{"input":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"a"}]}`)
+	r, _ := ParseResponsesRequest(a)
+	p := r.Prefix()
+	shifted := append([]byte(`{"x":1,`), a[1:]...)
+	sameSkim(t, 0, shifted, p)
+	if m, err := ParseMessagesFrom(a, p); err != nil || len(m.Messages) != 1 {
+		t.Fatalf("a Responses prefix resumed a Messages skim: %v %+v", err, m)
+	}
+	if (*Prefix)(nil).End() != 0 || (*Prefix)(nil).Size() != 0 || (*Prefix)(nil).Len() != 0 {
+		t.Fatal("a nil Prefix must be empty")
+	}
+}
+
+// FuzzPrefixResume: for any body the full skim accepts with a prefix, and any tail after that
+// prefix, the resumed skim equals the full skim. Run: go test ./internal/api -run '^$' -fuzz
+// '^FuzzPrefixResume$' -fuzztime 60s.
+func FuzzPrefixResume(f *testing.F) {
+	for d := range prefixDialects {
+		for _, a := range prefixBodies[d] {
+			for _, tail := range prefixTails {
+				f.Add(uint8(d), []byte(a), []byte(tail))
+			}
+		}
+	}
+	_, bodies := fixtures.CodexAll()
+	for _, b := range bodies {
+		f.Add(uint8(0), []byte(gjson.GetBytes(b, "body").Raw), []byte(`,{"role":"user","content":"more"}]}`))
+	}
+	f.Fuzz(func(t *testing.T, d uint8, a, tail []byte) {
+		if len(a) > 1<<20 || len(tail) > 1<<16 {
+			return
+		}
+		resumeCase(t, int(d)%len(prefixDialects), a, tail)
+		// And a chain: resume from the resumed skim's prefix on a second tail.
+		dl := prefixDialects[int(d)%len(prefixDialects)]
+		_, p, err := dl.full(a)
+		if err != nil || p == nil {
+			return
+		}
+		b := append(bytes.Clone(a[:p.End()]), tail...)
+		if _, p2, err := dl.resumed(b, p); err == nil && p2 != nil {
+			c := append(bytes.Clone(b[:p2.End()]), `]}`...)
+			sameSkim(t, int(d)%len(prefixDialects), c, p2)
+		}
+	})
+}
+
+// BenchmarkPrefixResume: the full skim of a 2 MB agent body against the resumed skim of the
+// same body plus one new item.
+func BenchmarkPrefixResume(b *testing.B) {
+	body := benchAgentBody(2 << 20)
+	r, err := ParseResponsesRequest(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := r.Prefix()
+	next := append(bytes.Clone(body[:p.End()]), `,{"type":"function_call_output","call_id":"new","output":"`+strings.Repeat("log line\\n", 2000)+`"}]}`...)
+	if jsonx.Valid(next) != nil {
+		b.Fatal("bench body is not valid JSON")
+	}
+	b.Run("full", func(b *testing.B) {
+		b.SetBytes(int64(len(next)))
+		for b.Loop() {
+			if _, err := ParseResponsesRequest(next); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("resumed", func(b *testing.B) {
+		b.SetBytes(int64(len(next)))
+		for b.Loop() {
+			if _, err := ParseResponsesFrom(next, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("prefix", func(b *testing.B) {
+		r, _ := ParseResponsesFrom(next, p)
+		for b.Loop() {
+			_ = r.Prefix()
+		}
+	})
+}
+
+// benchAgentBody is a Responses body of about size bytes of tool calls and outputs.
+func benchAgentBody(size int) []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"gpt-5","instructions":"` + strings.Repeat("You are a coding agent. ", 400) + `","input":[`)
+	for i := 0; sb.Len() < size; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"type":"function_call","call_id":"c%d","name":"shell","arguments":"{\"cmd\":[\"go\",\"test\",\"./...\"]}"},`, i)
+		fmt.Fprintf(&sb, `{"type":"function_call_output","call_id":"c%d","output":"%s"}`, i, strings.Repeat(`ok  \tgithub.com/x/y\t0.1s\n`, 100))
+	}
+	sb.WriteString(`],"tools":[{"type":"function","name":"shell"}],"stream":false}`)
+	return []byte(sb.String())
+}
+
+// TestPrefixBoundsOwnNames: a body with more distinct unknown item types than a Prefix keeps
+// gets no Prefix (the skim itself is unaffected), so naming items stays bounded work.
+func TestPrefixBoundsOwnNames(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString(`{"input":[`)
+	for i := range maxPrefixNames + 1 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"type":"custom_%d"}`, i)
+	}
+	sb.WriteString(`]}`)
+	r, err := ParseResponsesRequest([]byte(sb.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := r.Prefix(); p != nil {
+		t.Fatalf("a Prefix of %d own names was made", len(p.names))
+	}
+	r2, _ := ParseResponsesRequest([]byte(`{"input":[{"type":"custom_1"},{"type":"custom_1"},{"type":"custom_2"}]}`))
+	if p := r2.Prefix(); p == nil || len(p.names) != 2 {
+		t.Fatalf("repeated names must be stored once: %+v", p)
+	}
+}

@@ -1,0 +1,284 @@
+package skimcache
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// state is a test State: its End and a size, with a payload so the heap test sees real memory.
+type state struct {
+	end     int
+	payload []byte
+}
+
+func (s *state) End() int  { return s.end }
+func (s *state) Size() int { return len(s.payload) + 48 }
+
+// conversation is a deterministic body of n bytes: a shared head (the agent's instructions), then
+// bytes distinct per id.
+func conversation(id, n int) []byte {
+	r := rand.New(rand.NewPCG(uint64(id), 7))
+	b := make([]byte, n)
+	copy(b, bytes.Repeat([]byte("You are a coding agent. "), HeadLen/24+1))
+	for i := HeadLen + 16; i < n; i++ {
+		b[i] = byte('a' + r.IntN(26))
+	}
+	copy(b[HeadLen:], fmt.Sprintf("conversation %08d", id))
+	return b
+}
+
+func newTest(budget int64) *Cache { return New(Options{Budget: budget, MinBody: 1}) }
+
+func TestFindAfterStore(t *testing.T) {
+	body := conversation(1, 64<<10)
+	st := &state{end: 60 << 10}
+	for _, tc := range []struct {
+		name  string
+		scope string
+		edit  func(b []byte) []byte
+		hit   bool
+	}{
+		{"same bytes", "s", nil, true},
+		{"longer body, same prefix", "s", func(b []byte) []byte { return append(b, ",more"...) }, true},
+		{"byte after End changed", "s", func(b []byte) []byte { b[60<<10] ^= 1; return b }, true},
+		{"first byte changed", "s", func(b []byte) []byte { b[0] ^= 1; return b }, false},
+		{"byte in the head changed", "s", func(b []byte) []byte { b[HeadLen/2] ^= 1; return b }, false},
+		{"byte in the middle changed", "s", func(b []byte) []byte { b[30<<10] ^= 1; return b }, false},
+		{"last byte before End changed", "s", func(b []byte) []byte { b[60<<10-1] ^= 1; return b }, false},
+		{"byte just before the fingerprint changed", "s", func(b []byte) []byte { b[60<<10-fpLen-1] ^= 1; return b }, false},
+		{"body shorter than End", "s", func(b []byte) []byte { return b[:60<<10-1] }, false},
+		{"other scope", "t", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTest(1 << 20)
+			c.Store("s", body, Hit{}, st)
+			b := bytes.Clone(body)
+			if tc.edit != nil {
+				b = tc.edit(b)
+			}
+			h := c.Find(tc.scope, b)
+			if h.OK() != tc.hit {
+				t.Fatalf("hit %v, want %v", h.OK(), tc.hit)
+			}
+			if tc.hit && h.State != st {
+				t.Fatal("a different state came back")
+			}
+		})
+	}
+}
+
+// TestChainHashesOnlyTheTail: a conversation of five turns, each storing from the last hit:
+// every turn finds the last state, and storing hashes only the new bytes.
+func TestChainHashesOnlyTheTail(t *testing.T) {
+	c := newTest(1 << 20)
+	full := conversation(2, 200<<10)
+	ends := []int{40 << 10, 80 << 10, 120 << 10, 160 << 10, 200 << 10}
+	var hit Hit
+	for i, end := range ends {
+		body := full[:end]
+		if i > 0 {
+			hit = c.Find("s", body)
+			if !hit.OK() || hit.State.End() != ends[i-1] {
+				t.Fatalf("turn %d: no hit on the last turn's state", i)
+			}
+		}
+		before := c.hashed.Load()
+		c.Store("s", body, hit, &state{end: end})
+		want := end
+		if i > 0 {
+			want = end - ends[i-1]
+		}
+		if got := c.hashed.Load() - before; got != int64(want) {
+			t.Fatalf("turn %d: Store hashed %d bytes, want %d (the tail)", i, got, want)
+		}
+	}
+	if st := c.Stats(); st.Entries != 1 || st.Hits != 4 || st.Stores != 5 {
+		t.Fatalf("stats %+v: the conversation must be one entry, replaced each turn", st)
+	}
+	// An edit anywhere in an earlier segment breaks the chain.
+	b := bytes.Clone(full)
+	b[100<<10] ^= 1
+	if c.Find("s", b).OK() {
+		t.Fatal("an edit in the third segment still hit")
+	}
+}
+
+func TestSegmentCapRestartsTheChain(t *testing.T) {
+	c := newTest(8 << 20)
+	full := conversation(3, HeadLen+maxSegments*16+4096)
+	var hit Hit
+	end := HeadLen
+	for i := 0; i <= maxSegments+2; i++ {
+		end += 16
+		body := full[:end]
+		if i > 0 {
+			if hit = c.Find("s", body); !hit.OK() {
+				t.Fatalf("turn %d: miss", i)
+			}
+		}
+		c.Store("s", body, hit, &state{end: end})
+	}
+	if h := c.Find("s", full); !h.OK() || h.State.End() != end || len(h.ends) > maxSegments {
+		t.Fatalf("after the cap: hit %v, %d segments", h.OK(), len(h.ends))
+	}
+}
+
+func TestBudgetEvicts(t *testing.T) {
+	c := newTest(1 << 20)
+	for i := range 500 {
+		c.Store("s", conversation(i, 8<<10), Hit{}, &state{end: 8 << 10, payload: make([]byte, 4<<10)})
+	}
+	st := c.Stats()
+	if st.Bytes > 1<<20 || st.Evictions == 0 || st.Entries >= 500 {
+		t.Fatalf("stats %+v: over budget or nothing evicted", st)
+	}
+	// The most recent are kept.
+	if !c.Find("s", conversation(499, 8<<10)).OK() {
+		t.Fatal("the last stored conversation was evicted")
+	}
+	// A state bigger than the budget is not kept.
+	c.Store("s", conversation(9999, 8<<10), Hit{}, &state{end: 8 << 10, payload: make([]byte, 2<<20)})
+	if c.Find("s", conversation(9999, 8<<10)).OK() {
+		t.Fatal("a state over the budget was stored")
+	}
+}
+
+// TestMemoryBoundTenThousandConversations: 10,000 conversations, each remembered with a 20 KB
+// state, into a 16 MiB cache: the cache's count stays within the budget, and so does the heap it
+// keeps alive (the test drops its own references; the states the cache holds are what remains).
+func TestMemoryBoundTenThousandConversations(t *testing.T) {
+	const budget = 16 << 20
+	const slack = 4 << 20 // the map's buckets and the runtime's own rounding
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	c := newTest(budget)
+	for i := range 10_000 {
+		body := conversation(i, 4<<10)
+		c.Store(fmt.Sprintf("tenant-%d", i%7), body, Hit{}, &state{end: 3 << 10, payload: make([]byte, 20<<10)})
+	}
+	st := c.Stats()
+	if st.Bytes > budget {
+		t.Fatalf("cache counts %d bytes, budget %d", st.Bytes, budget)
+	}
+	if st.Entries > budget/(20<<10) || st.Entries < budget/(20<<10)/2 {
+		t.Fatalf("%d entries for a %d budget of ~20 KB states", st.Entries, budget)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	if grown := int64(ms.HeapAlloc) - int64(before); grown > budget+slack {
+		t.Fatalf("heap grew by %d bytes holding the cache, budget %d + slack %d", grown, budget, slack)
+	}
+	runtime.KeepAlive(c)
+}
+
+func TestDisabled(t *testing.T) {
+	for _, c := range []*Cache{nil, New(Options{Budget: 0}), New(Options{Budget: -1})} {
+		body := conversation(1, 64<<10)
+		c.Store("s", body, Hit{}, &state{end: 60 << 10})
+		if c.Find("s", body).OK() || c.Wants(len(body)) || c.Stats() != (Stats{}) {
+			t.Fatal("a disabled cache answered")
+		}
+	}
+	c := New(Options{Budget: 1 << 20})
+	small := conversation(1, 16<<10)
+	c.Store("s", small, Hit{}, &state{end: 16 << 10})
+	if c.Find("s", small).OK() || c.Stats().Misses != 0 {
+		t.Fatal("a body under MinBody was stored or counted")
+	}
+}
+
+// TestKeyPerCache: two caches never agree on a tag (a key each), so nothing outside one cache
+// can compute what it will accept.
+func TestKeyPerCache(t *testing.T) {
+	a, b := newTest(1<<20), newTest(1<<20)
+	body := conversation(1, 8<<10)
+	if a.mac([16]byte{}, body, 0, len(body)) == b.mac([16]byte{}, body, 0, len(body)) {
+		t.Fatal("two caches computed the same MAC")
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	c := newTest(4 << 20)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			full := conversation(g%3, 64<<10)
+			var hit Hit
+			for end := 8 << 10; end <= 64<<10; end += 4 << 10 {
+				body := full[:end]
+				hit = c.Find(fmt.Sprint(g%2), body)
+				c.Store(fmt.Sprint(g%2), body, hit, &state{end: end})
+			}
+		}()
+	}
+	wg.Wait()
+	if st := c.Stats(); st.Hits == 0 || st.Bytes > 4<<20 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// BenchmarkTurn: one 2 MB turn that extends the last by 20 KB — Find (the MAC over the prefix)
+// and Store (the MAC over the tail).
+func BenchmarkTurn(b *testing.B) {
+	c := New(Options{Budget: 64 << 20})
+	full := conversation(1, 2<<20+(b.N+2)*0) // sized below
+	full = conversation(1, 3<<20)
+	end := 2 << 20
+	c.Store("s", full[:end], Hit{}, &state{end: end})
+	b.SetBytes(int64(end))
+	b.ReportAllocs()
+	for b.Loop() {
+		h := c.Find("s", full[:end+20<<10])
+		if !h.OK() {
+			b.Fatal("miss")
+		}
+		c.Store("s", full[:end+20<<10], h, &state{end: end}) // same End: the chain is kept
+	}
+}
+
+func BenchmarkMiss(b *testing.B) {
+	c := New(Options{Budget: 64 << 20})
+	body := conversation(1, 2<<20)
+	c.Store("s", conversation(2, 2<<20), Hit{}, &state{end: 2 << 20})
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		c.Find("s", body)
+	}
+}
+
+// TestManyConversationsOneHead: an agent's conversations share their first kilobytes (the same
+// instructions and tools); 300 of them, growing in turn, each find their own last state.
+func TestManyConversationsOneHead(t *testing.T) {
+	c := newTest(64 << 20)
+	const n = 300
+	fulls := make([][]byte, n)
+	hits := make([]Hit, n)
+	for i := range fulls {
+		fulls[i] = conversation(i, 40<<10)
+	}
+	for turn := range 4 {
+		end := (2 + turn) * 8 << 10
+		for i := range fulls {
+			body := fulls[i][:end]
+			if turn > 0 {
+				h := c.Find("s", body)
+				if !h.OK() || h.State.End() != end-8<<10 {
+					t.Fatalf("conversation %d, turn %d: no hit on its own state", i, turn)
+				}
+				hits[i] = h
+			}
+			c.Store("s", body, hits[i], &state{end: end})
+		}
+	}
+	if st := c.Stats(); st.Entries != n {
+		t.Fatalf("%d entries, want one per conversation (%d)", st.Entries, n)
+	}
+}
