@@ -12,10 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -54,6 +56,9 @@ type SideOptions struct {
 	// InflightBudget is compactd's --max-inflight-body-bytes in the run (0 leaves serve's
 	// default, which the report reads from serve's startup log).
 	InflightBudget int64
+	// Rows, when set, runs only the rows whose names it matches ("growing": the growing
+	// conversations).
+	Rows *regexp.Regexp
 	// Nginx is the nginx executable of the optional nginx column: "" looks nginx up in PATH.
 	// When there is none, or it does not start, the column says "not run" and the run goes on.
 	Nginx string
@@ -405,6 +410,43 @@ type sideCase struct {
 	bodies map[string][]byte
 	ttfb   bool // the row's figure is time to first byte
 	recall bool // compactd's cell is served by the compactd with an archive (the recall tool)
+	// grow, when set, makes each target's bodies: growing conversations (workload.Grower), the
+	// same sequence for every target, so the row measures what agents send.
+	grow func(target string) func(int) []byte
+}
+
+// growingBodies are conversations of d that grow from from to past to bytes, convs of them at
+// once (request i goes to conversation i mod convs, so a conversation's next request follows
+// its last one's answer whenever convs exceeds the connections). lead is put first in compactd's
+// conversations alone (a compaction item: the others get the same history without it, as the
+// handoff row).
+func growingBodies(d workload.Dialect, from, to, convs int, stream bool, lead []byte) func(string) func(int) []byte {
+	return func(target string) func(int) []byte {
+		o := workload.GrowOptions{From: from, To: to, Stream: stream}
+		if lead != nil && target == SideCompactd {
+			o.Lead = [][]byte{lead}
+		}
+		gs := make([]*workload.Grower, convs)
+		for i := range gs {
+			gs[i] = workload.NewGrower(d, i+1, o)
+		}
+		var n atomic.Int64
+		return func(int) []byte { return gs[int(n.Add(1)-1)%convs].Next() }
+	}
+}
+
+// compactionItem is a compaction item compactd at base issued, for the growing handoff row.
+func compactionItem(ctx context.Context, base string) ([]byte, error) {
+	b, err := handoffBodies(ctx, base, 64<<10)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range gjson.GetBytes(b[SideCompactd], "input").Array() {
+		if it.Get("type").Str == "compaction" {
+			return []byte(it.Raw), nil
+		}
+	}
+	return nil, errors.New("compacting for the growing handoff row: compactd answered no compaction item")
 }
 
 func sameBody(b []byte) map[string][]byte {
@@ -519,6 +561,32 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		{name: sizeName(o.Large) + " handoff + recall tool", method: "POST", path: "/v1/responses", conc: 1, bodies: recall, recall: true},
 		{name: "SSE " + sizeName(o.Large) + " request, time to first byte", method: "POST", path: "/v1/responses", conc: 1, bodies: sameBody(largeSSE), ttfb: true},
 	}
+	if !o.HugeOnly {
+		item, err := compactionItem(ctx, e.url(SideCompactd, nil))
+		if err != nil {
+			return nil, err
+		}
+		band := func(f float64) int { return int(float64(o.Large) * f) }
+		cases = append(cases,
+			sideCase{name: "growing " + sizeName(o.Large) + " Responses conversations", method: "POST", path: "/v1/responses", conc: 1,
+				grow: growingBodies(workload.Responses, band(0.9), band(1.1), 8, false, nil)},
+			sideCase{name: "growing " + sizeName(o.Large) + " Responses conversations", method: "POST", path: "/v1/responses", conc: 4,
+				grow: growingBodies(workload.Responses, band(0.9), band(1.1), 8, false, nil)},
+			sideCase{name: "growing " + sizeName(o.Large) + " Messages conversations", method: "POST", path: "/v1/messages", conc: 1,
+				grow: growingBodies(workload.Messages, band(0.9), band(1.1), 8, false, nil)},
+			sideCase{name: "growing " + sizeName(o.Large) + " Chat conversations", method: "POST", path: "/v1/chat/completions", conc: 1,
+				grow: growingBodies(workload.Chat, band(0.9), band(1.1), 8, false, nil)},
+			sideCase{name: "growing " + sizeName(o.Large) + " Responses conversations after a compaction (handoff)", method: "POST", path: "/v1/responses", conc: 1,
+				grow: growingBodies(workload.Responses, band(0.9), band(1.1), 8, false, item)},
+			sideCase{name: "growing " + sizeName(o.Large) + " Responses conversations, SSE time to first byte", method: "POST", path: "/v1/responses", conc: 1, ttfb: true,
+				grow: growingBodies(workload.Responses, band(0.9), band(1.1), 8, true, nil)},
+			sideCase{name: "growing " + sizeName(o.Large/40) + "→" + sizeName(o.Large) + " Responses conversations", method: "POST", path: "/v1/responses", conc: 4,
+				grow: growingBodies(workload.Responses, band(0.025), band(1), 8, false, nil)},
+		)
+	}
+	if o.Rows != nil {
+		cases = slices.DeleteFunc(cases, func(c sideCase) bool { return !o.Rows.MatchString(c.name) })
+	}
 	clients := map[string]*http.Client{}
 	for _, t := range rep.Targets {
 		clients[t] = newClient(64)
@@ -532,7 +600,11 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		reqs := map[string]*requester{}
 		for _, t := range rep.Targets {
 			body := c.bodies[t]
-			reqs[t] = &requester{client: clients[t], method: c.method, url: e.url(t, c) + c.path, body: func(int) []byte { return body }}
+			bodyOf := func(int) []byte { return body }
+			if c.grow != nil {
+				bodyOf = c.grow(t)
+			}
+			reqs[t] = &requester{client: clients[t], method: c.method, url: e.url(t, c) + c.path, body: bodyOf}
 			// Warm the connections, compactd's token-count cache and the allocators.
 			closedLoop(ctx, &collector{}, reqs[t], c.conc, min(300*time.Millisecond, o.Duration))
 		}

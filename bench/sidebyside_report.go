@@ -16,6 +16,10 @@ const (
 	TargetLargeCPURatio  = 1.5       // 2 MB: compactd CPU per request / bare, at most
 	TargetHugeRSSHeadway = 100 << 20 // peak RSS over the budget, at most
 	TargetNginxCPURatio  = 2.0       // stretch, 2 KB pass-through: compactd CPU per request / nginx, at most
+	// Issue 27's, on growing conversations (bodies around 2 MB, each the last plus new items).
+	TargetGrowCPURatio    = 1.25                 // compactd CPU per request / bare, at most
+	TargetGrowAddedP50    = 1 * time.Millisecond // compactd p50 over bare's, at most
+	TargetHandoffCPURatio = 1.5                  // the handoff turn: compactd CPU per request / bare, at most
 )
 
 // notRun fills the cells of a target that did not run.
@@ -97,6 +101,16 @@ func (r *SideReport) Verdicts() []Verdict {
 			out = append(out, Verdict{Target: name + ": TTFB no worse than bare's + 1 ms",
 				Figure: fmt.Sprintf("added TTFB %s vs bare %s", fmtDelta(c.TTFB50-d.TTFB50), fmtDelta(b.TTFB50-d.TTFB50)),
 				Met:    c.TTFB50 <= b.TTFB50+time.Millisecond})
+		case strings.HasPrefix(row.Name, "growing") && strings.Contains(row.Name, "handoff"):
+			cr := float64(c.CPUPerReq) / float64(b.CPUPerReq)
+			out = append(out, Verdict{Target: name + ": CPU/req ≤ 1.5× bare", Figure: fmt.Sprintf("%.2f× CPU/req (p50 %s over bare's)", cr, fmtDelta(c.P50-b.P50)), Met: cr <= TargetHandoffCPURatio})
+		case strings.HasPrefix(row.Name, "growing") && row.Conc == 1:
+			cr := float64(c.CPUPerReq) / float64(b.CPUPerReq)
+			out = append(out, Verdict{Target: name + ": CPU/req ≤ 1.25× bare, p50 ≤ bare's + 1 ms",
+				Figure: fmt.Sprintf("%.2f× CPU/req, p50 %s over bare's", cr, fmtDelta(c.P50-b.P50)), Met: cr <= TargetGrowCPURatio && c.P50-b.P50 <= TargetGrowAddedP50})
+		case strings.HasPrefix(row.Name, "growing"):
+			cr := float64(c.CPUPerReq) / float64(b.CPUPerReq)
+			out = append(out, Verdict{Target: name + ": CPU/req ≤ 1.25× bare", Figure: fmt.Sprintf("%.2f× CPU/req, %.2f× req/s", cr, c.RPS/b.RPS), Met: cr <= TargetGrowCPURatio})
 		case isSmall(row.Name):
 			rr, cr := c.RPS/b.RPS, float64(c.CPUPerReq)/float64(b.CPUPerReq)
 			out = append(out, Verdict{Target: name + ": req/s ≥ 1.0× bare, CPU/req ≤ bare's",

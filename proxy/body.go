@@ -13,7 +13,7 @@ import (
 // client in d's envelope: 413 past the size limit, 408 past the read deadline, 503 past the
 // in-flight budget, 400 for a body that could not be read.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]byte, bool) {
-	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes)
+	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies)
 	if err == nil {
 		return body, true
 	}
@@ -33,11 +33,18 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]
 
 // readAllSized reads a body in one allocation when its length is declared (agents send
 // multi-megabyte bodies with Content-Length), instead of io.ReadAll's doubling growth.
-func readAllSized(r io.Reader, declared, limit int64) ([]byte, error) {
+//
+// A declared body of poolMinBody or more is read into a buffer of pool (nil: none).
+func readAllSized(r io.Reader, declared, limit int64, pool *bodyPool) ([]byte, error) {
 	if declared <= 0 || declared > limit {
 		return io.ReadAll(r)
 	}
-	buf := make([]byte, declared, declared+1)
+	var buf []byte
+	if pool != nil && declared >= poolMinBody {
+		buf = pool.get(int(declared))
+	} else {
+		buf = make([]byte, declared, declared+1)
+	}
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return nil, err
 	}

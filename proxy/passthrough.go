@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/fault"
@@ -196,17 +197,45 @@ func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
 
 // replayBody is the body withBody gives the upstream request, and its GetBody: one allocation
 // where an io.NopCloser over a bytes.Reader and a closure for GetBody were three.
+//
+// It records whether the transport read it to its end and whether it asked for a replay: once
+// the last byte has been read (copied out by Read, or handed to a writer that returned), and
+// no replay was made, nothing reads the body's bytes any more and their buffer may be reused
+// (done). Close says nothing of that: the ReverseProxy closes the body when the handler returns,
+// while the transport's writer may still be reading it.
 type replayBody struct {
 	bytes.Reader
-	body []byte
+	body     []byte
+	drained  atomic.Bool
+	replayed atomic.Bool
+}
+
+func (b *replayBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if b.Reader.Len() == 0 {
+		b.drained.Store(true)
+	}
+	return n, err
+}
+
+func (b *replayBody) WriteTo(w io.Writer) (int64, error) {
+	n, err := b.Reader.WriteTo(w)
+	if b.Reader.Len() == 0 {
+		b.drained.Store(true)
+	}
+	return n, err
 }
 
 func (*replayBody) Close() error { return nil }
 
 // replay is GetBody: a fresh reader over the same bytes.
 func (b *replayBody) replay() (io.ReadCloser, error) {
+	b.replayed.Store(true)
 	return io.NopCloser(bytes.NewReader(b.body)), nil
 }
+
+// done reports whether the transport has read all of the body and made no replay of it.
+func (b *replayBody) done() bool { return b.drained.Load() && !b.replayed.Load() }
 
 // fullDuplex lets a pass-through request's body keep streaming to the upstream after the
 // response has begun. net/http's HTTP/1 server otherwise closes the request body as soon as the

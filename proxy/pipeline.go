@@ -48,6 +48,9 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 		}
 		p.t = t
 		p.serve()
+		if p.passedThrough && p.out != nil && p.out.done() {
+			s.bodies.put(body) // forwarded as sent, and the transport is done with it
+		}
 	}
 }
 
@@ -65,6 +68,11 @@ type pipe struct {
 	c        *engine.Compaction // the compaction this turn made, if any
 	fl       flight             // what the answer's hooks rewrite (forward), in the pipe's own allocation
 	skimHit  skimcache.Hit      // the remembered skim the body's was resumed from (ResumeFrom)
+	// out is the upstream body of a pass-through forward: once the transport has closed it
+	// (and never replayed it), nothing reads the client's bytes and their buffer is reused.
+	out           *replayBody
+	passedThrough bool // the turn was forwarded as the client sent it, and nothing kept its body
+	noThreshold   bool // the turn has no threshold: nothing counted, speculated or remembered
 }
 
 func (p *pipe) serve() {
@@ -83,6 +91,7 @@ func (p *pipe) serve() {
 	policy := p.s.cfg.Policy.ForRoute(p.a.Name())
 	if pt, ok := p.t.(turn.PassThrough); ok && pt.PassThrough(&p.env, policy.Threshold > 0) {
 		p.forward(api.Splice{p.body}, nil)
+		p.passedThrough = true
 		return
 	}
 	if p.threshold(policy) {
@@ -108,6 +117,9 @@ func (p *pipe) serve() {
 			return
 		}
 	}
+	// No threshold, no recall, nothing changed: the client's bytes went as sent, and nothing
+	// (no compaction, speculation or memo) was handed them.
+	p.passedThrough = p.noThreshold && rc == nil && !p.t.Changed(&p.env)
 	p.forward(api.Splice{p.t.Body(&p.env)}, p.t.Rewriter())
 }
 
@@ -117,10 +129,12 @@ func (p *pipe) serve() {
 func (p *pipe) threshold(policy compact.Policy) bool {
 	th, speaks, ok := p.t.Threshold()
 	if !ok {
+		p.noThreshold = true
 		return false
 	}
 	limit, trigger := policy.Effective(th)
 	if limit <= 0 {
+		p.noThreshold = true
 		return false
 	}
 	s, ctx := p.s, p.r.Context()
@@ -361,6 +375,7 @@ func (p *pipe) forward(body api.Splice, rw turn.Rewriter) {
 	var out *http.Request
 	if len(body) == 1 {
 		out = withBody(p.r, ctx, body[0])
+		p.out, _ = out.Body.(*replayBody)
 	} else {
 		out = withSplice(p.r, ctx, body)
 	}

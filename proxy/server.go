@@ -299,6 +299,7 @@ type Server struct {
 	owners                    *owner.Keyer     // owner digests and signed references (internal/owner)
 	budget                    *budget.Budget   // nil: no in-flight body budget
 	skims                     *skimcache.Cache // nil: every body skimmed in full
+	bodies                    bodyPool         // buffers of pass-through bodies, for the next ones (bodypool.go)
 	ops                       *ops
 	live                      *liveStats         // the console's live figures (stats.go)
 	events                    *eventlog.Recorder // the event log (internal/eventlog); nil: none

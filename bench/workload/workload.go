@@ -347,7 +347,13 @@ func MessagesRequest(size int) []byte {
 	system := partsOf(Preamble()[0]).text
 	head := string(mustJSON(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 32000, "system": system}))
 	head = head[:len(head)-1] + `,"messages":[`
-	return sessionBody(size, head, `]}`, func(b []byte, p itemParts) ([]byte, bool) {
+	return sessionBody(size, head, `]}`, renderMessages)
+}
+
+// renderMessages appends item p as Claude Code would send it on the Messages API (false: it
+// sends nothing for it).
+func renderMessages(b []byte, p itemParts) ([]byte, bool) {
+	{
 		var m map[string]any
 		switch {
 		case p.kind == "message" && p.role == "developer":
@@ -365,7 +371,7 @@ func MessagesRequest(size int) []byte {
 			return b, false
 		}
 		return append(b, mustJSON(m)...), true
-	})
+	}
 }
 
 // CountTokensRequest is MessagesRequest as a count_tokens request (no max_tokens).
@@ -379,7 +385,12 @@ func CountTokensRequest(size int) []byte {
 // outputs as tool messages.
 func ChatRequest(size int) []byte {
 	head := `{"model":"qwen3-coder","stream":false,"messages":[`
-	return sessionBody(size, head, `],"tool_choice":"auto"}`, func(b []byte, p itemParts) ([]byte, bool) {
+	return sessionBody(size, head, `],"tool_choice":"auto"}`, renderChat)
+}
+
+// renderChat appends item p as an agent on Chat Completions would send it (false: nothing).
+func renderChat(b []byte, p itemParts) ([]byte, bool) {
+	{
 		var m map[string]any
 		switch p.kind {
 		case "message":
@@ -397,5 +408,5 @@ func ChatRequest(size int) []byte {
 			return b, false // reasoning: Chat Completions carries none back
 		}
 		return append(b, mustJSON(m)...), true
-	})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,11 +107,22 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	hugeRoutes := fs.String("huge-routes", "", "routes of the peak-RSS rows, comma-separated (default every route compactd parses)")
 	budget := fs.Int64("inflight-budget", o.InflightBudget, "compactd's --max-inflight-body-bytes in the run (0: do not pass the flag: serve's default, read from its startup log)")
 	nginx := fs.String("nginx", "", "the nginx executable of the nginx column (default: nginx in PATH; when there is none or it does not start, the column says \"not run\")")
+	rows := fs.String("rows", "", "run only the latency rows whose names match this regular expression (e.g. growing: the growing conversations; the peak-RSS rows still run unless --rows is set)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *quick {
 		o = bench.SideQuick()
+	}
+	if *rows != "" {
+		re, err := regexp.Compile(*rows)
+		if err != nil {
+			return usageErrorf("bench", "--rows: %v", err)
+		}
+		o.Rows = re
+		if len(o.HugeConc) > 0 && !*hugeOnly {
+			o.HugeConc = nil // --rows picks latency rows: no peak-RSS rows
+		}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
