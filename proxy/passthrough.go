@@ -263,11 +263,16 @@ func withSplice(r *http.Request, ctx context.Context, body api.Splice) *http.Req
 	return out
 }
 
-// spliceBody reads the pieces of a Splice in order.
+// spliceBody reads the pieces of a Splice in order; like replayBody, it records whether it was
+// read to its end and whether a replay was asked for (done).
 type spliceBody struct {
-	parts api.Splice
-	i, at int // the piece being read and the offset in it
+	parts    api.Splice
+	i, at    int // the piece being read and the offset in it
+	drained  atomic.Bool
+	replayed atomic.Bool
 }
+
+func (b *spliceBody) done() bool { return b.drained.Load() && !b.replayed.Load() }
 
 func (b *spliceBody) Read(p []byte) (int, error) {
 	n := 0
@@ -279,8 +284,11 @@ func (b *spliceBody) Read(p []byte) (int, error) {
 			b.i, b.at = b.i+1, 0
 		}
 	}
-	if n == 0 && b.i >= len(b.parts) {
-		return 0, io.EOF
+	if b.i >= len(b.parts) {
+		b.drained.Store(true)
+		if n == 0 {
+			return 0, io.EOF
+		}
 	}
 	return n, nil
 }
@@ -298,10 +306,14 @@ func (b *spliceBody) WriteTo(w io.Writer) (int64, error) {
 		}
 		b.i, b.at = b.i+1, 0
 	}
+	b.drained.Store(true)
 	return total, nil
 }
 
 func (*spliceBody) Close() error { return nil }
 
 // replay is GetBody: a fresh reader over the same pieces.
-func (b *spliceBody) replay() (io.ReadCloser, error) { return &spliceBody{parts: b.parts}, nil }
+func (b *spliceBody) replay() (io.ReadCloser, error) {
+	b.replayed.Store(true)
+	return &spliceBody{parts: b.parts}, nil
+}

@@ -48,8 +48,8 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 		}
 		p.t = t
 		p.serve()
-		if p.passedThrough && p.out != nil && p.out.done() {
-			s.bodies.put(body) // forwarded as sent, and the transport is done with it
+		if p.released && p.out != nil && p.out.done() {
+			s.bodies.put(body) // nothing was handed the body, and the transport is done with it
 		}
 	}
 }
@@ -68,11 +68,14 @@ type pipe struct {
 	c        *engine.Compaction // the compaction this turn made, if any
 	fl       flight             // what the answer's hooks rewrite (forward), in the pipe's own allocation
 	skimHit  skimcache.Hit      // the remembered skim the body's was resumed from (ResumeFrom)
-	// out is the upstream body of a pass-through forward: once the transport has closed it
-	// (and never replayed it), nothing reads the client's bytes and their buffer is reused.
-	out           *replayBody
-	passedThrough bool // the turn was forwarded as the client sent it, and nothing kept its body
-	noThreshold   bool // the turn has no threshold: nothing counted, speculated or remembered
+	// out is the upstream body of the turn's forward: once the transport has read it to the end
+	// (and never replayed it), and released says nothing else was handed the client's bytes,
+	// their buffer is reused.
+	out interface{ done() bool }
+	// released: the turn ended in a forward with no threshold (nothing counted, speculated,
+	// compacted or remembered) and no recall: what it forwarded is all that read its body.
+	released    bool
+	noThreshold bool // the turn has no threshold
 }
 
 func (p *pipe) serve() {
@@ -91,7 +94,7 @@ func (p *pipe) serve() {
 	policy := p.s.cfg.Policy.ForRoute(p.a.Name())
 	if pt, ok := p.t.(turn.PassThrough); ok && pt.PassThrough(&p.env, policy.Threshold > 0) {
 		p.forward(api.Splice{p.body}, nil)
-		p.passedThrough = true
+		p.released = true
 		return
 	}
 	if p.threshold(policy) {
@@ -111,15 +114,15 @@ func (p *pipe) serve() {
 		p.s.recall.run(p.w, r, rc.rt, rc.d, p.a, p.upstream, st.Streamed, st.Committed)
 		return
 	}
+	// No threshold and no recall: nothing (no compaction, speculation, memo or archive) was
+	// handed the client's bytes but the forward.
+	p.released = p.noThreshold && rc == nil && p.c == nil
 	if sp, ok := p.t.(turn.Spliced); ok && p.t.Changed(&p.env) {
 		if parts := sp.Splice(&p.env); parts != nil {
 			p.forward(parts, p.t.Rewriter())
 			return
 		}
 	}
-	// No threshold, no recall, nothing changed: the client's bytes went as sent, and nothing
-	// (no compaction, speculation or memo) was handed them.
-	p.passedThrough = p.noThreshold && rc == nil && !p.t.Changed(&p.env)
 	p.forward(api.Splice{p.t.Body(&p.env)}, p.t.Rewriter())
 }
 
@@ -375,10 +378,10 @@ func (p *pipe) forward(body api.Splice, rw turn.Rewriter) {
 	var out *http.Request
 	if len(body) == 1 {
 		out = withBody(p.r, ctx, body[0])
-		p.out, _ = out.Body.(*replayBody)
 	} else {
 		out = withSplice(p.r, ctx, body)
 	}
+	p.out, _ = out.Body.(interface{ done() bool })
 	var w http.ResponseWriter = p.w
 	if rw != nil {
 		if uh, ok := p.t.(turn.UpstreamHeaders); ok {
