@@ -9,7 +9,6 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/tidwall/gjson"
-	"github.com/tiktoken-go/tokenizer"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/tokenize"
@@ -91,7 +90,7 @@ type Counter struct {
 }
 
 // o200k is the process's one o200k_base codec (internal/tokenize), shared with handoff.
-func o200k() tokenizer.Codec { return tokenize.Codec() }
+func o200k() *tokenize.Encoder { return tokenize.Codec() }
 
 // bpeCount is the tokenizer call. On the (regexp timeout) error path it falls back to the estimate
 // rather than failing a request over a count.

@@ -1,5 +1,6 @@
-// Package tokenize is compactd's one tokenizer: o200k_base (tiktoken-go), the encoding of the
-// models compactd serves, built once per process and shared by every package that counts or cuts
+// Package tokenize is compactd's one tokenizer: o200k_base, the encoding of the models compactd
+// serves (tiktoken-go's algorithm over an embedded pointer-free vocabulary, codec.go), built once
+// per process and shared by every package that counts or cuts
 // text by tokens (compact's Counter, handoff's resume prompts), and the one middle-truncation
 // helper built on it.
 package tokenize
@@ -7,24 +8,8 @@ package tokenize
 import (
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
-
-	"github.com/tiktoken-go/tokenizer"
 )
-
-// Codec returns the shared o200k_base codec. Its vocabulary is embedded and parsed on first use
-// (tens of milliseconds), so it is built once; it holds no per-call state (regexp2 pools its
-// runners), so one instance serves all goroutines. The vocabulary ships inside the binary, so
-// failing to build it is a broken build: Codec panics rather than have every caller carry an
-// error path that cannot happen.
-var Codec = sync.OnceValue(func() tokenizer.Codec {
-	c, err := tokenizer.Get(tokenizer.O200kBase)
-	if err != nil {
-		panic("tokenize: o200k_base unavailable: " + err.Error())
-	}
-	return c
-})
 
 // Count returns the o200k_base token count of s. The codec fails only when its regexp times out
 // on pathological input; then Count falls back to four bytes per token, rather than fail whatever
