@@ -118,7 +118,11 @@ func TestBenchSideBySideQuick(t *testing.T) {
 				"| Responses 2KB | 32 |", "| Responses 2KB | 1 |", "| Messages 2KB | 32 |", "| GET /v1/models | 32 |",
 				"agent history | 4 |", "with a compaction item (handoff) | 1 |", "handoff + recall tool | 1 |", "time to first byte | 1 |",
 				`Recall row, checked before measuring: the upstream got the handoff and the "compactd_recall" tool, no compaction item`,
-				"| compactd / nginx CPU |", "| compactd |", "| target | figure | met |"}, tc.want...) {
+				"| compactd / nginx CPU |", "| compactd |", "| target | figure | met |",
+				"| growing 128KB Responses conversations | 1 |", "| growing 128KB Responses conversations | 4 |",
+				"| growing 128KB Messages conversations | 1 |", "| growing 128KB Chat conversations | 1 |",
+				"| growing 128KB Responses conversations after a compaction (handoff) | 1 |",
+				"| growing 128KB Responses conversations, SSE time to first byte | 1 |", "CPU/req ≤ 1.25× bare"}, tc.want...) {
 				if !strings.Contains(md, want) {
 					t.Errorf("report lacks %q:\n%s", want, md)
 				}
@@ -151,6 +155,12 @@ func TestBenchSideBySideQuick(t *testing.T) {
 				// the item, or the recall round broke).
 				if strings.Contains(line, "handoff + recall tool | 1 |") && !strings.Contains(line, "| 0/0/0/0 |") && !strings.Contains(line, "| 0/0/not run/0 |") {
 					t.Errorf("errors on the recall row: %s", line)
+				}
+				// The growing rows: every target answered every request (a refusal would mean a
+				// conversation the real API refuses, or compactd forwarding a compaction item on
+				// the handoff row).
+				if strings.HasPrefix(line, "| growing ") && !strings.Contains(line, "| 0/0/0/0 |") && !strings.Contains(line, "| 0/0/not run/0 |") {
+					t.Errorf("errors on a growing row: %s", line)
 				}
 			}
 		})
