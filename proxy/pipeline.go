@@ -68,6 +68,7 @@ type pipe struct {
 	c        *engine.Compaction // the compaction this turn made, if any
 	fl       flight             // what the answer's hooks rewrite (forward), in the pipe's own allocation
 	skimHit  skimcache.Hit      // the remembered skim the body's was resumed from (ResumeFrom)
+	scope    string             // the skim cache's scope of the request (skimScope), once made
 	// out is the upstream body of the turn's forward: once the transport has read it to the end
 	// (and never replayed it), and released says nothing else was handed the client's bytes,
 	// their buffer is reused.

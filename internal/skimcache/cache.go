@@ -247,7 +247,9 @@ func (c *Cache) Find(scope string, body []byte) Hit {
 
 // Store remembers st for scope: the state of body's first st.End() bytes. from is the Hit the
 // body's skim resumed from (zero when none): the new entry extends its chain, hashing only
-// body[from.State.End():st.End()], and replaces its entry, since the conversation moved on.
+// body[from.State.End():st.End()], and replaces its entry, since the conversation moved on. A
+// from that was not found for this body cannot make a false hit: Find recomputes the chain over
+// the body it is given, so an entry extended from a wrong tag never verifies (it only misses).
 func (c *Cache) Store(scope string, body []byte, from Hit, st State) {
 	if !c.Wants(len(body)) || st == nil {
 		return

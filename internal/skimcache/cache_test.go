@@ -229,8 +229,7 @@ func TestConcurrent(t *testing.T) {
 // and Store (the MAC over the tail).
 func BenchmarkTurn(b *testing.B) {
 	c := New(Options{Budget: 64 << 20})
-	full := conversation(1, 2<<20+(b.N+2)*0) // sized below
-	full = conversation(1, 3<<20)
+	full := conversation(1, 3<<20)
 	end := 2 << 20
 	c.Store("s", full[:end], Hit{}, &state{end: end})
 	b.SetBytes(int64(end))
@@ -280,5 +279,21 @@ func TestManyConversationsOneHead(t *testing.T) {
 	}
 	if st := c.Stats(); st.Entries != n {
 		t.Fatalf("%d entries, want one per conversation (%d)", st.Entries, n)
+	}
+}
+
+// TestWrongFromNeverHits: a Hit found for one body, passed to Store with another, makes an entry
+// that never verifies — Find recomputes the chain over the body it is given.
+func TestWrongFromNeverHits(t *testing.T) {
+	c := newTest(1 << 20)
+	a, b := conversation(1, 40<<10), conversation(2, 40<<10) // the same head, other bytes
+	c.Store("s", a[:20<<10], Hit{}, &state{end: 20 << 10})
+	h := c.Find("s", a)
+	if !h.OK() {
+		t.Fatal("no hit on a")
+	}
+	c.Store("s", b, h, &state{end: 40 << 10})
+	if got := c.Find("s", b); got.OK() {
+		t.Fatal("an entry extended from another body's chain verified")
 	}
 }
