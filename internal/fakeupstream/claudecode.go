@@ -28,8 +28,8 @@ func (c *call) claudeCodeCompactReply() (string, bool) {
 	}
 	var last string
 	c.in.top["messages"].ForEach(func(_, m gjson.Result) bool {
-		if m.Get("role").Str == "user" {
-			last = contentText(m.Get("content"))
+		if member(m, "role").Str == "user" {
+			last = contentText(member(m, "content"))
 		}
 		return true
 	})

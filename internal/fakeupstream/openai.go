@@ -480,8 +480,8 @@ func (c *call) chatRecallResult() (name, result string, ok bool) {
 		return true
 	})
 	for _, m := range msgs[i+1:] {
-		if n, found := names[m.Get("tool_call_id").Str]; found {
-			return n, contentText(m.Get("content")), true
+		if n, found := names[member(m, "tool_call_id").Str]; found {
+			return n, contentText(member(m, "content")), true
 		}
 	}
 	return "", "", false

@@ -214,7 +214,7 @@ func strictMessages(msgs gjson.Result) *refusal {
 	var turns []turn
 	seenUser := false
 	for i, m := range all {
-		role := m.Get("role").Str
+		role := member(m, "role").Str
 		at := "messages." + strconv.Itoa(i)
 		switch role {
 		case "user", "assistant", "system":
@@ -224,7 +224,7 @@ func strictMessages(msgs gjson.Result) *refusal {
 		if i == 0 && role != "user" {
 			return badRequestRefusal("", "", `messages: first message must use the "user" role`)
 		}
-		content := m.Get("content")
+		content := member(m, "content")
 		allowed := messagesBlockTypes
 		if role == "system" {
 			if !seenUser {
@@ -375,7 +375,7 @@ func strictResponses(input gjson.Result) *refusal {
 	items := input.Array()
 	// Outputs may come in any order after their calls, so collect them first.
 	for _, it := range items {
-		typ := it.Get("type").Str
+		typ := member(it, "type").Str
 		if responsesOutputs[typ] {
 			for _, id := range outputIDs(typ, it) {
 				answered[id] = true
@@ -388,11 +388,11 @@ func strictResponses(input gjson.Result) *refusal {
 		if !it.IsObject() {
 			return badRequestRefusal(at, "invalid_type", "Invalid type for '"+at+"': expected an object.")
 		}
-		typ := it.Get("type").Str
+		typ := member(it, "type").Str
 		switch {
-		case typ == "" && it.Get("role").Exists():
+		case typ == "" && member(it, "role").Exists():
 			typ = "message"
-		case typ == "" && it.Get("id").Exists():
+		case typ == "" && member(it, "id").Exists():
 			typ = "item_reference"
 		case typ == "":
 			return badRequestRefusal(at, "missing_required_parameter", "Missing required parameter: '"+at+".type'.")
@@ -400,17 +400,17 @@ func strictResponses(input gjson.Result) *refusal {
 			return badRequestRefusal(at+".type", "invalid_value", "Invalid value: '"+typ+"'. Supported values are: "+supported(responsesItemTypes)+".")
 		}
 		if typ == "message" {
-			if role := it.Get("role").Str; !responsesRoles[role] {
+			if role := member(it, "role").Str; !responsesRoles[role] {
 				return badRequestRefusal(at+".role", "invalid_value", "Invalid value: '"+role+"'. Supported values are: 'assistant', 'system', 'developer', and 'user'.")
 			}
 		}
 		if responsesCalls[typ] {
-			if typ == "tool_search_call" && it.Get("execution").Str != "client" {
+			if typ == "tool_search_call" && member(it, "execution").Str != "client" {
 				continue // server-executed: its output is the server's
 			}
 			ids := []string{callID(typ, it)}
 			if typ == "local_shell_call" {
-				ids = append(ids, it.Get("id").Str)
+				ids = append(ids, member(it, "id").Str)
 			}
 			for _, id := range ids {
 				calls[id] = true
@@ -450,9 +450,9 @@ func strictResponses(input gjson.Result) *refusal {
 // callID is the id an output of this call answers: call_id, or id for an MCP approval request.
 func callID(typ string, it gjson.Result) string {
 	if typ == "mcp_approval_request" {
-		return it.Get("id").Str
+		return member(it, "id").Str
 	}
-	return it.Get("call_id").Str
+	return member(it, "call_id").Str
 }
 
 // outputIDs are the call ids an output item may answer. local_shell_call_output names its call
@@ -461,16 +461,16 @@ func callID(typ string, it gjson.Result) string {
 func outputIDs(typ string, it gjson.Result) []string {
 	switch typ {
 	case "local_shell_call_output":
-		return []string{it.Get("id").Str}
+		return []string{member(it, "id").Str}
 	case "mcp_approval_response":
-		return []string{it.Get("approval_request_id").Str}
+		return []string{member(it, "approval_request_id").Str}
 	case "tool_search_output":
-		if id := it.Get("call_id"); id.Exists() {
+		if id := member(it, "call_id"); id.Exists() {
 			return []string{id.Str}
 		}
 		return nil
 	}
-	return []string{it.Get("call_id").Str}
+	return []string{member(it, "call_id").Str}
 }
 
 // supported lists a set's keys as the API lists allowed values: 'a', 'b', and 'c' (sorted).
@@ -519,7 +519,7 @@ func strictChat(msgs gjson.Result) *refusal {
 	}
 	inRun := false // the previous messages since the opener are all tool messages
 	for i, m := range all {
-		role := m.Get("role").Str
+		role := member(m, "role").Str
 		at := "messages.[" + strconv.Itoa(i) + "]"
 		if !chatRoles[role] {
 			return badRequestRefusal(at+".role", "invalid_value", "Invalid value: '"+role+
@@ -529,7 +529,7 @@ func strictChat(msgs gjson.Result) *refusal {
 			if !inRun {
 				return badRequestRefusal(at+".role", "", "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.")
 			}
-			id := m.Get("tool_call_id").Str
+			id := member(m, "tool_call_id").Str
 			found := false
 			for _, c := range callIDs {
 				found = found || c == id
@@ -545,7 +545,7 @@ func strictChat(msgs gjson.Result) *refusal {
 		}
 		inRun = false
 		if role == "assistant" {
-			if tcs := m.Get("tool_calls"); tcs.IsArray() && len(tcs.Array()) > 0 {
+			if tcs := member(m, "tool_calls"); tcs.IsArray() && len(tcs.Array()) > 0 {
 				callIDs, answered, opener, inRun = nil, map[string]bool{}, i, true
 				tcs.ForEach(func(_, tc gjson.Result) bool {
 					callIDs = append(callIDs, tc.Get("id").Str)
