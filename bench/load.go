@@ -63,8 +63,14 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 
 // do sends request i; lat and ttfb are measured from start (the scheduled send time in an open
 // loop, so a late send counts against latency rather than vanishing from it).
+//
+// A zero start is "now, once the body is built": a closed loop's latency is the target's, not
+// the time the load generator took to render a growing conversation's next body.
 func (r *requester) do(ctx context.Context, i int, start time.Time) sample {
 	method, body := r.method, r.body(i)
+	if start.IsZero() {
+		start = time.Now()
+	}
 	if method == "" {
 		method = http.MethodPost
 	}
@@ -133,6 +139,13 @@ func (c *collector) add(s sample) {
 // closedLoop runs conc workers, each sending its next request as soon as the previous one is
 // answered, for d. It measures capacity: throughput at a fixed number of outstanding requests.
 func closedLoop(ctx context.Context, c *collector, r *requester, conc int, d time.Duration) time.Duration {
+	return closedLoopN(ctx, c, r, conc, d, 0)
+}
+
+// closedLoopN is closedLoop that stops after n requests (0: no limit) or d, whichever is first:
+// targets given the same n and the same bodies measure the same multiset of requests, so their
+// p50s compare like for like even when one is faster.
+func closedLoopN(ctx context.Context, c *collector, r *requester, conc int, d time.Duration, n int) time.Duration {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -149,7 +162,10 @@ func closedLoop(ctx context.Context, c *collector, r *requester, conc int, d tim
 				i := next.i
 				next.i++
 				next.Unlock()
-				c.add(r.do(ctx, i, time.Now()))
+				if n > 0 && i >= n {
+					return
+				}
+				c.add(r.do(ctx, i, time.Time{}))
 			}
 		})
 	}

@@ -324,3 +324,24 @@ func TestSideMarkdownHugeOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestProcCPUCountsThisProcess: the nanosecond sum over threads moves with CPU burned and agrees
+// with the tick count of /proc/PID/stat.
+func TestProcCPUCountsThisProcess(t *testing.T) {
+	if _, ok := schedCPU(os.Getpid()); !ok {
+		t.Skip("no /proc/PID/task/*/schedstat here")
+	}
+	before := procCPU(os.Getpid())
+	x := 0
+	for start := time.Now(); time.Since(start) < 200*time.Millisecond; {
+		x++
+	}
+	_ = x
+	used := procCPU(os.Getpid()) - before
+	if used < 100*time.Millisecond || used > 2*time.Second {
+		t.Errorf("burned ~200 ms of CPU, procCPU moved %v", used)
+	}
+	if d := procCPU(os.Getpid()) - statCPU(os.Getpid()); d < -100*time.Millisecond || d > 100*time.Millisecond {
+		t.Errorf("schedstat sum and stat ticks differ by %v", d)
+	}
+}

@@ -51,6 +51,26 @@ func NewGrower(d Dialect, id int, o GrowOptions) *Grower {
 	return &Grower{d: d, o: o, seed: id}
 }
 
+// Clone is an independent copy of g in its present state: the same conversation, whose next
+// requests are g's next requests. Side-by-side rounds give every target a clone of one state, so
+// each target is sent the same bodies.
+func (g *Grower) Clone() *Grower {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return &Grower{d: g.d, o: g.o, seed: g.seed, conv: g.conv, step: g.step, items: bytes.Clone(g.items)}
+}
+
+// Advance moves g on by one request, as Next does, without rendering the body.
+func (g *Grower) Advance() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.items == nil || len(g.items) >= g.o.To {
+		g.begin()
+	} else {
+		g.turn()
+	}
+}
+
 // stepBase spaces the steps of different conversations apart (a 2 MB conversation takes ~600).
 const stepBase = 4096
 

@@ -85,3 +85,25 @@ func TestGrowerToolCallsAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestCloneAndAdvance: a clone sends what its original would, and Advance moves a Grower as Next
+// does, so every target of a side-by-side round is sent the same bodies.
+func TestCloneAndAdvance(t *testing.T) {
+	for _, d := range []Dialect{Responses, Messages, Chat} {
+		g := NewGrower(d, 3, GrowOptions{From: 20 << 10, To: 60 << 10})
+		g.Next()
+		c := g.Clone()
+		for i := range 30 {
+			a, b := g.Next(), c.Next()
+			if !bytes.Equal(a, b) {
+				t.Fatalf("dialect %d: request %d of the clone differs from the original's", d, i)
+			}
+		}
+		adv, next := g.Clone(), g.Clone()
+		adv.Advance()
+		next.Next()
+		if !bytes.Equal(adv.Next(), next.Next()) {
+			t.Fatalf("dialect %d: Advance did not move the conversation as Next does", d)
+		}
+	}
+}
