@@ -112,7 +112,7 @@ func walkStrings(r gjson.Result, b *strings.Builder) {
 func (c *call) recallTool() string {
 	name := ""
 	c.in.top["tools"].ForEach(func(_, t gjson.Result) bool {
-		n := t.Get("name").Str
+		n := member(t, "name").Str
 		if n == "" {
 			n = t.Get("function.name").Str // Chat Completions tools
 		}

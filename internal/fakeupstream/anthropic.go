@@ -178,22 +178,22 @@ func (c *call) recallResult() (name, result string, ok bool) {
 		return "", "", false
 	}
 	last, prev := msgs[len(msgs)-1], msgs[len(msgs)-2]
-	if last.Get("role").Str != "user" || prev.Get("role").Str != "assistant" {
+	if member(last, "role").Str != "user" || member(prev, "role").Str != "assistant" {
 		return "", "", false
 	}
 	names := map[string]string{}
-	prev.Get("content").ForEach(func(_, b gjson.Result) bool {
-		if b.Get("type").Str == "tool_use" && strings.Contains(b.Get("name").Str, "recall") {
-			names[b.Get("id").Str] = b.Get("name").Str
+	member(prev, "content").ForEach(func(_, b gjson.Result) bool {
+		if member(b, "type").Str == "tool_use" && strings.Contains(member(b, "name").Str, "recall") {
+			names[member(b, "id").Str] = member(b, "name").Str
 		}
 		return true
 	})
-	last.Get("content").ForEach(func(_, b gjson.Result) bool {
-		if b.Get("type").Str != "tool_result" {
+	member(last, "content").ForEach(func(_, b gjson.Result) bool {
+		if member(b, "type").Str != "tool_result" {
 			return true
 		}
-		if n, found := names[b.Get("tool_use_id").Str]; found {
-			name, result, ok = n, contentText(b.Get("content")), true
+		if n, found := names[member(b, "tool_use_id").Str]; found {
+			name, result, ok = n, contentText(member(b, "content")), true
 		}
 		return !ok
 	})

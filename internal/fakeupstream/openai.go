@@ -475,7 +475,7 @@ func (c *call) chatRecallResult() (name, result string, ok bool) {
 	names := map[string]string{}
 	msgs[i].Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 		if n := tc.Get("function.name").Str; strings.Contains(n, "recall") {
-			names[tc.Get("id").Str] = n
+			names[member(tc, "id").Str] = n
 		}
 		return true
 	})

@@ -143,7 +143,7 @@ func messagesUsers(msgs gjson.Result) (users []string, toolAfter bool) {
 		content := member(m, "content")
 		hasResult := false
 		content.ForEach(func(_, b gjson.Result) bool {
-			if b.Get("type").Str == "tool_result" {
+			if member(b, "type").Str == "tool_result" {
 				hasResult = true
 			}
 			return !hasResult
@@ -167,9 +167,9 @@ func contentText(content gjson.Result) string {
 	}
 	var b strings.Builder
 	content.ForEach(func(_, part gjson.Result) bool {
-		switch part.Get("type").Str {
+		switch member(part, "type").Str {
 		case "input_text", "output_text", "text", "":
-			if t := part.Get("text"); t.Type == gjson.String {
+			if t := member(part, "text"); t.Type == gjson.String {
 				if b.Len() > 0 {
 					b.WriteByte('\n')
 				}
@@ -206,7 +206,7 @@ func messagesCompaction(root map[string]gjson.Result) string {
 	}
 	reason := ""
 	root["context_management"].Get("edits").ForEach(func(_, e gjson.Result) bool {
-		if t := e.Get("type").Str; strings.HasPrefix(t, "compact_") {
+		if t := member(e, "type").Str; strings.HasPrefix(t, "compact_") {
 			reason = "context_management.edits: unsupported edit type '" + t + "'"
 			return false
 		}
@@ -217,7 +217,7 @@ func messagesCompaction(root map[string]gjson.Result) string {
 	}
 	root["messages"].ForEach(func(i, m gjson.Result) bool {
 		member(m, "content").ForEach(func(_, b gjson.Result) bool {
-			if b.Get("type").Str == "compaction" {
+			if member(b, "type").Str == "compaction" {
 				reason = "messages." + i.String() + ".content: unsupported content block type 'compaction'"
 				return false
 			}

@@ -243,7 +243,7 @@ func strictMessages(msgs gjson.Result) *refusal {
 			var bad *refusal
 			j := 0
 			content.ForEach(func(_, b gjson.Result) bool {
-				typ := b.Get("type").Str
+				typ := member(b, "type").Str
 				if !b.IsObject() || !allowed[typ] {
 					bad = badRequestRefusal("", "", at+".content."+strconv.Itoa(j)+".type: Input tag '"+typ+
 						"' found using 'type' does not match any of the expected tags")
@@ -288,8 +288,8 @@ func strictMessages(msgs gjson.Result) *refusal {
 		if k > 0 {
 			prev = &turns[k-1]
 			for _, b := range prev.blocks {
-				if b.b.Get("type").Str == "tool_use" {
-					id := b.b.Get("id").Str
+				if member(b.b, "type").Str == "tool_use" {
+					id := member(b.b, "id").Str
 					if !uses[id] {
 						order = append(order, id)
 					}
@@ -300,12 +300,12 @@ func strictMessages(msgs gjson.Result) *refusal {
 		answered := map[string]bool{}
 		leading := true
 		for _, b := range t.blocks {
-			if b.b.Get("type").Str != "tool_result" {
+			if member(b.b, "type").Str != "tool_result" {
 				leading = false
 				continue
 			}
 			at := "messages." + strconv.Itoa(b.msg) + ".content." + strconv.Itoa(b.idx)
-			id := b.b.Get("tool_use_id").Str
+			id := member(b.b, "tool_use_id").Str
 			if !uses[id] {
 				return badRequestRefusal("", "", at+": unexpected `tool_use_id` found in `tool_result` blocks: "+id+
 					". Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")
@@ -548,7 +548,7 @@ func strictChat(msgs gjson.Result) *refusal {
 			if tcs := member(m, "tool_calls"); tcs.IsArray() && len(tcs.Array()) > 0 {
 				callIDs, answered, opener, inRun = nil, map[string]bool{}, i, true
 				tcs.ForEach(func(_, tc gjson.Result) bool {
-					callIDs = append(callIDs, tc.Get("id").Str)
+					callIDs = append(callIDs, member(tc, "id").Str)
 					return true
 				})
 			}
