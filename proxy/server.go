@@ -532,6 +532,7 @@ func DefaultTransport() *http.Transport {
 	t.MaxIdleConns = DefaultMaxIdleConns
 	t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 	t.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	t.DialContext = bulkDial(t.DialContext) // bodies compactd read whole go out in one write (bulkconn.go)
 	return t
 }
 
