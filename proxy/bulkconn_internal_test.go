@@ -3,12 +3,19 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"github.com/compactd/compactd/internal/compact"
+	"github.com/compactd/compactd/internal/crypto"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/compactd/compactd/internal/api"
 )
@@ -80,5 +87,58 @@ func TestBulkConnWritesBodiesWhole(t *testing.T) {
 				t.Errorf("%d writes through the transport's copy; the count does not see the copy buffer", writes.Load())
 			}
 		})
+	}
+}
+
+// TestBulkConnThroughTheProxy: a 2 MB pass-through turn reaches the upstream through the
+// ReverseProxy (which wraps the body in a reader of its own) in a handful of writes, byte for
+// byte, and so does the next turn of the same connection.
+func TestBulkConnThroughTheProxy(t *testing.T) {
+	var got atomic.Pointer[[]byte]
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(&b)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"resp_1","object":"response","status":"completed","output":[]}`)
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	k, _ := crypto.GenerateKey()
+	ring, _ := crypto.NewKeyring(k)
+	counter := compact.NewCounter(compact.CounterOptions{})
+	defer counter.Close()
+	var writes atomic.Int64
+	tr := DefaultTransport()
+	d := &net.Dialer{}
+	tr.DialContext = bulkDial(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		return countingConn{c, &writes}, err
+	})
+	defer tr.CloseIdleConnections()
+	s, err := New(Config{Upstream: u, Sealer: ring, Counter: counter, Summarizer: instantSummarizer{}, Transport: tr,
+		Logger: slog.New(slog.DiscardHandler), KeepAlive: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(s)
+	defer front.Close()
+	for i := range 2 {
+		body := fmt.Appendf(nil, `{"model":"m","input":[{"role":"user","content":"%s"}],"n":%d}`, strings.Repeat("x", 2<<20), i)
+		writes.Store(0)
+		resp, err := http.Post(front.URL+"/v1/responses", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("turn %d: %d", i, resp.StatusCode)
+		}
+		if b := got.Load(); b == nil || !bytes.Equal(*b, body) {
+			t.Fatalf("turn %d reached the upstream changed", i)
+		}
+		if n := writes.Load(); n > 4 || n == 0 {
+			t.Errorf("turn %d: %d writes to the upstream connection, want 1 to 4 (a 2 MB body through a 32 KiB buffer is 64)", i, n)
+		}
 	}
 }

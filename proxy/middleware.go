@@ -51,9 +51,17 @@ type reqState struct {
 	// upstreamBody is the response body wrapper of the request's first upstream round trip.
 	upstreamBody     upstreamBody
 	upstreamBodyUsed atomic.Bool
-	ctx              reqCtx
-	route            chi.Context
-	routePatterns    [2]string // the backing of route.RoutePatterns (a mounted router adds the second)
+	// outBody is the body compactd read whole and forwards (pipe.forward), for the round trip
+	// to hand the transport directly (bulkconn.go): the ReverseProxy wraps it in a reader of
+	// its own, which only copies through a 32 KiB buffer.
+	outBody interface {
+		io.ReadCloser
+		bulkBody
+	}
+	outLen        int64
+	ctx           reqCtx
+	route         chi.Context
+	routePatterns [2]string // the backing of route.RoutePatterns (a mounted router adds the second)
 	// credential is what the client presented (clientKey), taken before authenticate swaps it for
 	// the tenant's; owner is its digest with the tenant, computed on first use (ownerOf). Never
 	// logged.

@@ -30,6 +30,15 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 	if st != nil {
 		upstream = st.upstream
 	}
+	if st != nil && st.outBody != nil && req.Body != nil && req.ContentLength == st.outLen {
+		// The forward's own body, in place of the ReverseProxy's wrapper of it, once: the
+		// transport then writes it whole (bulkConn). The wrapper exists to fail reads after the
+		// handler returned; these bytes are in memory, and their buffer is reused only once the
+		// transport has read them to the end (pipe.out).
+		r2 := *req
+		r2.Body, st.outBody = st.outBody, nil
+		req = &r2
+	}
 	start := time.Now()
 	resp, err := t.next.RoundTrip(req)
 	d := time.Since(start)

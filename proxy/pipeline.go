@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -383,6 +384,13 @@ func (p *pipe) forward(body api.Splice, rw turn.Rewriter) {
 		out = withSplice(p.r, ctx, body)
 	}
 	p.out, _ = out.Body.(interface{ done() bool })
+	if st := stateFrom(ctx); st != nil {
+		st.outBody, _ = out.Body.(interface {
+			io.ReadCloser
+			bulkBody
+		})
+		st.outLen = out.ContentLength
+	}
 	var w http.ResponseWriter = p.w
 	if rw != nil {
 		if uh, ok := p.t.(turn.UpstreamHeaders); ok {
