@@ -13,7 +13,13 @@ import (
 // client in d's envelope: 413 past the size limit, 408 past the read deadline, 503 past the
 // in-flight budget, 400 for a body that could not be read.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]byte, bool) {
-	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies)
+	return s.readBodyWith(w, r, d, nil)
+}
+
+// readBodyWith is readBody, with onBuf (nil: none) handed a declared body's buffer before it is
+// read; the function it returns is told how many bytes have arrived after each read.
+func (s *Server) readBodyWith(w http.ResponseWriter, r *http.Request, d dialect, onBuf func([]byte) func(int)) ([]byte, bool) {
+	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies, onBuf)
 	if err == nil {
 		return body, true
 	}
@@ -34,8 +40,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]
 // readAllSized reads a body in one allocation when its length is declared (agents send
 // multi-megabyte bodies with Content-Length), instead of io.ReadAll's doubling growth.
 //
-// A declared body of poolMinBody or more is read into a buffer of pool (nil: none).
-func readAllSized(r io.Reader, declared, limit int64, pool *bodyPool) ([]byte, error) {
+// A declared body of poolMinBody or more is read into a buffer of pool (nil: none). onBuf, when
+// set, is handed the buffer first, and its result the bytes read so far after each read.
+func readAllSized(r io.Reader, declared, limit int64, pool *bodyPool, onBuf func([]byte) func(int)) ([]byte, error) {
 	if declared <= 0 || declared > limit {
 		return io.ReadAll(r)
 	}
@@ -45,8 +52,28 @@ func readAllSized(r io.Reader, declared, limit int64, pool *bodyPool) ([]byte, e
 	} else {
 		buf = make([]byte, declared, declared+1)
 	}
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, err
+	var progress func(int)
+	if onBuf != nil {
+		progress = onBuf(buf)
+	}
+	if progress == nil {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+	} else {
+		for n := 0; n < len(buf); {
+			m, err := r.Read(buf[n:])
+			n += m
+			if m > 0 {
+				progress(n)
+			}
+			if err != nil && n < len(buf) {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return nil, err
+			}
+		}
 	}
 	// A body longer than declared is the server's to reject; read one more byte to be sure.
 	var extra [1]byte

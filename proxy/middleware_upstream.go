@@ -41,6 +41,13 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 	}
 	start := time.Now()
 	resp, err := t.next.RoundTrip(req)
+	if e := earlyOf(req.Context()); e != nil && e.wasAborted() {
+		// A withdrawn early forward (early.go) is neither the upstream's answer nor its failure.
+		if err == nil {
+			resp.Body.Close()
+		}
+		return nil, errEarlyAborted
+	}
 	d := time.Since(start)
 	st.addUpstream(d)
 	switch {

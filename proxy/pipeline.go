@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/compactd/compactd/internal/api"
@@ -35,24 +36,56 @@ import (
 func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 	rp := s.newTurnProxy(upstream, a)
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, ok := s.readBody(w, r, a)
+		p := &pipe{s: s, w: w, r: r, a: a, rp: rp, upstream: upstream}
+		var onBuf func([]byte) func(int)
+		if s.earlyEligible(r) {
+			p.scope = p.skimScope()
+			if p.asSent = s.asSent.slot(p.scope); p.asSent.Load() {
+				onBuf = func(buf []byte) func(int) {
+					p.early = startEarly(w, r, buf, rp)
+					return p.early.filled
+				}
+			}
+		}
+		defer func() {
+			p.early.abort() // whatever the turn did, nothing of the early request outlives it
+			if p.early != nil {
+				s.metrics.EarlyForward(apiName(a), p.earlyCommitted)
+			}
+		}()
+		body, ok := s.readBodyWith(w, r, a, onBuf)
 		if !ok {
 			return
 		}
-		p := &pipe{s: s, w: w, r: r, a: a, body: body, rp: rp, upstream: upstream}
+		p.body = body
 		p.env = turn.Env{Front: p, Ctx: r.Context(), Header: r.Header, Counter: s.cfg.Counter, Engine: s.engine,
 			Retain: s.cfg.RetainTokens, Options: s.turnOptions}
 		t, f := a.Parse(&p.env, body)
 		if f != nil {
+			p.early.abort()
+			if p.asSent != nil {
+				p.asSent.Store(false)
+			}
 			writeFault(w, a, f)
 			return
 		}
 		p.t = t
 		p.serve()
+		p.early.abort()
+		if p.asSent != nil {
+			p.asSent.Store(p.forwardedAsSent)
+		}
 		if p.released && p.out != nil && p.out.done() {
 			s.bodies.put(body) // nothing was handed the body, and the transport is done with it
 		}
 	}
+}
+
+// earlyEligible reports whether r's body is one an early forward may start for (early.go): a
+// declared length of Config.EarlyForwardBytes or more, within the body limit.
+func (s *Server) earlyEligible(r *http.Request) bool {
+	n := s.cfg.EarlyForwardBytes
+	return n > 0 && r.ContentLength >= n && r.ContentLength <= s.cfg.MaxBodyBytes && r.ContentLength >= poolMinBody
 }
 
 // pipe is one turn on its way through the pipeline.
@@ -78,9 +111,18 @@ type pipe struct {
 	// compacted or remembered) and no recall: what it forwarded is all that read its body.
 	released    bool
 	noThreshold bool // the turn has no threshold
+	// early is the body's early forward (early.go), nil when none was started; asSent the
+	// client's slot of the prediction that starts one, nil for a body too small to have one.
+	early           *early
+	asSent          *atomic.Bool
+	forwardedAsSent bool // the turn went upstream exactly as the client sent it
+	earlyCommitted  bool // ... and as the early forward
 }
 
 func (p *pipe) serve() {
+	if p.early != nil && p.t.Changed(&p.env) {
+		p.early.abort() // the body goes upstream rebuilt, if at all
+	}
 	if p.agent() {
 		return // an agent's own compaction, answered by compactd
 	}
@@ -206,6 +248,7 @@ func (p *pipe) threshold(policy compact.Policy) bool {
 // and the stream is marked committed when a keep-alive went out. This is the one place a turn
 // waits on the summariser.
 func (p *pipe) compactHeld(ctx context.Context, req engine.Request, tick func(first bool) []byte) (*compaction, error) {
+	p.early.abort() // a compaction changes the turn: the early request is not it
 	s, st := p.s, p.t.Stream()
 	req.Dialect, req.Tenant, req.Owner, req.Auth = p.a.Engine(), s.tenantOf(ctx), s.ownerOf(ctx), s.summariserAuth(p.r)
 	if rs := stateFrom(ctx); rs != nil {
@@ -373,9 +416,25 @@ func (p *pipe) recall() *recallRun {
 // to the event cap only, and the request's headers are the client's.
 func (p *pipe) forward(body api.Splice, rw turn.Rewriter) {
 	ctx := p.r.Context()
+	_, edits := p.t.(turn.UpstreamHeaders)
+	// As sent: the client's own bytes, its headers, and an answer passed on as it comes.
+	p.forwardedAsSent = len(body) == 1 && sameBytes(body[0], p.body) &&
+		(rw == nil || (!rw.Rewrites() && !edits && !p.t.Stream().Committed))
 	if rw != nil {
 		p.fl = flight{t: p.t, rw: rw}
 		ctx = withFlight(ctx, &p.fl)
+	}
+	if p.early != nil {
+		var f *flight
+		if rw != nil {
+			f = &p.fl
+		}
+		if p.forwardedAsSent && p.early.commit(f) {
+			p.earlyCommitted = true
+			p.out = p.early.first
+			return
+		}
+		p.early.abort()
 	}
 	var out *http.Request
 	if len(body) == 1 {
@@ -453,4 +512,9 @@ func committedStream(ctx context.Context) *turn.Stream {
 		return f.t.Stream()
 	}
 	return nil
+}
+
+// sameBytes reports whether a and b are the same bytes in memory (not merely equal ones).
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

@@ -25,6 +25,13 @@ func (s *Server) newTurnProxy(target *url.URL, a turn.Dialect) *httputil.Reverse
 
 // rewriteAnswer is the ModifyResponse of a turn's upstream call.
 func rewriteAnswer(log *slog.Logger, resp *http.Response, a turn.Dialect, terminal func([]byte) bool) error {
+	if e := earlyOf(resp.Request.Context()); e != nil {
+		// An early forward's answer is handled as the turn decides: with its flight once
+		// committed; an aborted one's goes nowhere.
+		if <-e.decided; e.wasAborted() {
+			return errEarlyAborted
+		}
+	}
 	f := flightFrom(resp.Request.Context())
 	if f == nil {
 		guardPassThrough(resp, a) // the event cap, nothing else

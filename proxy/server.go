@@ -188,6 +188,11 @@ type Config struct {
 	// which begins with the same bytes (proved by a keyed MAC), is validated and skimmed only
 	// past them. 0: DefaultSkimCacheBytes; negative: no cache (every body skimmed in full).
 	SkimCacheBytes int64
+	// EarlyForwardBytes is the smallest declared body sent upstream while it arrives (early.go):
+	// when the client's last turn on the route went as it came, everything but the body's last
+	// byte goes ahead of the decision, which commits or withdraws it. 0: DefaultEarlyForwardBytes;
+	// negative: never (store and forward).
+	EarlyForwardBytes int64
 	// BodyReadTimeout bounds the time to receive a request body once its headers are in
 	// (default 5m; negative: no limit). It is a deadline on reading the request only, lifted as
 	// soon as the body has arrived, so a long streamed response is never cut by it. When it fires
@@ -299,6 +304,7 @@ type Server struct {
 	owners                    *owner.Keyer     // owner digests and signed references (internal/owner)
 	budget                    *budget.Budget   // nil: no in-flight body budget
 	skims                     *skimcache.Cache // nil: every body skimmed in full
+	asSent                    *asSentTable     // per client and API: was its last turn forwarded as sent (early.go)
 	bodies                    bodyPool         // buffers of pass-through bodies, for the next ones (bodypool.go)
 	ops                       *ops
 	live                      *liveStats         // the console's live figures (stats.go)
@@ -367,6 +373,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SkimCacheBytes == 0 {
 		cfg.SkimCacheBytes = DefaultSkimCacheBytes
 	}
+	if cfg.EarlyForwardBytes == 0 {
+		cfg.EarlyForwardBytes = DefaultEarlyForwardBytes
+	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
@@ -405,7 +414,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: metrics.New(cfg.Registry, cfg.MetricModels), ownTransport: own, budget: budget.New(cfg.MaxInflightBodyBytes), owners: owners,
 		live: &liveStats{}, breaker: breaker, adminThrottle: throttle.New(AdminFailureBurst, AdminFailureRefill),
-		skims: skimcache.New(skimcache.Options{Budget: cfg.SkimCacheBytes})}
+		skims: skimcache.New(skimcache.Options{Budget: cfg.SkimCacheBytes}), asSent: newAsSentTable()}
 	metrics.RegisterSkimCache(cfg.Registry, s.skims.Stats)
 	if !cfg.NoEvents {
 		sink := cfg.Events

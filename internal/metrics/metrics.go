@@ -69,6 +69,7 @@ type Metrics struct {
 	ratio        *prometheus.HistogramVec // api
 	openFailures *prometheus.CounterVec   // api, reason
 	handoffs     *prometheus.CounterVec   // api
+	early        *prometheus.CounterVec   // api, outcome
 
 	sumRequests *prometheus.CounterVec   // outcome
 	sumDuration *prometheus.HistogramVec // outcome
@@ -176,6 +177,7 @@ func New(reg *prometheus.Registry, models []string) *Metrics {
 		ratio:        histogram("compactd_compaction_ratio", "Compression ratio of compactions: tokens after / tokens before.", ratioBuckets, "api"),
 		openFailures: counter("compactd_item_open_failures_total", "Compaction items rejected when opening them, by reason (tampered, unknown_key, wrong_tenant, malformed).", "api", "reason"),
 		handoffs:     counter("compactd_handoffs_total", "Requests whose compaction item was opened and replaced by the handoff message.", "api"),
+		early:        counter("compactd_early_forwards_total", "Large bodies sent upstream while they arrived, by outcome: committed (the turn went as sent) or withdrawn (it did not; the upstream got an incomplete request).", "api", "outcome"),
 
 		sumRequests: counter("compactd_summariser_requests_total", "Summarisations, by outcome (ok, failed, canceled, nothing).", "outcome"),
 		sumDuration: histogram("compactd_summariser_duration_seconds", "Time one summarisation took (all its chunks), by outcome.", durationBuckets, "outcome"),
@@ -252,6 +254,8 @@ func New(reg *prometheus.Registry, models []string) *Metrics {
 			m.openFailures.WithLabelValues(api, r)
 		}
 		m.handoffs.WithLabelValues(api)
+		m.early.WithLabelValues(api, "committed")
+		m.early.WithLabelValues(api, "withdrawn")
 		for _, r := range skipReasons {
 			m.skips.WithLabelValues(api, r)
 		}
@@ -309,6 +313,18 @@ func (m *Metrics) ForeignItems(api, action string, n int) {
 		return
 	}
 	m.foreign.WithLabelValues(api, Label(action)).Add(float64(n))
+}
+
+// EarlyForward counts an early forward by its outcome (committed or withdrawn).
+func (m *Metrics) EarlyForward(api string, committed bool) {
+	if m == nil {
+		return
+	}
+	outcome := "withdrawn"
+	if committed {
+		outcome = "committed"
+	}
+	m.early.WithLabelValues(api, outcome).Inc()
 }
 
 // HandoffApplied counts a request whose compaction item was opened and expanded.
