@@ -28,7 +28,7 @@ import (
 
 // The side-by-side benchmark (`compactd bench side-by-side`): compactd, a bare
 // httputil.ReverseProxy and the fake upstream directly, each its own process, so that a proxy's
-// CPU per request can be read from /proc/PID/stat of that process alone and its peak RSS from
+// CPU per request can be read from /proc/PID (its threads' schedstat) of that process alone and its peak RSS from
 // /proc/PID/status, with nothing of the load generator or the upstream in either figure. The
 // load comes from this (the bench) process. Each row runs Rounds rounds, the targets in a
 // rotating order within each round, and reports medians over the rounds: on a shared machine
