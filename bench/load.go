@@ -122,6 +122,20 @@ type collector struct {
 	mu        sync.Mutex
 	lat, ttfb Latencies
 	n, errs   int
+	// byIndex and ttfbByIndex, when made (a fixed count of requests), keep each request's
+	// latency and time to first byte by its index (0: failed or not sent), so two targets sent
+	// the same bodies can be compared request by request.
+	byIndex, ttfbByIndex []time.Duration
+}
+
+func (c *collector) addAt(i int, s sample) {
+	c.add(s)
+	if s.err || i >= len(c.byIndex) {
+		return
+	}
+	c.mu.Lock()
+	c.byIndex[i], c.ttfbByIndex[i] = s.lat, s.ttfb
+	c.mu.Unlock()
 }
 
 func (c *collector) add(s sample) {
@@ -165,7 +179,7 @@ func closedLoopN(ctx context.Context, c *collector, r *requester, conc int, d ti
 				if n > 0 && i >= n {
 					return
 				}
-				c.add(r.do(ctx, i, time.Time{}))
+				c.addAt(i, r.do(ctx, i, time.Time{}))
 			}
 		})
 	}

@@ -111,6 +111,12 @@ type SideCell struct {
 	CPUPerReq            time.Duration // the proxy process's CPU / requests (0 for direct)
 	Requests, Errors     int
 	RoundsRPS, RoundsCPU []float64 // per round, for the curious
+	// PairedAdded is, on a growing row with one connection, this target's latency (time to
+	// first byte on an SSE row) minus the bare proxy's for the same request, median over the
+	// requests of a round, median over rounds; Paired says it was measured. The bodies are the
+	// same request by request, so what the upstream's time varies with cancels out.
+	PairedAdded time.Duration `json:",omitempty"`
+	Paired      bool          `json:",omitempty"`
 }
 
 // SideRow is one row of the issue's table.
@@ -716,6 +722,9 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		row.LoadEnd = loadAvg()
 		for _, t := range rep.Targets {
 			cell := medianCell(t, rounds[t])
+			if c.grow != nil && c.conc == 1 && t != SideBare {
+				cell.PairedAdded, cell.Paired = pairedAdded(rounds[t], rounds[SideBare], c.ttfb)
+			}
 			row.Cells = append(row.Cells, cell)
 			fmt.Fprintf(progress, "%-44s c=%-3d %-10s %8.0f req/s p50 %-9v ttfb %-9v cpu/req %-9v load %.2f→%.2f\n", c.name, c.conc, t, cell.RPS, cell.P50, cell.TTFB50, cell.CPUPerReq, row.LoadStart, row.LoadEnd)
 		}
@@ -734,11 +743,12 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 }
 
 type roundResult struct {
-	rps      float64
-	p50, p99 time.Duration
-	ttfb50   time.Duration
-	cpu      time.Duration // per request
-	n, errs  int
+	byIndex, ttfbByIndex []time.Duration // latency and TTFB by request index, for a fixed count
+	rps                  float64
+	p50, p99             time.Duration
+	ttfb50               time.Duration
+	cpu                  time.Duration // per request
+	n, errs              int
 }
 
 // measureRound runs one round of one target, for d or n requests (0: no limit) whichever ends
@@ -749,8 +759,11 @@ func measureRound(ctx context.Context, r *requester, conc int, d time.Duration, 
 	if cpu != nil {
 		cpu0 = cpu()
 	}
+	if n > 0 {
+		col.byIndex, col.ttfbByIndex = make([]time.Duration, n), make([]time.Duration, n)
+	}
 	elapsed := closedLoopN(ctx, col, r, conc, d, n)
-	res := roundResult{n: col.n, errs: col.errs}
+	res := roundResult{n: col.n, errs: col.errs, byIndex: col.byIndex, ttfbByIndex: col.ttfbByIndex}
 	ok := col.n - col.errs
 	if cpu != nil && ok > 0 {
 		res.cpu = (cpu() - cpu0) / time.Duration(ok)
@@ -758,6 +771,31 @@ func measureRound(ctx context.Context, r *requester, conc int, d time.Duration, 
 	res.rps = float64(ok) / elapsed.Seconds()
 	res.p50, res.p99, res.ttfb50 = col.lat.Quantile(.5), col.lat.Quantile(.99), col.ttfb.Quantile(.5)
 	return res
+}
+
+// pairedAdded is the median over rounds of the median, over the requests both targets answered,
+// of t's latency minus base's (time to first byte when ttfb).
+func pairedAdded(t, base []roundResult, ttfb bool) (time.Duration, bool) {
+	var perRound []time.Duration
+	for r := range min(len(t), len(base)) {
+		var d []time.Duration
+		ta, ba := t[r].byIndex, base[r].byIndex
+		if ttfb {
+			ta, ba = t[r].ttfbByIndex, base[r].ttfbByIndex
+		}
+		for i := range min(len(ta), len(ba)) {
+			if a, b := ta[i], ba[i]; a > 0 && b > 0 {
+				d = append(d, a-b)
+			}
+		}
+		if len(d) > 0 {
+			perRound = append(perRound, medianDur(d))
+		}
+	}
+	if len(perRound) == 0 {
+		return 0, false
+	}
+	return medianDur(perRound), true
 }
 
 func medianCell(target string, rs []roundResult) SideCell {

@@ -345,3 +345,32 @@ func TestProcCPUCountsThisProcess(t *testing.T) {
 		t.Errorf("schedstat sum and stat ticks differ by %v", d)
 	}
 }
+
+// TestPairedAdded: the added latency is taken request by request (a failed request, 0, left
+// out), median per round, median over rounds; TTFB when asked.
+func TestPairedAdded(t *testing.T) {
+	ms := time.Millisecond
+	base := []roundResult{
+		{byIndex: []time.Duration{10 * ms, 30 * ms, 20 * ms, 0}, ttfbByIndex: []time.Duration{5 * ms, 5 * ms, 5 * ms, 5 * ms}},
+		{byIndex: []time.Duration{10 * ms, 10 * ms, 10 * ms}, ttfbByIndex: []time.Duration{1 * ms, 1 * ms, 1 * ms}},
+		{byIndex: []time.Duration{50 * ms}, ttfbByIndex: []time.Duration{1 * ms}},
+	}
+	tgt := []roundResult{
+		{byIndex: []time.Duration{11 * ms, 31 * ms, 21 * ms, 99 * ms}, ttfbByIndex: []time.Duration{6 * ms, 7 * ms, 8 * ms, 9 * ms}},
+		{byIndex: []time.Duration{12 * ms, 12 * ms, 0}, ttfbByIndex: []time.Duration{2 * ms, 2 * ms, 2 * ms}},
+		{byIndex: []time.Duration{45 * ms}, ttfbByIndex: []time.Duration{1 * ms}},
+	}
+	for _, tc := range []struct {
+		ttfb bool
+		want time.Duration
+	}{{false, 1 * ms}, {true, 1 * ms}} {
+		// rounds: lat +1, +2, -5 → median +1; ttfb medians: +2.5 (1,2,3,4), +1, 0 → +1
+		got, ok := pairedAdded(tgt, base, tc.ttfb)
+		if !ok || got != tc.want {
+			t.Errorf("ttfb=%v: pairedAdded = %v, %v; want %v", tc.ttfb, got, ok, tc.want)
+		}
+	}
+	if _, ok := pairedAdded(nil, base, false); ok {
+		t.Error("no rounds: measured")
+	}
+}
