@@ -115,7 +115,7 @@ func TestBulkConnThroughTheProxy(t *testing.T) {
 		return countingConn{c, &writes}, err
 	})
 	defer tr.CloseIdleConnections()
-	s, err := New(Config{Upstream: u, Sealer: ring, Counter: counter, Summarizer: instantSummarizer{}, Transport: tr,
+	s, err := New(Config{Upstream: u, Sealer: ring, Counter: counter, Summarizer: instantSummarizer{}, Transport: tr, EarlyForwardBytes: SuggestedEarlyForwardBytes,
 		Logger: slog.New(slog.DiscardHandler), KeepAlive: time.Hour})
 	if err != nil {
 		t.Fatal(err)

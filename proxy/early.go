@@ -31,10 +31,12 @@ import (
 // The bytes sent are the buffer the pipeline reads and decides on, so nothing but the timing
 // differs from a forward after the decision.
 
-// DefaultEarlyForwardBytes is Config.EarlyForwardBytes's default: below it a body arrives in
-// well under a millisecond on a LAN, and the early request's goroutine and wake-ups cost more
-// than the overlap saves.
-const DefaultEarlyForwardBytes = 256 << 10
+// SuggestedEarlyForwardBytes is the threshold to turn early forwarding on with: below it a body
+// arrives in well under a millisecond on a LAN, and the early request's goroutine and wake-ups
+// cost more than the overlap saves. It is off by default: measured side by side on loopback
+// (BENCHMARKS.md, issue 27) it took 0.1–0.4 ms off a 2 MB turn's latency and cost 0.1–0.65 ms of
+// CPU, where the upload it overlaps is short; over a slow client link the overlap is worth more.
+const SuggestedEarlyForwardBytes = 256 << 10
 
 // earlyBatch is how far the client's bytes get ahead of the early request before they are
 // written upstream: one write per 128 KiB rather than one per arriving segment.
@@ -51,6 +53,10 @@ type early struct {
 	release  bool // the decision: the body goes as it came; its last byte may go
 	aborted  bool
 	inflight int // writes of buf to a connection in progress (outside mu)
+	// wake is how much of the body must have arrived for a waiting reader of it to go on: the
+	// client's reads signal only then (a 2 MB body arrives in dozens of reads, and a wake-up of
+	// the transport's writer per read cost more CPU than the batching saved).
+	wake int
 
 	decided chan struct{} // closed at commit or abort
 	done    chan struct{} // closed when the early request's handler has returned
@@ -118,8 +124,11 @@ func startEarly(w http.ResponseWriter, r *http.Request, buf []byte, rp http.Hand
 func (e *early) filled(n int) {
 	e.mu.Lock()
 	e.avail = n
+	signal := n >= e.wake || n == len(e.buf)
 	e.mu.Unlock()
-	e.cond.Broadcast()
+	if signal {
+		e.cond.Broadcast()
+	}
 }
 
 // commit lets the body's last byte go, with f the turn's flight (nil: none), and waits until the
@@ -210,6 +219,7 @@ func (b *earlyBody) next(want int) (from, to int, ok bool) {
 		if b.off == len(e.buf) {
 			return b.off, b.off, true
 		}
+		e.wake = b.off + want // commit and abort broadcast whatever wake says
 		e.cond.Wait()
 	}
 }

@@ -58,7 +58,7 @@ func newEarlyServer(t *testing.T, up http.Handler) (*Server, *httptest.Server, *
 	counter := compact.NewCounter(compact.CounterOptions{})
 	t.Cleanup(counter.Close)
 	reg := prometheus.NewRegistry()
-	s, err := New(Config{Upstream: u, Sealer: ring, Counter: counter, Summarizer: instantSummarizer{}, Registry: reg,
+	s, err := New(Config{Upstream: u, Sealer: ring, Counter: counter, Summarizer: instantSummarizer{}, Registry: reg, EarlyForwardBytes: SuggestedEarlyForwardBytes,
 		Logger: slog.New(slog.DiscardHandler), KeepAlive: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -201,4 +201,3 @@ func TestEarlyForwardClientGoesAway(t *testing.T) {
 	}
 	_ = s
 }
-

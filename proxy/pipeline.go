@@ -443,7 +443,8 @@ func (p *pipe) forward(body api.Splice, rw turn.Rewriter) {
 		out = withSplice(p.r, ctx, body)
 	}
 	p.out, _ = out.Body.(interface{ done() bool })
-	if st := stateFrom(ctx); st != nil {
+	if st := stateFrom(ctx); st != nil && out.ContentLength > copyBufferSize {
+		// One copy-buffer's worth or less is one write anyway.
 		st.outBody, _ = out.Body.(interface {
 			io.ReadCloser
 			bulkBody

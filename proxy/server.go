@@ -190,8 +190,8 @@ type Config struct {
 	SkimCacheBytes int64
 	// EarlyForwardBytes is the smallest declared body sent upstream while it arrives (early.go):
 	// when the client's last turn on the route went as it came, everything but the body's last
-	// byte goes ahead of the decision, which commits or withdraws it. 0: DefaultEarlyForwardBytes;
-	// negative: never (store and forward).
+	// byte goes ahead of the decision, which commits or withdraws it. 0 or negative: never
+	// (store and forward), the default; SuggestedEarlyForwardBytes is a sensible value.
 	EarlyForwardBytes int64
 	// BodyReadTimeout bounds the time to receive a request body once its headers are in
 	// (default 5m; negative: no limit). It is a deadline on reading the request only, lifted as
@@ -372,9 +372,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.SkimCacheBytes == 0 {
 		cfg.SkimCacheBytes = DefaultSkimCacheBytes
-	}
-	if cfg.EarlyForwardBytes == 0 {
-		cfg.EarlyForwardBytes = DefaultEarlyForwardBytes
 	}
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout

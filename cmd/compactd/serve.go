@@ -127,7 +127,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.keyFile, "key-file", "", "path of a keyring file (same format as --keys, mode 0600)")
 	fs.StringVar(&c.dataDir, "data-dir", crypto.DefaultDataDir(), "where a generated keyring (and the archive) live")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body compactd reads")
-	fs.Int64Var(&c.earlyForwardBytes, "early-forward-bytes", proxy.DefaultEarlyForwardBytes, "smallest request body sent upstream while it arrives when the client's last turn on the route went as it came: all but its last byte goes ahead of compactd's decision, which completes or withdraws it (0: off, store and forward)")
+	fs.Int64Var(&c.earlyForwardBytes, "early-forward-bytes", 0, "smallest request body sent upstream while it arrives when the client's last turn on the route went as it came: all but its last byte goes ahead of compactd's decision, which completes or withdraws it (0: off, store and forward; e.g. 262144)")
 	fs.DurationVar(&c.streamWriteTimeout, "stream-write-timeout", proxy.DefaultStreamWriteTimeout, "time one write of a response (an SSE event, a piece of a body) may wait on a client that stops reading; past it the connection is dropped and the upstream call cancelled (bounds each write, not the stream; 0: no limit)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time allowed to receive a request body after its headers; 408 past it (responses are not limited; 0: no limit)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time allowed to read request headers (0: off)")
@@ -303,7 +303,7 @@ func (c *serveConfig) checkURLsAndLogs() error {
 
 // offAsNegative turns the CLI's off (0, or a negative number) into -1, which is off for the
 // packages whose zero value means "default".
-func offAsNegative[T int | int64 | float64 | time.Duration](v T) T {
+func offAsNegative[T int | float64 | time.Duration](v T) T {
 	if v <= 0 {
 		return -1
 	}
@@ -454,7 +454,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		MaxBodyBytes:         c.maxBodyBytes,
 		MaxInflightBodyBytes: budget,
 		SkimCacheBytes:       skimCache,
-		EarlyForwardBytes:    offAsNegative(c.earlyForwardBytes),
+		EarlyForwardBytes:    c.earlyForwardBytes,
 		BodyReadTimeout:      offAsNegative(c.bodyReadTimeout),
 		StreamWriteTimeout:   offAsNegative(c.streamWriteTimeout),
 		KeepAlive:            c.keepAlive,
