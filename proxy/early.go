@@ -34,7 +34,7 @@ import (
 // SuggestedEarlyForwardBytes is the threshold to turn early forwarding on with: below it a body
 // arrives in well under a millisecond on a LAN, and the early request's goroutine and wake-ups
 // cost more than the overlap saves. It is off by default: measured side by side on loopback
-// (BENCHMARKS.md, issue 27) it took 0.1–0.4 ms off a 2 MB turn's latency and cost 0.1–0.65 ms of
+// (BENCHMARKS.md, issue 27) it took 0.1–0.4 ms off a 2 MB turn's latency and cost 0.1–0.8 ms of
 // CPU, where the upload it overlaps is short; over a slow client link the overlap is worth more.
 const SuggestedEarlyForwardBytes = 256 << 10
 
