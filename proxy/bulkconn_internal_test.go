@@ -4,18 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/compactd/compactd/internal/compact"
-	"github.com/compactd/compactd/internal/crypto"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/compactd/compactd/internal/api"
 )
@@ -95,18 +90,12 @@ func TestBulkConnWritesBodiesWhole(t *testing.T) {
 // byte, and so does the next turn of the same connection.
 func TestBulkConnThroughTheProxy(t *testing.T) {
 	var got atomic.Pointer[[]byte]
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got.Store(&b)
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"id":"resp_1","object":"response","status":"completed","output":[]}`)
-	}))
-	defer up.Close()
-	u, _ := url.Parse(up.URL)
-	k, _ := crypto.GenerateKey()
-	ring, _ := crypto.NewKeyring(k)
-	counter := compact.NewCounter(compact.CounterOptions{})
-	defer counter.Close()
+	})
 	var writes atomic.Int64
 	tr := DefaultTransport()
 	d := &net.Dialer{}
@@ -115,13 +104,7 @@ func TestBulkConnThroughTheProxy(t *testing.T) {
 		return countingConn{c, &writes}, err
 	})
 	defer tr.CloseIdleConnections()
-	s, err := New(Config{Upstream: u, Sealer: ring, Counter: counter, Summarizer: instantSummarizer{}, Transport: tr, EarlyForwardBytes: SuggestedEarlyForwardBytes,
-		Logger: slog.New(slog.DiscardHandler), KeepAlive: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(s)
-	defer front.Close()
+	_, front, _ := newTestServer(t, up, func(c *Config) { c.Transport = tr })
 	for i := range 2 {
 		body := fmt.Appendf(nil, `{"model":"m","input":[{"role":"user","content":"%s"}],"n":%d}`, strings.Repeat("x", 2<<20), i)
 		writes.Store(0)

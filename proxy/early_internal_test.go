@@ -49,6 +49,12 @@ func (u *earlyUpstream) counts() (complete [][]byte, incomplete int) {
 }
 
 func newEarlyServer(t *testing.T, up http.Handler) (*Server, *httptest.Server, *prometheus.Registry) {
+	return newTestServer(t, up, nil)
+}
+
+// newTestServer is a Server with early forwarding on in front of up, its front end, and its
+// metrics; mod (nil: none) edits the Config first.
+func newTestServer(t *testing.T, up http.Handler, mod func(*Config)) (*Server, *httptest.Server, *prometheus.Registry) {
 	t.Helper()
 	us := httptest.NewServer(up)
 	t.Cleanup(us.Close)
@@ -58,8 +64,12 @@ func newEarlyServer(t *testing.T, up http.Handler) (*Server, *httptest.Server, *
 	counter := compact.NewCounter(compact.CounterOptions{})
 	t.Cleanup(counter.Close)
 	reg := prometheus.NewRegistry()
-	s, err := New(Config{Upstream: u, Sealer: ring, Counter: counter, Summarizer: instantSummarizer{}, Registry: reg, EarlyForwardBytes: SuggestedEarlyForwardBytes,
-		Logger: slog.New(slog.DiscardHandler), KeepAlive: time.Hour})
+	cfg := Config{Upstream: u, Sealer: ring, Counter: counter, Summarizer: instantSummarizer{}, Registry: reg,
+		EarlyForwardBytes: SuggestedEarlyForwardBytes, Logger: slog.New(slog.DiscardHandler), KeepAlive: time.Hour}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
