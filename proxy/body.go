@@ -11,14 +11,10 @@ import (
 
 // readBody reads a request body under the configured limit. On failure it has answered the
 // client in d's envelope: 413 past the size limit, 408 past the read deadline, 503 past the
-// in-flight budget, 400 for a body that could not be read.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect) ([]byte, bool) {
-	return s.readBodyWith(w, r, d, nil)
-}
-
-// readBodyWith is readBody, with onBuf (nil: none) handed a declared body's buffer before it is
-// read; the function it returns is told how many bytes have arrived after each read.
-func (s *Server) readBodyWith(w http.ResponseWriter, r *http.Request, d dialect, onBuf func([]byte) func(int)) ([]byte, bool) {
+// in-flight budget, 400 for a body that could not be read. onBuf (nil: none) is handed a declared
+// body's buffer before it is read; the function it returns is told how many bytes have arrived
+// after each read (early forwarding).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect, onBuf func([]byte) func(int)) ([]byte, bool) {
 	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies, onBuf)
 	if err == nil {
 		return body, true

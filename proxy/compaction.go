@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/eventlog"
@@ -68,26 +67,11 @@ func openError(d dialect, param, reason string, err error) *fault.Fault {
 	return f
 }
 
-// compactIn is one compaction as a handler asks for it: the engine's request, the dialect, and
-// how the dialect renders the compacted context (finish: it returns the context's size in
-// tokens and how many units it replaced, which the payload records).
-type compactIn struct {
-	engine.Request
-	dialect dialect
-	finish  func(c *compaction) (tokensAfter, replaced int)
-}
-
 // compaction is the engine's outcome with the dialect's rendering of it.
 type compaction struct {
 	*engine.Compaction
-	took  time.Duration // how long the compaction took (the summariser's wait included)
-	item  []byte        // the Responses compaction item, or the Messages compaction block
-	items []api.Item    // Responses: the compacted input the upstream sees
-	msgs  []api.Message // Messages: the compacted messages the upstream sees
+	took time.Duration // how long the compaction took (the summariser's wait included)
 }
-
-// errNothingToCompact means the window replaces nothing (instructions and retained messages only).
-var errNothingToCompact = engine.ErrNothingToCompact
 
 // passThroughOnFailure reports whether a failed threshold compaction should be forwarded
 // uncompacted (the passthrough failure policy), and marks the response so the client can tell.

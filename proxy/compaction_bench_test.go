@@ -54,8 +54,8 @@ func parsedItems(tb testing.TB, raw [][]byte) []api.Item {
 	return r.Items
 }
 
-// benchSummary is a summary and ledger of realistic size: 16 KB and the default 6 KB ledger.
-var benchSummary, benchLedger = strings.Repeat("The handler now returns positioned errors; tests pass. ", 300), strings.Repeat("- ran `go test ./proxy` exit 0\n", 200)
+// benchSummary is a summary of realistic size: 16 KB.
+var benchSummary = strings.Repeat("The handler now returns positioned errors; tests pass. ", 300)
 
 // BenchmarkCompactItems is everything a compaction does apart from waiting on the summariser —
 // partition, transcript rendering, facts ledger, payload, seal — for a history of about 400k

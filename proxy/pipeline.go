@@ -53,7 +53,7 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 				s.metrics.EarlyForward(apiName(a), p.earlyCommitted)
 			}
 		}()
-		body, ok := s.readBodyWith(w, r, a, onBuf)
+		body, ok := s.readBody(w, r, a, onBuf)
 		if !ok {
 			return
 		}
