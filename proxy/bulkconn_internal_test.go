@@ -26,6 +26,17 @@ func (c countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// countingTransport is DefaultTransport whose connections count their writes in writes.
+func countingTransport(writes *atomic.Int64) *http.Transport {
+	tr := DefaultTransport()
+	d := &net.Dialer{}
+	tr.DialContext = bulkDial(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		return countingConn{c, writes}, err
+	})
+	return tr
+}
+
 // TestBulkConnWritesBodiesWhole: compactd's request bodies (whole, and spliced) reach the
 // upstream byte for byte through the bulk path, in a handful of writes instead of one per 32 KiB;
 // a body of another type still goes through the transport's copy.
@@ -37,12 +48,7 @@ func TestBulkConnWritesBodiesWhole(t *testing.T) {
 	}))
 	defer up.Close()
 	var writes atomic.Int64
-	tr := DefaultTransport()
-	d := &net.Dialer{}
-	tr.DialContext = bulkDial(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		return countingConn{c, &writes}, err
-	})
+	tr := countingTransport(&writes)
 	defer tr.CloseIdleConnections()
 	body := bytes.Repeat([]byte("0123456789abcdef"), 2<<20/16)
 	mid := len(body) / 2
@@ -97,12 +103,7 @@ func TestBulkConnThroughTheProxy(t *testing.T) {
 		io.WriteString(w, `{"id":"resp_1","object":"response","status":"completed","output":[]}`)
 	})
 	var writes atomic.Int64
-	tr := DefaultTransport()
-	d := &net.Dialer{}
-	tr.DialContext = bulkDial(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		return countingConn{c, &writes}, err
-	})
+	tr := countingTransport(&writes)
 	defer tr.CloseIdleConnections()
 	_, front, _ := newTestServer(t, up, func(c *Config) { c.Transport = tr })
 	for i := range 2 {

@@ -64,11 +64,7 @@ func (g *Grower) Clone() *Grower {
 func (g *Grower) Advance() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.items == nil || len(g.items) >= g.o.To {
-		g.begin()
-	} else {
-		g.turn()
-	}
+	g.advance()
 }
 
 // stepBase spaces the steps of different conversations apart (a 2 MB conversation takes ~600).
@@ -78,12 +74,17 @@ const stepBase = 4096
 func (g *Grower) Next() []byte {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.advance()
+	return g.body()
+}
+
+// advance moves the conversation on by one request: a new one past To (mu held).
+func (g *Grower) advance() {
 	if g.items == nil || len(g.items) >= g.o.To {
 		g.begin()
 	} else {
 		g.turn()
 	}
-	return g.body()
 }
 
 // begin starts a new conversation: the preamble, a first prompt naming it, then steps up to From.
