@@ -39,8 +39,7 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 		p := &pipe{s: s, w: w, r: r, a: a, rp: rp, upstream: upstream}
 		var onBuf func([]byte) func(int)
 		if s.earlyEligible(r) {
-			p.scope = p.skimScope()
-			if p.asSent = s.asSent.slot(p.scope); p.asSent.Load() {
+			if p.asSent = s.asSent.slot(p.skimScope()); p.asSent.Load() {
 				onBuf = func(buf []byte) func(int) {
 					p.early = startEarly(w, r, buf, rp)
 					return p.early.filled
@@ -85,7 +84,7 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 // declared length of Config.EarlyForwardBytes or more, within the body limit.
 func (s *Server) earlyEligible(r *http.Request) bool {
 	n := s.cfg.EarlyForwardBytes
-	return n > 0 && r.ContentLength >= n && r.ContentLength <= s.cfg.MaxBodyBytes && r.ContentLength >= poolMinBody
+	return n > 0 && r.ContentLength >= n && r.ContentLength <= s.cfg.MaxBodyBytes
 }
 
 // pipe is one turn on its way through the pipeline.
@@ -443,13 +442,17 @@ func (p *pipe) forward(body api.Splice, rw turn.Rewriter) {
 		out = withSplice(p.r, ctx, body)
 	}
 	p.out, _ = out.Body.(interface{ done() bool })
-	if st := stateFrom(ctx); st != nil && out.ContentLength > copyBufferSize {
-		// One copy-buffer's worth or less is one write anyway.
-		st.outBody, _ = out.Body.(interface {
-			io.ReadCloser
-			bulkBody
-		})
-		st.outLen = out.ContentLength
+	if st := stateFrom(ctx); st != nil {
+		// This forward's body, never an earlier one's (an early forward's, withdrawn before its
+		// round trip); one copy-buffer's worth or less is one write anyway.
+		st.outBody, st.outLen = nil, 0
+		if out.ContentLength > copyBufferSize {
+			st.outBody, _ = out.Body.(interface {
+				io.ReadCloser
+				bulkBody
+			})
+			st.outLen = out.ContentLength
+		}
 	}
 	var w http.ResponseWriter = p.w
 	if rw != nil {
