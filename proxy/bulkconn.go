@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -42,6 +43,13 @@ func (c bulkConn) ReadFrom(r io.Reader) (int64, error) {
 	if lr, ok := r.(*io.LimitedReader); ok {
 		if b, ok := lr.R.(bulkBody); ok {
 			n, err := b.writeAtMost(c.Conn, lr.N)
+			lr.N -= n
+			return n, err
+		}
+		if b, ok := lr.R.(*bytes.Reader); ok && int64(b.Len()) <= lr.N {
+			// A small body's rest, past what fitted beside the head in the transport's buffer
+			// (instrumentedTransport.RoundTrip): one write.
+			n, err := b.WriteTo(c.Conn)
 			lr.N -= n
 			return n, err
 		}

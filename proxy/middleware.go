@@ -58,7 +58,12 @@ type reqState struct {
 		io.ReadCloser
 		bulkBody
 	}
-	outLen        int64
+	outLen int64
+	// outSmall is, instead, the whole of a small body compactd read and forwards, which the
+	// round trip hands the transport as a reader net/http knows to be in memory: the transport
+	// then writes the request head and the body in one write, where for any other body it
+	// sends the head first, in a write of its own (bulkconn.go).
+	outSmall      []byte
 	ctx           reqCtx
 	route         chi.Context
 	routePatterns [2]string // the backing of route.RoutePatterns (a mounted router adds the second)
@@ -290,8 +295,12 @@ type obsWriter struct {
 	m  *metrics.Metrics
 	r  *http.Request
 
-	code        int
-	bytes       int64
+	code  int
+	bytes int64
+	// length is the response's declared Content-Length, -1 when it has none (or announces
+	// trailers): once that many bytes are written the answer is complete, and Write puts it on
+	// the wire at once (see Write).
+	length      int64
 	streamRoute string // set when the response is an SSE stream counted in the gauge
 	upstreamID  string
 	wd          writeDeadline // every write to the client is bounded (writedeadline.go)
@@ -319,6 +328,7 @@ func (w *obsWriter) WriteHeader(code int) {
 	}
 	w.st.idHeader[0] = w.st.id
 	h["X-Request-Id"] = w.st.idHeader[:] // h.Set, without allocating the value's slice
+	w.length = declaredLength(h)
 	if relay.IsEventStream(h) {
 		w.streamRoute = routeLabel(w.r)
 		w.m.StreamOpened(w.streamRoute)
@@ -333,7 +343,38 @@ func (w *obsWriter) Write(b []byte) (int, error) {
 	w.wd.arm()
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
+	if n > 0 && w.bytes == w.length && err == nil {
+		// The answer is complete: send it now rather than when the handler returns. What still
+		// runs after the last byte (the upstream body's end, the turn's bookkeeping, the
+		// metrics and the access log line) then overlaps with the client reading it, instead of
+		// standing between the upstream's answer and the client's. net/http writes a response
+		// whose length it knows in one piece either way; flushing it here adds no write.
+		if f, ok := w.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
 	return n, err
+}
+
+// declaredLength is the Content-Length a response's header declares, or -1: none, not one
+// valid value, or trailers announced (whose response is not over at its last body byte).
+func declaredLength(h http.Header) int64 {
+	v, ok := h["Content-Length"]
+	if !ok || len(v) != 1 || len(v[0]) == 0 || len(v[0]) > 18 {
+		return -1
+	}
+	if _, ok := h["Trailer"]; ok {
+		return -1
+	}
+	var n int64
+	for i := 0; i < len(v[0]); i++ {
+		c := v[0][i]
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
 }
 
 // Flush lets SSE through immediately (http.Flusher for code that asserts it).

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -37,6 +38,13 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 		// transport has read them to the end (pipe.out).
 		r2 := *req
 		r2.Body, st.outBody = st.outBody, nil
+		req = &r2
+	} else if st != nil && st.outSmall != nil && req.Body != nil && req.ContentLength == int64(len(st.outSmall)) {
+		// A small body: the head and the body in one write (net/http flushes the head by itself
+		// first for a body it does not know to be in memory). The bytes are the forward's own,
+		// in a buffer the pool never gets back (pipe.forward), so they outlive any late read.
+		r2 := *req
+		r2.Body, st.outSmall = io.NopCloser(bytes.NewReader(st.outSmall)), nil
 		req = &r2
 	}
 	start := time.Now()
