@@ -211,3 +211,48 @@ func BenchmarkUpstreamBodySSE(b *testing.B) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// eofWithData returns its whole body and io.EOF from one Read, as net/http's body does for the
+// last bytes of a body of known length.
+type eofWithData struct{ b []byte }
+
+func (r *eofWithData) Read(p []byte) (int, error) {
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	if len(r.b) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// TestUpstreamBodyLastBytesFirst: when the upstream body's last bytes come with its end, they are
+// handed over before the GenAI operation is recorded (the client is not kept waiting on the
+// bookkeeping), the next Read says EOF and records it, and a body closed right after its last
+// bytes (whole, though its end was not handed over) still counts its usage.
+func TestUpstreamBodyLastBytesFirst(t *testing.T) {
+	body := `{"id":"resp_1","output":[],"usage":{"input_tokens":120,"output_tokens":7}}`
+	op := []string{"gen_ai_operation_name", "chat", "gen_ai_provider_name", "openai", "gen_ai_request_model", "gpt-x"}
+	for _, closeFirst := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		b := &upstreamBody{rc: io.NopCloser(&eofWithData{[]byte(body)}), m: metrics.New(reg, nil), provider: "openai", model: "gpt-x",
+			turn: true, scan: true}
+		p := make([]byte, 4096)
+		n, err := b.Read(p)
+		if n != len(body) || err != nil {
+			t.Fatalf("first Read = %d, %v; want the whole body and no error yet", n, err)
+		}
+		if _, ok := gatheredValue(t, reg, "gen_ai_client_operation_duration_seconds", op...); ok {
+			t.Fatal("the GenAI operation was recorded before the last bytes were handed over")
+		}
+		if closeFirst {
+			_ = b.Close()
+		} else if n, err := b.Read(p); n != 0 || err != io.EOF {
+			t.Fatalf("second Read = %d, %v; want 0, EOF", n, err)
+		}
+		in, _ := gatheredValue(t, reg, "gen_ai_client_token_usage", append(op, "gen_ai_token_type", "input")...)
+		out, _ := gatheredValue(t, reg, "gen_ai_client_token_usage", append(op, "gen_ai_token_type", "output")...)
+		if in != 120 || out != 7 {
+			t.Errorf("closed first %v: usage = %v in / %v out, want 120 / 7", closeFirst, in, out)
+		}
+	}
+}

@@ -10,7 +10,9 @@
 package metrics
 
 import (
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -102,20 +104,39 @@ type Metrics struct {
 	budgetRefusals prometheus.Counter
 }
 
-// seriesCache maps label values to the series they resolve to, made by mk on first use. A
-// sync.Map because it is read on every request and written once per label set; the label sets
-// are bounded (see the package doc), so it never grows without bound.
+// seriesCache maps label values to the series they resolve to, made by mk on first use. It is
+// read on every request and written once per label set, so reads are one atomic load and a
+// lookup in a map that is never changed once published (a sync.Map boxed the key, allocating
+// and hashing it through its interface on every read); a new label set copies the map under
+// mu. The label sets are bounded (see the package doc), so it never grows without bound.
 type seriesCache[K comparable, V any] struct {
-	m  sync.Map
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex // serialises the writers
 	mk func(K) V
 }
 
 func (c *seriesCache[K, V]) get(k K) V {
-	if v, ok := c.m.Load(k); ok {
-		return v.(V)
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
 	}
-	v, _ := c.m.LoadOrStore(k, c.mk(k))
-	return v.(V)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v // made while this one waited
+		}
+	}
+	next := make(map[K]V)
+	if old != nil {
+		next = maps.Clone(*old)
+	}
+	v := c.mk(k)
+	next[k] = v
+	c.m.Store(&next)
+	return v
 }
 
 // routeSeries are one route's request series. streams is made on the first stream only, so a

@@ -2,8 +2,9 @@ package metrics
 
 import (
 	"bytes"
-
-	"github.com/tidwall/gjson"
+	"encoding/binary"
+	"math/bits"
+	"strconv"
 
 	"github.com/compactd/compactd/internal/jsonx"
 	"github.com/compactd/compactd/internal/sse"
@@ -44,7 +45,7 @@ func (u *Usage) Feed(p []byte) {
 // count only then. Finish drops what the scan kept; call it once.
 func (u *Usage) Finish(eof bool) (input, output int64) {
 	if eof && !u.SSE && u.json.found() && jsonx.Valid(u.json.obj) == nil {
-		u.count(gjson.ParseBytes(u.json.obj))
+		u.count(u.json.obj)
 	}
 	if eof && u.events != nil {
 		u.events.Flush() // a last event without its blank line still counts
@@ -60,34 +61,86 @@ func (u *Usage) event(ev *sse.Event) {
 	}
 }
 
-// usage takes the token counts from doc's usage object; doc is checked for validity and depth
-// before gjson walks it.
+// usage takes the token counts from doc's usage object: response.usage (Responses events),
+// message.usage (Anthropic's message_start) or a top-level usage. doc is checked for validity and
+// depth before it is walked.
 func (u *Usage) usage(doc []byte) {
 	if jsonx.Valid(doc) != nil {
 		return
 	}
-	for _, path := range []string{"response.usage", "message.usage", "usage"} {
-		r := gjson.GetBytes(doc, path)
-		if !r.IsObject() {
-			continue
+	for _, path := range [...][2]string{{"response", "usage"}, {"message", "usage"}, {"usage", ""}} {
+		v := member(doc, path[0])
+		if path[1] != "" && v != nil {
+			v = member(v, path[1])
 		}
-		u.count(r)
-		return
+		if v != nil && v[0] == '{' {
+			u.count(v)
+			return
+		}
 	}
 }
 
-// count takes the token counts from a usage object.
-func (u *Usage) count(r gjson.Result) {
-	in := r.Get("input_tokens").Int() + r.Get("cache_read_input_tokens").Int() + r.Get("cache_creation_input_tokens").Int()
+// count takes the token counts from a usage object (valid JSON).
+func (u *Usage) count(obj []byte) {
+	var f [5]int64 // input, cache read, cache creation, output: Responses and Messages; prompt, completion: Chat
+	var prompt, completion int64
+	jsonx.Members(obj, func(key []byte, start, end int) bool {
+		var dst *int64
+		switch string(key) {
+		case "input_tokens":
+			dst = &f[0]
+		case "cache_read_input_tokens":
+			dst = &f[1]
+		case "cache_creation_input_tokens":
+			dst = &f[2]
+		case "output_tokens":
+			dst = &f[3]
+		case "prompt_tokens":
+			dst = &prompt
+		case "completion_tokens":
+			dst = &completion
+		default:
+			return true
+		}
+		*dst = tokenCount(obj[start:end])
+		return true
+	})
+	in := f[0] + f[1] + f[2]
 	if in == 0 {
-		in = r.Get("prompt_tokens").Int()
+		in = prompt
 	}
-	out := r.Get("output_tokens").Int()
+	out := f[3]
 	if out == 0 {
-		out = r.Get("completion_tokens").Int()
+		out = completion
 	}
 	// Anthropic reports input in message_start and cumulative output in message_delta.
 	u.in, u.out = max(u.in, in), max(u.out, out)
+}
+
+// member is the value of obj's member named key (the last one, as a JSON decoder keeps it), nil
+// when obj is not an object or has none. Keys are compared as written: the APIs' usage fields
+// never carry escapes.
+func member(obj []byte, key string) []byte {
+	var v []byte
+	jsonx.Members(obj, func(k []byte, start, end int) bool {
+		if string(k) == key {
+			v = obj[start:end]
+		}
+		return true
+	})
+	return v
+}
+
+// tokenCount reads a token count: a JSON integer (a number with a fraction or exponent is
+// truncated, as the float it is; anything else, or out of range, is 0).
+func tokenCount(raw []byte) int64 {
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		return max(n, 0)
+	}
+	if f, err := strconv.ParseFloat(string(raw), 64); err == nil && f >= 0 && f < 1<<62 {
+		return int64(f)
+	}
+	return 0
 }
 
 // usageCap bounds what Usage keeps to find the usage: one SSE event. Larger events pass
@@ -100,7 +153,7 @@ const usageObjectCap = 64 << 10
 // usageScan finds the top-level "usage" object of a JSON body as the body streams past, keeping
 // only that object: a response is never buffered to read its token counts. It is a byte-level
 // state machine (strings, escapes, nesting depth as a counter), so it is linear in the body and
-// bounded in depth by construction; the object it keeps is validated before gjson reads it.
+// bounded in depth by construction; the object it keeps is validated before count reads it.
 type usageScan struct {
 	depth      int
 	inStr, esc bool
@@ -112,6 +165,26 @@ type usageScan struct {
 	capturing  bool
 	obj        []byte
 	done       bool
+}
+
+// stringStop returns the index of the first '"' or '\\' in p[i:], len(p) when there is none. Eight
+// bytes at a time, with the classic "has a zero byte" test on the word XORed with each: a borrow
+// can flag a byte above a flagged one, never one below, so the lowest flag is exact.
+func stringStop(p []byte, i int) int {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(p); i += 8 {
+		x := binary.LittleEndian.Uint64(p[i:])
+		q, s := x^(lo*'"'), x^(lo*'\\')
+		if m := ((q-lo)&^q | (s-lo)&^s) & hi; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(p); i++ {
+		if p[i] == '"' || p[i] == '\\' {
+			return i
+		}
+	}
+	return i
 }
 
 func (u *usageScan) found() bool { return u.done && u.obj != nil }
@@ -126,6 +199,18 @@ func (u *usageScan) write(p []byte) bool {
 		start = 0
 	}
 	for i := 0; i < len(p); i++ {
+		if u.inStr && !u.esc {
+			// Inside a string nothing matters but its end (and a top-level key's head): pass the
+			// bytes before the next quote or backslash a word at a time (answers are mostly
+			// string contents).
+			j := stringStop(p, i)
+			if u.isKey && u.keyLen < len(u.key) {
+				u.keyLen += copy(u.key[u.keyLen:], p[i:j])
+			}
+			if i = j; i == len(p) {
+				break
+			}
+		}
 		c := p[i]
 		if u.inStr {
 			switch {

@@ -147,3 +147,26 @@ func BenchmarkUsageSSE(b *testing.B) {
 		u.Finish(true)
 	}
 }
+
+// BenchmarkUsageJSON is the usage of a small JSON answer (the fake upstream's Responses and
+// Messages replies to a 2 KB turn), found and counted: the work every non-streamed model turn
+// does before its answer reaches the client.
+func BenchmarkUsageJSON(b *testing.B) {
+	for _, c := range []struct{ name, body string }{
+		{"Responses", `{"id":"resp_967b06a9551e7a32e61241fb","object":"response","created_at":1767225600,"status":"completed","background":false,"completed_at":1767225600,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"max_tool_calls":null,"model":"gpt-5","output":[{"id":"msg_3e56cbb322501b8d21dd7d58","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","annotations":[],"logprobs":[],"text":"MOCK-REPLY 224108: Fix the failing test in the parser package. Fix the failing "}]}],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"service_tier":"default","store":true,"temperature":1,"text":{"format":{"type":"text"},"verbosity":"medium"},"tool_choice":"auto","tools":[{"type":"function","name":"shell","parameters":{"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}}}}}],"top_p":1,"truncation":"disabled","usage":{"input_tokens":270,"input_tokens_details":{"cached_tokens":0},"output_tokens":19,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":289},"user":null,"metadata":{}}`},
+		{"Messages", `{"id":"msg_026edfb1b876ac7241add013","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"MOCK-REPLY 1: The build failed on step three. The build failed on step thr"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":400,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":18,"service_tier":"standard"}}`},
+	} {
+		body := []byte(c.body)
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var u Usage
+				u.Feed(body)
+				if in, _ := u.Finish(true); in == 0 {
+					b.Fatal("no usage found")
+				}
+			}
+		})
+	}
+}
