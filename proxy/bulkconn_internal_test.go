@@ -95,34 +95,47 @@ func TestBulkConnWritesBodiesWhole(t *testing.T) {
 // ReverseProxy (which wraps the body in a reader of its own) in a handful of writes, byte for
 // byte, and so does the next turn of the same connection.
 func TestBulkConnThroughTheProxy(t *testing.T) {
-	var got atomic.Pointer[[]byte]
+	front, got, writes := recordingProxy(t)
+	for i := range 2 {
+		body := fmt.Appendf(nil, `{"model":"m","input":[{"role":"user","content":"%s"}],"n":%d}`, strings.Repeat("x", 2<<20), i)
+		if n := postCounted(t, front, got, writes, body); n > 2<<20/earlyBatch+4 || n == 0 {
+			t.Errorf("turn %d: %d writes to the upstream connection, want a few (a 2 MB body through a 32 KiB buffer is 64; an early forward writes per 128 KiB at most)", i, n)
+		}
+	}
+}
+
+// recordingProxy is compactd in front of an upstream that keeps the last body it received (got),
+// dialled through a transport that counts the writes of its connections (writes).
+func recordingProxy(t *testing.T) (front *httptest.Server, got *atomic.Pointer[[]byte], writes *atomic.Int64) {
+	got, writes = new(atomic.Pointer[[]byte]), new(atomic.Int64)
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got.Store(&b)
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"id":"resp_1","object":"response","status":"completed","output":[]}`)
 	})
-	var writes atomic.Int64
-	tr := countingTransport(&writes)
-	defer tr.CloseIdleConnections()
-	_, front, _ := newTestServer(t, up, func(c *Config) { c.Transport = tr })
-	for i := range 2 {
-		body := fmt.Appendf(nil, `{"model":"m","input":[{"role":"user","content":"%s"}],"n":%d}`, strings.Repeat("x", 2<<20), i)
-		writes.Store(0)
-		resp, err := http.Post(front.URL+"/v1/responses", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("turn %d: %d", i, resp.StatusCode)
-		}
-		if b := got.Load(); b == nil || !bytes.Equal(*b, body) {
-			t.Fatalf("turn %d reached the upstream changed", i)
-		}
-		if n := writes.Load(); n > 2<<20/earlyBatch+4 || n == 0 {
-			t.Errorf("turn %d: %d writes to the upstream connection, want a few (a 2 MB body through a 32 KiB buffer is 64; an early forward writes per 128 KiB at most)", i, n)
-		}
+	tr := countingTransport(writes)
+	t.Cleanup(tr.CloseIdleConnections)
+	_, front, _ = newTestServer(t, up, func(c *Config) { c.Transport = tr })
+	return front, got, writes
+}
+
+// postCounted posts body as a Responses turn through front, checks the answer and that the
+// upstream received the body byte for byte, and returns the writes its forward took.
+func postCounted(t *testing.T, front *httptest.Server, got *atomic.Pointer[[]byte], writes *atomic.Int64, body []byte) int64 {
+	t.Helper()
+	writes.Store(0)
+	resp, err := http.Post(front.URL+"/v1/responses", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
 	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if b := got.Load(); b == nil || !bytes.Equal(*b, body) {
+		t.Fatalf("the upstream did not receive the body as sent")
+	}
+	return writes.Load()
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,17 +16,7 @@ import (
 // the same write (net/http sends the head of a body it does not know to be in memory in a write
 // of its own), and a body past the transport's buffer in two; the next turn of the connection too.
 func TestSmallBodyOneWrite(t *testing.T) {
-	var got atomic.Pointer[[]byte]
-	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		got.Store(&b)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"resp_1","object":"response","status":"completed","output":[]}`)
-	})
-	var writes atomic.Int64
-	tr := countingTransport(&writes)
-	defer tr.CloseIdleConnections()
-	_, front, _ := newTestServer(t, up, func(c *Config) { c.Transport = tr })
+	front, got, writes := recordingProxy(t)
 	cases := []struct {
 		name      string
 		size      int
@@ -42,20 +30,7 @@ func TestSmallBodyOneWrite(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			body := fmt.Appendf(nil, `{"model":"m","input":[{"role":"user","content":"%s"}]}`, strings.Repeat("x", tc.size))
-			writes.Store(0)
-			resp, err := http.Post(front.URL+"/v1/responses", "application/json", bytes.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d", resp.StatusCode)
-			}
-			if b := got.Load(); b == nil || !bytes.Equal(*b, body) {
-				t.Fatalf("the upstream did not receive the body as sent")
-			}
-			if n := writes.Load(); n == 0 || n > tc.maxWrites {
+			if n := postCounted(t, front, got, writes, body); n == 0 || n > tc.maxWrites {
 				t.Errorf("%d writes to the upstream connection, want 1 to %d", n, tc.maxWrites)
 			}
 		})
