@@ -295,12 +295,8 @@ type obsWriter struct {
 	m  *metrics.Metrics
 	r  *http.Request
 
-	code  int
-	bytes int64
-	// length is the response's declared Content-Length, -1 when it has none (or announces
-	// trailers): once that many bytes are written the answer is complete, and Write puts it on
-	// the wire at once (see Write).
-	length      int64
+	code        int
+	bytes       int64
 	streamRoute string // set when the response is an SSE stream counted in the gauge
 	upstreamID  string
 	wd          writeDeadline // every write to the client is bounded (writedeadline.go)
@@ -328,7 +324,6 @@ func (w *obsWriter) WriteHeader(code int) {
 	}
 	w.st.idHeader[0] = w.st.id
 	h["X-Request-Id"] = w.st.idHeader[:] // h.Set, without allocating the value's slice
-	w.length = declaredLength(h)
 	if relay.IsEventStream(h) {
 		w.streamRoute = routeLabel(w.r)
 		w.m.StreamOpened(w.streamRoute)
@@ -343,38 +338,11 @@ func (w *obsWriter) Write(b []byte) (int, error) {
 	w.wd.arm()
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
-	if n > 0 && w.bytes == w.length && err == nil {
-		// The answer is complete: send it now rather than when the handler returns. What still
-		// runs after the last byte (the upstream body's end, the turn's bookkeeping, the
-		// metrics and the access log line) then overlaps with the client reading it, instead of
-		// standing between the upstream's answer and the client's. net/http writes a response
-		// whose length it knows in one piece either way; flushing it here adds no write.
-		if f, ok := w.ResponseWriter.(http.Flusher); ok {
-			f.Flush()
-		}
-	}
+	// A complete answer is not flushed here, ahead of the handler's return: the request's share
+	// of the in-flight body budget is released when the handler returns, and a client that sends
+	// its next turn as soon as it has this answer must find it released (TestInflightBudget-
+	// RefusesInDialect); net/http writes a response whose length it knows in one piece then.
 	return n, err
-}
-
-// declaredLength is the Content-Length a response's header declares, or -1: none, not one
-// valid value, or trailers announced (whose response is not over at its last body byte).
-func declaredLength(h http.Header) int64 {
-	v, ok := h["Content-Length"]
-	if !ok || len(v) != 1 || len(v[0]) == 0 || len(v[0]) > 18 {
-		return -1
-	}
-	if _, ok := h["Trailer"]; ok {
-		return -1
-	}
-	var n int64
-	for i := 0; i < len(v[0]); i++ {
-		c := v[0][i]
-		if c < '0' || c > '9' {
-			return -1
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n
 }
 
 // Flush lets SSE through immediately (http.Flusher for code that asserts it).
