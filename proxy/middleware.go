@@ -338,10 +338,9 @@ func (w *obsWriter) Write(b []byte) (int, error) {
 	w.wd.arm()
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
-	// A complete answer is not flushed here, ahead of the handler's return: the request's share
-	// of the in-flight body budget is released when the handler returns, and a client that sends
-	// its next turn as soon as it has this answer must find it released (TestInflightBudget-
-	// RefusesInDialect); net/http writes a response whose length it knows in one piece then.
+	// No flush of a complete answer here: the request's share of the in-flight body budget is
+	// released when the handler returns, and a client whose next turn follows this answer at
+	// once must find it released (TestInflightBudgetRefusesInDialect).
 	return n, err
 }
 

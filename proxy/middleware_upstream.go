@@ -118,26 +118,14 @@ type upstreamBody struct {
 	usage      metrics.Usage
 	once       sync.Once
 	turn, scan bool // a model turn; its usage is looked for (a 2xx answer)
-	eof        bool // the body ended with the bytes the last Read returned; the next says so
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
-	if b.eof {
-		b.finish(true)
-		return 0, io.EOF
-	}
 	t := time.Now()
 	n, err := b.rc.Read(p)
 	b.st.addUpstream(time.Since(t))
 	if b.scan && n > 0 {
 		b.usage.Feed(p[:n])
-	}
-	if err == io.EOF && n > 0 {
-		// The body's last bytes come with its end (net/http returns them together when the
-		// length is known): hand them over first, so the client is not kept waiting while the
-		// usage is counted and the GenAI metrics recorded; the next Read says EOF and does it.
-		b.eof = true
-		return n, nil
 	}
 	if err != nil {
 		b.finish(err == io.EOF)
@@ -147,7 +135,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 
 func (b *upstreamBody) Close() error {
 	err := b.rc.Close()
-	b.finish(b.eof) // the whole body was read, though its end was not yet handed over
+	b.finish(false)
 	return err
 }
 

@@ -82,20 +82,19 @@ func (u *Usage) usage(doc []byte) {
 
 // count takes the token counts from a usage object (valid JSON).
 func (u *Usage) count(obj []byte) {
-	var f [5]int64 // input, cache read, cache creation, output: Responses and Messages; prompt, completion: Chat
-	var prompt, completion int64
+	var input, cacheRead, cacheCreation, output, prompt, completion int64
 	jsonx.Members(obj, func(key []byte, start, end int) bool {
 		var dst *int64
 		switch string(key) {
 		case "input_tokens":
-			dst = &f[0]
+			dst = &input
 		case "cache_read_input_tokens":
-			dst = &f[1]
+			dst = &cacheRead
 		case "cache_creation_input_tokens":
-			dst = &f[2]
+			dst = &cacheCreation
 		case "output_tokens":
-			dst = &f[3]
-		case "prompt_tokens":
+			dst = &output
+		case "prompt_tokens": // Chat Completions
 			dst = &prompt
 		case "completion_tokens":
 			dst = &completion
@@ -105,11 +104,11 @@ func (u *Usage) count(obj []byte) {
 		*dst = tokenCount(obj[start:end])
 		return true
 	})
-	in := f[0] + f[1] + f[2]
+	in := input + cacheRead + cacheCreation
 	if in == 0 {
 		in = prompt
 	}
-	out := f[3]
+	out := output
 	if out == 0 {
 		out = completion
 	}
