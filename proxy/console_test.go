@@ -60,6 +60,21 @@ func (c *consoleClient) waitFor(path string, want ...string) string {
 	return ""
 }
 
+// waitForMatch polls path until its body matches re, and fails the test with the last body if
+// it never does.
+func (c *consoleClient) waitForMatch(path string, re *regexp.Regexp) string {
+	c.T.Helper()
+	var body string
+	for range 200 {
+		if _, _, body = c.Do("GET", path, nil); re.MatchString(body) {
+			return body
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.T.Fatalf("%s never matched %s:\n%s", path, re, body)
+	return ""
+}
+
 // consoleHarness is compactd with an archive, an admin token and the console, the console's
 // ops handler served beside the API.
 func consoleHarness(t *testing.T, content bool, more func(*proxy.Config)) (*harness, *consoleClient, *syncBuffer) {
@@ -89,10 +104,9 @@ func TestConsoleShowsRealCompactionsAndRecalls(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.login()
-			list := c.waitFor("/console/conversations", "conv-recall")
-			if !regexp.MustCompile(`(?s)conv-recall</a>.*?<td>sdk</td><td>responses</td>\s*<td class="n">1</td>`).MatchString(list) {
-				t.Errorf("the list row lacks the client kind, API or compaction count:\n%s", list)
-			}
+			// The archive records the conversation before its kind, API and compaction count: wait
+			// for the whole row, not its first appearance.
+			c.waitForMatch("/console/conversations", regexp.MustCompile(`(?s)conv-recall</a>.*?<td>sdk</td><td>responses</td>\s*<td class="n">1</td>`))
 			tl := c.waitFor("/console/conversation?id=conv-recall", "Recall search", "Compaction</strong>")
 			for _, want := range []string{"threshold (client&#39;s context_management)", "/v1/responses", "seg_", "cmp_"} {
 				if !strings.Contains(tl, want) {
