@@ -12,11 +12,19 @@ import "sync"
 // replayed. Every other turn leaves its buffer to the collector: the engine, the archive and the
 // speculative summaries may hold sub-slices of a body long after its request. Idle buffers are
 // bounded in count and bytes, and a buffer handed out has nothing of its last body past the new
-// body's length (the slack is cleared; the body itself is overwritten by the read).
+// body's length (the body itself is overwritten by the read; of the slack, what the last body
+// reached is cleared: a conversation's next body is longer than its last, so usually nothing).
 type bodyPool struct {
 	mu    sync.Mutex
-	free  [][]byte
+	free  []idleBuf
 	bytes int
+}
+
+// idleBuf is a kept buffer: buf[:cap] is its memory; past used it holds only zeros (a new buffer
+// is zeroed by the runtime, and get clears what a body left past a shorter one's end).
+type idleBuf struct {
+	buf  []byte
+	used int
 }
 
 const (
@@ -37,13 +45,15 @@ const (
 func (p *bodyPool) get(n int) []byte {
 	p.mu.Lock()
 	for i := len(p.free) - 1; i >= 0; i-- {
-		b := p.free[i]
-		if c := cap(b); c > n && c <= 2*n {
+		ib := p.free[i]
+		if c := cap(ib.buf); c > n && c <= 2*n {
 			p.free = append(p.free[:i], p.free[i+1:]...)
 			p.bytes -= c
 			p.mu.Unlock()
-			b = b[:n]
-			clear(b[n:cap(b)]) // nothing of the last body past this one's end
+			b := ib.buf[:n]
+			if ib.used > n {
+				clear(b[n:ib.used]) // nothing of the last body past this one's end
+			}
 			return b
 		}
 	}
@@ -51,7 +61,9 @@ func (p *bodyPool) get(n int) []byte {
 	return make([]byte, n, n+min(n/8, poolSlack))
 }
 
-// put keeps b for a later body, or drops it when the pool is full.
+// put keeps b for a later body, or drops it when the pool is full. b's length is how far its
+// body reached: nothing may have written b's memory past len(b) (nothing reslices a body
+// beyond its length; an append past it returns the longer slice, and that is what comes back).
 func (p *bodyPool) put(b []byte) {
 	if cap(b) < poolMinBody {
 		return
@@ -61,6 +73,6 @@ func (p *bodyPool) put(b []byte) {
 	if len(p.free) == poolMaxIdle || p.bytes+cap(b) > poolMaxIdleBytes {
 		return
 	}
-	p.free = append(p.free, b[:0])
+	p.free = append(p.free, idleBuf{buf: b[:0], used: len(b)})
 	p.bytes += cap(b)
 }

@@ -96,19 +96,27 @@ func TestBodyPoolBounds(t *testing.T) {
 		t.Fatalf("%d idle, %d bytes", len(p.free), p.bytes)
 	}
 	p.put(make([]byte, 0, 1024)) // too small to keep
-	// A kept buffer comes back for a body it fits, its slack cleared.
+	// A kept buffer comes back for a body it fits, with nothing of the last body past its end:
+	// a shorter body's slack is cleared of what the last one reached, a longer one's was zero.
 	b := p.get(900 << 10)
 	if cap(b) != 1<<20 || len(b) != 900<<10 {
 		t.Fatalf("got len %d cap %d", len(b), cap(b))
 	}
-	for i := range b[:cap(b)] {
-		b[:cap(b)][i] = 0xAA
+	for _, n := range []int{900 << 10, 800 << 10, 850 << 10, 1000 << 10, 600 << 10} {
+		for i := range b {
+			b[i] = 0xAA // the body read into it
+		}
+		p.put(b)
+		b = p.get(n)
+		if len(b) != n || cap(b) != 1<<20 {
+			t.Fatalf("get(%d): len %d cap %d", n, len(b), cap(b))
+		}
+		if tail := b[len(b):cap(b)]; bytes.IndexByte(tail, 0xAA) >= 0 {
+			t.Fatalf("get(%d): the slack of a reused buffer holds the last body's bytes", n)
+		}
 	}
 	p.put(b)
-	b = p.get(800 << 10)
-	if tail := b[len(b):cap(b)]; bytes.IndexByte(tail, 0xAA) >= 0 {
-		t.Fatal("the slack of a reused buffer holds the last body's bytes")
-	}
+	b = p.get(700 << 10)
 	// Not a buffer more than twice the body.
 	if small := p.get(100 << 10); cap(small) >= 1<<20 {
 		t.Fatal("a 1 MiB buffer was handed out for a 100 KiB body")
