@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -322,5 +324,56 @@ func TestEvalReportMeasures(t *testing.T) {
 	if g := gjson.ParseBytes(j.Bytes()); g.Get("rows.0.points.0.grep").Int() != 5 || g.Get("rows.0.compaction_ratio.mean").Float() != 0.75 ||
 		g.Get("rows.0.points.0.spread.seeds").Int() != 3 || g.Get("sweep.1.retain_tokens").Int() != 512 || g.Get("config.seeds.2").Int() != 3 {
 		t.Errorf("JSON: %s", j.String()[:min(j.Len(), 800)])
+	}
+}
+
+// TestEvalTapStreams: unarmed, the tap relays an answer that starts while the request body is
+// still streaming (full duplex). Half duplex, the tap's server would drain the request body once
+// the SSE headers went out; the client here sends its second half only after it has the headers,
+// so that deadlocks and the guard's deadline fails the test.
+func TestEvalTapStreams(t *testing.T) {
+	const half = 32 << 10
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+		n, err := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "data: read %d %v\n\n", n, err)
+	}))
+	defer up.Close()
+	tp, err := startTap(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a guard against a hang, not a measurement
+	defer cancel()
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tp.base+"/v1/messages", pr)
+	req.ContentLength = 2 * half
+	headers := make(chan struct{})
+	go func() {
+		chunk := bytes.Repeat([]byte("x"), half)
+		if _, err := pw.Write(chunk); err != nil {
+			return
+		}
+		select {
+		case <-headers:
+		case <-ctx.Done():
+		}
+		_, _ = pw.Write(chunk)
+		pw.Close()
+	}()
+	resp, err := http.DefaultClient.Do(req)
+	close(headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("data: read %d <nil>", 2*half); err != nil || !strings.Contains(string(got), want) {
+		t.Errorf("stream through the tap: %q, %v; want %q", got, err, want)
 	}
 }

@@ -89,6 +89,10 @@ func (t *tap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			t.mu.Unlock()
 		}
 	}
+	// Full duplex: an HTTP/1 server otherwise drains and closes a request body it is still
+	// streaming upstream once a streamed answer's headers go out, which cuts the answer
+	// (golang/go#40747).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	t.rp.ServeHTTP(w, r)
 }
 
