@@ -37,14 +37,14 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 	rp := s.newTurnProxy(upstream, a)
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := &pipe{s: s, w: w, r: r, a: a, rp: rp, upstream: upstream}
-		var onBuf func([]byte) func(int)
+		early := false
 		if s.earlyEligible(r) {
-			if p.asSent = s.asSent.slot(p.skimScope()); p.asSent.Load() {
-				onBuf = func(buf []byte) func(int) {
-					p.early = startEarly(w, r, buf, rp)
-					return p.early.filled
-				}
-			}
+			p.asSent = s.asSent.slot(p.skimScope())
+			early = p.asSent.Load()
+		}
+		var onBuf func([]byte) func(int)
+		if early || s.skims.Wants(int(min(r.ContentLength, s.cfg.MaxBodyBytes))) {
+			onBuf = p.onBodyBuffer(early)
 		}
 		defer func() {
 			p.early.abort() // whatever the turn did, nothing of the early request outlives it
@@ -80,6 +80,31 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 	}
 }
 
+// onBodyBuffer is readBody's onBuf for the turn: handed a declared body's buffer before it is
+// read, it starts the early forward (early: the client's last turn went as it came), and the
+// function it returns advances the skim cache's MAC after each read, while the bytes just read
+// are still in the CPU's cache (skimcache.BodyMAC), and lets the early forward go on.
+func (p *pipe) onBodyBuffer(early bool) func([]byte) func(int) {
+	return func(buf []byte) func(int) {
+		var filled func(int)
+		if early {
+			p.early = startEarly(p.w, p.r, buf, p.rp)
+			filled = p.early.filled
+		}
+		m := p.s.skims.NewBodyMAC(buf)
+		if m == nil {
+			return filled
+		}
+		p.bodyMAC = m
+		return func(n int) {
+			m.Advance(buf[:n])
+			if filled != nil {
+				filled(n)
+			}
+		}
+	}
+}
+
 // earlyEligible reports whether r's body is one an early forward may start for (early.go): a
 // declared length of Config.EarlyForwardBytes or more, within the body limit.
 func (s *Server) earlyEligible(r *http.Request) bool {
@@ -101,6 +126,7 @@ type pipe struct {
 	c        *engine.Compaction // the compaction this turn made, if any
 	fl       flight             // what the answer's hooks rewrite (forward), in the pipe's own allocation
 	skimHit  skimcache.Hit      // the remembered skim the body's was resumed from (ResumeFrom)
+	bodyMAC  *skimcache.BodyMAC // the skim cache's MAC of the body, advanced as it was read
 	scope    string             // the skim cache's scope of the request (skimScope), once made
 	// out is the upstream body of the turn's forward: once the transport has read it to the end
 	// (and never replayed it), and released says nothing else was handed the client's bytes,

@@ -32,7 +32,7 @@ func (p *pipe) ResumeFrom(body []byte) *api.Prefix {
 	if !p.s.skims.Wants(len(body)) {
 		return nil
 	}
-	p.skimHit = p.s.skims.Find(p.skimScope(), body)
+	p.skimHit = p.s.skims.Find(p.skimScope(), body, p.bodyMAC)
 	if !p.skimHit.OK() {
 		return nil
 	}

@@ -12,10 +12,13 @@
 // process for a client to learn from. A 2 MB history takes about 0.1 ms with POLYVAL, 0.16 ms
 // with GMAC (BENCHMARKS.md, issue 27).
 //
-// The MAC is chained per segment, so each turn hashes only its new bytes: a conversation's entry
-// holds the ends e1 < … < en of the segments its requests added and the tag of the last;
-// tag1 = MAC(zero, body[0:e1]) and tagk = MAC(tag(k-1), body[e(k-1):ek]). Verifying a candidate recomputes the chain over the new body (one pass over
-// its first End bytes); storing the next state extends the verified chain by one segment.
+// The MAC is chained over fixed chunks of chunkLen bytes, so that a body can be hashed once, as
+// it arrives: tag(k) = MAC(tag(k-1), chunk k) over the body's whole chunks, tag(0) zero, and the
+// tag of a prefix of End bytes is MAC(tag(j), body[j*chunkLen:End]) for j = End/chunkLen. A
+// BodyMAC holds one body's chunk tags; the proxy advances it after each read of the body, while
+// the bytes just read are still in the CPU's cache (hashing them there runs at about twice the
+// speed of hashing a 2 MB buffer afterwards), and Find and Store finish it over whatever is left,
+// so a turn hashes its body once plus less than a chunk per prefix it proves or stores.
 //
 // Finding the candidates is an index, not a proof: entries are bucketed by a seeded hash of the
 // scope and the body's first HeadLen bytes (an agent's conversations share their instructions,
@@ -32,6 +35,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // State is what a skim remembers of a body's prefix; opaque to the cache.
@@ -67,9 +71,11 @@ const (
 	bucketMax = 1024
 	// maxVerify is the most candidates one Find verifies.
 	maxVerify = 2
-	// maxSegments caps an entry's chain; past it Store hashes the prefix again as one segment.
-	maxSegments = 512
-	// entryOverhead is what an entry costs beyond its state and segment ends: the entry, its
+	// chunkLen is the length of the chunks the MAC is chained over: long enough that a chunk's
+	// AES block and call are nothing beside its hashing, short enough that proving a prefix
+	// hashes little past the last whole chunk.
+	chunkLen = 64 << 10
+	// entryOverhead is what an entry costs beyond its state: the entry, its
 	// place in the bucket and the LRU list, the bucket's share of the map.
 	entryOverhead = 160
 	// shards is one: the conversations of one agent share a head, so sharding by head would put
@@ -81,7 +87,7 @@ const (
 // Cache is the skim-state cache. A nil *Cache is a disabled one: Find misses, Store does
 // nothing. It is safe for concurrent use.
 type Cache struct {
-	mac     segmentMAC
+	segMAC  segmentMAC
 	seed    maphash.Seed
 	minBody int
 	shards  [shards]shard
@@ -109,21 +115,19 @@ type bucket struct {
 type entry struct {
 	scope      string
 	state      State
-	ends       []int32 // segment ends; the last is state.End()
-	tag        [16]byte
+	tag        [16]byte // the MAC of the body's first state.End() bytes
 	fp         uint64 // maphash of the fpLen bytes before End
 	size       int64
 	b          *bucket
 	prev, next *entry
 }
 
-// Hit is the result of Find: the state found and the verified chain Store extends. The zero
-// Hit is a miss.
+// Hit is the result of Find: the state found, and the body's MAC chain for Store to go on from.
+// The zero Hit is a miss.
 type Hit struct {
 	State State
 	e     *entry
-	tag   [16]byte // the chain's tag over the new body's first State.End() bytes
-	ends  []int32
+	mac   *BodyMAC
 }
 
 // OK reports whether the Find found a state.
@@ -134,7 +138,7 @@ func New(o Options) *Cache {
 	if o.Budget <= 0 {
 		return nil
 	}
-	c := &Cache{mac: newMAC(o.forceGMAC), seed: maphash.MakeSeed(), minBody: o.MinBody}
+	c := &Cache{segMAC: newMAC(o.forceGMAC), seed: maphash.MakeSeed(), minBody: o.MinBody}
 	if c.minBody <= 0 {
 		c.minBody = DefaultMinBody
 	}
@@ -164,36 +168,71 @@ func (c *Cache) fingerprint(body []byte, end int) uint64 {
 	return maphash.Bytes(c.seed, body[max(end-fpLen, 0):end])
 }
 
-// macFrom extends tag (the chain's tag over body[:from]; zero when from is 0) over body[from:to].
-func (c *Cache) macFrom(tag [16]byte, body []byte, from, to int) [16]byte {
-	c.hashed.Add(int64(to - from))
-	return c.mac.sum(tag, body[from:to])
+// mac extends prev, a chain's tag over the bytes before p, over p.
+func (c *Cache) mac(prev [16]byte, p []byte) [16]byte {
+	c.hashed.Add(int64(len(p)))
+	return c.segMAC.sum(prev, p)
 }
 
-// chain is the tag of the segments ends over body.
-func (c *Cache) chain(body []byte, ends []int32) [16]byte {
-	var tag [16]byte
-	from := 0
-	for _, e := range ends {
-		tag = c.macFrom(tag, body, from, int(e))
-		from = int(e)
+// BodyMAC is the MAC chain over one body's whole chunks, made for the buffer the body is read
+// into and advanced as it fills (or by Find and Store, over what is left). It is for one body
+// and one goroutine at a time.
+type BodyMAC struct {
+	c    *Cache
+	base *byte      // the buffer's first byte: a BodyMAC is never applied to another one
+	tags [][16]byte // tags[k]: the chain's tag over the first k*chunkLen bytes; tags[0] zero
+}
+
+// NewBodyMAC returns the MAC chain for a body to be read into buf, nil when the cache does not
+// take bodies of its length (or is off).
+func (c *Cache) NewBodyMAC(buf []byte) *BodyMAC {
+	if !c.Wants(len(buf)) {
+		return nil
 	}
-	return tag
+	return &BodyMAC{c: c, base: unsafe.SliceData(buf), tags: make([][16]byte, 1, len(buf)/chunkLen+1)}
+}
+
+// Advance hashes the whole chunks of filled (the buffer's first bytes, as far as they have
+// arrived) that are not hashed yet.
+func (m *BodyMAC) Advance(filled []byte) {
+	for k := len(m.tags); k*chunkLen <= len(filled); k++ {
+		m.tags = append(m.tags, m.c.mac(m.tags[k-1], filled[(k-1)*chunkLen:k*chunkLen]))
+	}
+}
+
+// Hashed is how many of the body's bytes the chain covers so far (its whole chunks).
+func (m *BodyMAC) Hashed() int { return (len(m.tags) - 1) * chunkLen }
+
+// prefixTag is the MAC of body[:end].
+func (m *BodyMAC) prefixTag(body []byte, end int) [16]byte {
+	j := end / chunkLen
+	m.Advance(body[:j*chunkLen])
+	return m.c.mac(m.tags[j], body[j*chunkLen:end])
+}
+
+// macFor returns m if it is this cache's chain for body, else a fresh one.
+func (c *Cache) macFor(m *BodyMAC, body []byte) *BodyMAC {
+	if m != nil && m.c == c && m.base == unsafe.SliceData(body) && m.Hashed() <= len(body) {
+		return m
+	}
+	return &BodyMAC{c: c, base: unsafe.SliceData(body), tags: make([][16]byte, 1, len(body)/chunkLen+1)}
 }
 
 func (c *Cache) shard(uint64) *shard { return &c.shards[0] }
 
 // Find returns the most recently stored state under scope whose prefix body begins with, proved
-// by the MAC; else a miss.
-func (c *Cache) Find(scope string, body []byte) Hit {
+// by the MAC; else a miss. m is the body's MAC chain as far as it was advanced while the body was
+// read (nil: none); a chain made for another buffer is not used. The Hit, found or not, carries
+// the chain on to Store.
+func (c *Cache) Find(scope string, body []byte, m *BodyMAC) Hit {
 	if !c.Wants(len(body)) {
 		return Hit{}
 	}
+	m = c.macFor(m, body)
 	head := c.headKey(scope, body)
 	s := c.shard(head)
 	// Pick the candidates under the lock, verify outside it: the MAC is the expensive part.
 	var cand [maxVerify]*entry
-	var ends [maxVerify][]int32
 	var tags [maxVerify][16]byte
 	n := 0
 	s.mu.Lock()
@@ -203,7 +242,7 @@ func (c *Cache) Find(scope string, body []byte) Hit {
 			if e.scope != scope || end > len(body) || c.fingerprint(body, end) != e.fp {
 				continue
 			}
-			cand[n], ends[n], tags[n] = e, e.ends, e.tag
+			cand[n], tags[n] = e, e.tag
 			if n++; n == maxVerify {
 				break
 			}
@@ -211,7 +250,7 @@ func (c *Cache) Find(scope string, body []byte) Hit {
 	}
 	s.mu.Unlock()
 	for i := range n {
-		tag := c.chain(body, ends[i])
+		tag := m.prefixTag(body, cand[i].state.End())
 		if subtle.ConstantTimeCompare(tag[:], tags[i][:]) == 1 {
 			s.mu.Lock()
 			if cand[i].b != nil {
@@ -219,41 +258,29 @@ func (c *Cache) Find(scope string, body []byte) Hit {
 			}
 			s.mu.Unlock()
 			c.hits.Add(1)
-			return Hit{State: cand[i].state, e: cand[i], tag: tag, ends: ends[i]}
+			return Hit{State: cand[i].state, e: cand[i], mac: m}
 		}
 	}
 	c.misses.Add(1)
-	return Hit{}
+	return Hit{mac: m}
 }
 
-// Store remembers st for scope: the state of body's first st.End() bytes. from is the Hit the
-// body's skim resumed from (zero when none): the new entry extends its chain, hashing only
-// body[from.State.End():st.End()], and replaces its entry, since the conversation moved on. A
-// from that was not found for this body cannot make a false hit: Find recomputes the chain over
-// the body it is given, so an entry extended from a wrong tag never verifies (it only misses).
+// Store remembers st for scope: the state of body's first st.End() bytes. from is what this
+// body's Find returned (zero when there was none): its chain is reused, and the entry it found is
+// replaced, since the conversation moved on. A from that Find returned for another body cannot
+// make a false hit: its chain is for another buffer and is not used, and Find recomputes the MAC
+// over the body it is given.
 func (c *Cache) Store(scope string, body []byte, from Hit, st State) {
 	if !c.Wants(len(body)) || st == nil {
 		return
 	}
 	end := st.End()
-	if end < HeadLen || end > len(body) || end > 1<<31-1 {
+	if end < HeadLen || end > len(body) {
 		return
 	}
-	var ends []int32
-	var tag [16]byte
-	if f := from.State; f != nil && f.End() <= end && len(from.ends) < maxSegments {
-		ends = append(make([]int32, 0, len(from.ends)+1), from.ends...)
-		tag = from.tag
-		if f.End() < end {
-			tag = c.macFrom(from.tag, body, f.End(), end)
-			ends = append(ends, int32(end))
-		}
-	} else {
-		ends = []int32{int32(end)}
-		tag = c.macFrom(tag, body, 0, end)
-	}
-	e := &entry{scope: scope, state: st, ends: ends, tag: tag, fp: c.fingerprint(body, end),
-		size: int64(st.Size()) + int64(4*cap(ends)) + int64(len(scope)) + entryOverhead}
+	m := c.macFor(from.mac, body)
+	e := &entry{scope: scope, state: st, tag: m.prefixTag(body, end), fp: c.fingerprint(body, end),
+		size: int64(st.Size()) + int64(len(scope)) + entryOverhead}
 	head := c.headKey(scope, body)
 	s := c.shard(head)
 	if e.size > s.budget {

@@ -65,7 +65,7 @@ func TestFindAfterStore(t *testing.T) {
 			if tc.edit != nil {
 				b = tc.edit(b)
 			}
-			h := c.Find(tc.scope, b)
+			h := c.Find(tc.scope, b, nil)
 			if h.OK() != tc.hit {
 				t.Fatalf("hit %v, want %v", h.OK(), tc.hit)
 			}
@@ -76,59 +76,81 @@ func TestFindAfterStore(t *testing.T) {
 	}
 }
 
-// TestChainHashesOnlyTheTail: a conversation of five turns, each storing from the last hit:
-// every turn finds the last state, and storing hashes only the new bytes.
-func TestChainHashesOnlyTheTail(t *testing.T) {
-	c := newTest(1 << 20)
-	full := conversation(2, 200<<10)
-	ends := []int{40 << 10, 80 << 10, 120 << 10, 160 << 10, 200 << 10}
-	var hit Hit
-	for i, end := range ends {
-		body := full[:end]
-		if i > 0 {
-			hit = c.Find("s", body)
-			if !hit.OK() || hit.State.End() != ends[i-1] {
+// TestTurnHashesItsBodyOnce: a conversation of five turns, each storing from the last hit:
+// every turn finds the last state, and a turn (Find then Store) hashes its body once, plus less
+// than a chunk for each prefix it proves or stores; with the chain advanced while the body was
+// read, Find and Store hash only those part chunks.
+func TestTurnHashesItsBodyOnce(t *testing.T) {
+	for _, advanced := range []bool{false, true} {
+		c := newTest(1 << 20)
+		full := conversation(2, 600<<10)
+		ends := []int{40 << 10, 150<<10 + 7, 300 << 10, 450<<10 + 1, 600 << 10}
+		var hit Hit
+		for i, end := range ends {
+			body := full[:end]
+			var m *BodyMAC
+			if advanced {
+				buf := bytes.Clone(body)
+				m = c.NewBodyMAC(buf)
+				for n := 0; n < len(buf); n = min(n+7000, len(buf)) { // as reads arrive
+					m.Advance(buf[:n])
+				}
+				m.Advance(buf)
+				body = buf
+			}
+			before := c.hashed.Load()
+			hit = c.Find("s", body, m)
+			if i > 0 && (!hit.OK() || hit.State.End() != ends[i-1]) {
 				t.Fatalf("turn %d: no hit on the last turn's state", i)
 			}
+			c.Store("s", body, hit, &state{end: end})
+			got := c.hashed.Load() - before
+			// Whole chunks once (unless advanced already), then a part chunk per proof and store.
+			want := 0
+			if !advanced {
+				want = end / chunkLen * chunkLen
+			}
+			if i > 0 {
+				want += ends[i-1] % chunkLen
+			}
+			want += end % chunkLen
+			if got != int64(want) {
+				t.Fatalf("advanced=%v turn %d: hashed %d bytes, want %d", advanced, i, got, want)
+			}
 		}
-		before := c.hashed.Load()
-		c.Store("s", body, hit, &state{end: end})
-		want := end
-		if i > 0 {
-			want = end - ends[i-1]
+		if st := c.Stats(); st.Entries != 1 || st.Hits != 4 || st.Stores != 5 {
+			t.Fatalf("stats %+v: the conversation must be one entry, replaced each turn", st)
 		}
-		if got := c.hashed.Load() - before; got != int64(want) {
-			t.Fatalf("turn %d: Store hashed %d bytes, want %d (the tail)", i, got, want)
+		// An edit anywhere before the last End breaks the proof: in a whole chunk, or in the
+		// part chunk after them.
+		for _, at := range []int{0, 100 << 10, 9*chunkLen - 1, 9*chunkLen + 3} {
+			b := bytes.Clone(full)
+			b[at] ^= 1
+			if c.Find("s", b, nil).OK() {
+				t.Fatalf("an edit at byte %d still hit", at)
+			}
 		}
-	}
-	if st := c.Stats(); st.Entries != 1 || st.Hits != 4 || st.Stores != 5 {
-		t.Fatalf("stats %+v: the conversation must be one entry, replaced each turn", st)
-	}
-	// An edit anywhere in an earlier segment breaks the chain.
-	b := bytes.Clone(full)
-	b[100<<10] ^= 1
-	if c.Find("s", b).OK() {
-		t.Fatal("an edit in the third segment still hit")
+		if !c.Find("s", full, nil).OK() {
+			t.Fatal("the unedited body missed")
+		}
 	}
 }
 
-func TestSegmentCapRestartsTheChain(t *testing.T) {
-	c := newTest(8 << 20)
-	full := conversation(3, HeadLen+maxSegments*16+4096)
-	var hit Hit
-	end := HeadLen
-	for i := 0; i <= maxSegments+2; i++ {
-		end += 16
-		body := full[:end]
-		if i > 0 {
-			if hit = c.Find("s", body); !hit.OK() {
-				t.Fatalf("turn %d: miss", i)
-			}
-		}
-		c.Store("s", body, hit, &state{end: end})
+// TestBodyMACForAnotherBuffer: a chain made for one buffer is never applied to another, even of
+// the same bytes' length, so a stale or foreign chain cannot vouch for other bytes.
+func TestBodyMACForAnotherBuffer(t *testing.T) {
+	c := newTest(1 << 20)
+	b := conversation(2, 200<<10)
+	a := bytes.Clone(b)
+	a[10<<10] ^= 1 // in the first chunk, which b's chain covers
+	c.Store("s", b, Hit{}, &state{end: 150 << 10})
+	m := c.NewBodyMAC(b)
+	m.Advance(b) // b's chain, offered with a's bytes
+	if c.Find("s", a, m).OK() {
+		t.Fatal("another buffer's chain made a hit")
 	}
-	if h := c.Find("s", full); !h.OK() || h.State.End() != end || len(h.ends) > maxSegments {
-		t.Fatalf("after the cap: hit %v, %d segments", h.OK(), len(h.ends))
+	if !c.Find("s", b, m).OK() {
+		t.Fatal("b's own chain missed")
 	}
 }
 
@@ -142,12 +164,12 @@ func TestBudgetEvicts(t *testing.T) {
 		t.Fatalf("stats %+v: over budget or nothing evicted", st)
 	}
 	// The most recent are kept.
-	if !c.Find("s", conversation(499, 8<<10)).OK() {
+	if !c.Find("s", conversation(499, 8<<10), nil).OK() {
 		t.Fatal("the last stored conversation was evicted")
 	}
 	// A state bigger than the budget is not kept.
 	c.Store("s", conversation(9999, 8<<10), Hit{}, &state{end: 8 << 10, payload: make([]byte, 2<<20)})
-	if c.Find("s", conversation(9999, 8<<10)).OK() {
+	if c.Find("s", conversation(9999, 8<<10), nil).OK() {
 		t.Fatal("a state over the budget was stored")
 	}
 }
@@ -186,14 +208,14 @@ func TestDisabled(t *testing.T) {
 	for _, c := range []*Cache{nil, New(Options{Budget: 0}), New(Options{Budget: -1})} {
 		body := conversation(1, 64<<10)
 		c.Store("s", body, Hit{}, &state{end: 60 << 10})
-		if c.Find("s", body).OK() || c.Wants(len(body)) || c.Stats() != (Stats{}) {
+		if c.Find("s", body, nil).OK() || c.Wants(len(body)) || c.Stats() != (Stats{}) {
 			t.Fatal("a disabled cache answered")
 		}
 	}
 	c := New(Options{Budget: 1 << 20})
 	small := conversation(1, 16<<10)
 	c.Store("s", small, Hit{}, &state{end: 16 << 10})
-	if c.Find("s", small).OK() || c.Stats().Misses != 0 {
+	if c.Find("s", small, nil).OK() || c.Stats().Misses != 0 {
 		t.Fatal("a body under MinBody was stored or counted")
 	}
 }
@@ -203,7 +225,7 @@ func TestDisabled(t *testing.T) {
 func TestKeyPerCache(t *testing.T) {
 	a, b := newTest(1<<20), newTest(1<<20)
 	body := conversation(1, 8<<10)
-	if a.macFrom([16]byte{}, body, 0, len(body)) == b.macFrom([16]byte{}, body, 0, len(body)) {
+	if a.mac([16]byte{}, body) == b.mac([16]byte{}, body) {
 		t.Fatal("two caches computed the same MAC")
 	}
 }
@@ -219,7 +241,7 @@ func TestConcurrent(t *testing.T) {
 			var hit Hit
 			for end := 8 << 10; end <= 64<<10; end += 4 << 10 {
 				body := full[:end]
-				hit = c.Find(fmt.Sprint(g%2), body)
+				hit = c.Find(fmt.Sprint(g%2), body, nil)
 				c.Store(fmt.Sprint(g%2), body, hit, &state{end: end})
 			}
 		}()
@@ -240,7 +262,7 @@ func BenchmarkTurn(b *testing.B) {
 	b.SetBytes(int64(end))
 	b.ReportAllocs()
 	for b.Loop() {
-		h := c.Find("s", full[:end+20<<10])
+		h := c.Find("s", full[:end+20<<10], nil)
 		if !h.OK() {
 			b.Fatal("miss")
 		}
@@ -254,7 +276,7 @@ func BenchmarkMiss(b *testing.B) {
 	c.Store("s", conversation(2, 2<<20), Hit{}, &state{end: 2 << 20})
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		c.Find("s", body)
+		c.Find("s", body, nil)
 	}
 }
 
@@ -273,7 +295,7 @@ func TestManyConversationsOneHead(t *testing.T) {
 		for i := range fulls {
 			body := fulls[i][:end]
 			if turn > 0 {
-				h := c.Find("s", body)
+				h := c.Find("s", body, nil)
 				if !h.OK() || h.State.End() != end-8<<10 {
 					t.Fatalf("conversation %d, turn %d: no hit on its own state", i, turn)
 				}
@@ -287,18 +309,24 @@ func TestManyConversationsOneHead(t *testing.T) {
 	}
 }
 
-// TestWrongFromNeverHits: a Hit found for one body, passed to Store with another, makes an entry
-// that never verifies — Find recomputes the chain over the body it is given.
+// TestWrongFromNeverHits: a Hit found for one body, passed to Store with another, makes no entry
+// that verifies for bytes it was not computed over — its chain is for another buffer, so Store
+// hashes the body it is given.
 func TestWrongFromNeverHits(t *testing.T) {
 	c := newTest(1 << 20)
 	a, b := conversation(1, 40<<10), conversation(2, 40<<10) // the same head, other bytes
 	c.Store("s", a[:20<<10], Hit{}, &state{end: 20 << 10})
-	h := c.Find("s", a)
+	h := c.Find("s", a, nil)
 	if !h.OK() {
 		t.Fatal("no hit on a")
 	}
 	c.Store("s", b, h, &state{end: 40 << 10})
-	if got := c.Find("s", b); got.OK() {
-		t.Fatal("an entry extended from another body's chain verified")
+	if got := c.Find("s", b, nil); !got.OK() {
+		t.Fatal("b's entry, stored with a's Hit, does not prove b's bytes")
+	}
+	c2 := bytes.Clone(b)
+	c2[30<<10] ^= 1
+	if c.Find("s", c2, nil).OK() {
+		t.Fatal("an entry stored with another body's Hit proved other bytes")
 	}
 }

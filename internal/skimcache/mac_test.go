@@ -16,13 +16,13 @@ func TestWithGMAC(t *testing.T) {
 	gmacInTests = true
 	t.Cleanup(func() { gmacInTests = false })
 	for name, f := range map[string]func(*testing.T){
-		"FindAfterStore": TestFindAfterStore, "ChainHashesOnlyTheTail": TestChainHashesOnlyTheTail,
-		"SegmentCapRestartsTheChain": TestSegmentCapRestartsTheChain, "WrongFromNeverHits": TestWrongFromNeverHits,
+		"FindAfterStore": TestFindAfterStore, "TurnHashesItsBodyOnce": TestTurnHashesItsBodyOnce,
+		"BodyMACForAnotherBuffer": TestBodyMACForAnotherBuffer, "WrongFromNeverHits": TestWrongFromNeverHits,
 		"KeyPerCache": TestKeyPerCache,
 	} {
 		t.Run(name, f)
 	}
-	if _, ok := newTest(1 << 20).mac.(*gmac); !ok {
+	if _, ok := newTest(1 << 20).segMAC.(*gmac); !ok {
 		t.Fatal("forceGMAC did not give GMAC")
 	}
 }

@@ -130,7 +130,7 @@ func (f *front) FindRef(string) (string, string, bool)      { return "", "", fal
 // ResumeFrom and Skimmed keep the harness's turns on the skim cache, as the front's are: a
 // conformance run whose requests grow resumes their skims (every body, whatever its size).
 func (f *front) ResumeFrom(body []byte) *api.Prefix {
-	f.hit = f.skims.Find("turntest", body)
+	f.hit = f.skims.Find("turntest", body, nil)
 	p, _ := f.hit.State.(*api.Prefix)
 	return p
 }
