@@ -15,7 +15,11 @@ import (
 // body's buffer before it is read; the function it returns is told how many bytes have arrived
 // after each read (early forwarding).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect, onBuf func([]byte) func(int)) ([]byte, bool) {
-	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies, onBuf)
+	var lw *lowat
+	if r.ContentLength > 2*lowatMin && r.ContentLength <= s.cfg.MaxBodyBytes {
+		lw = newLowat(r)
+	}
+	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies, onBuf, lw)
 	if err == nil {
 		return body, true
 	}
@@ -38,7 +42,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect, onB
 //
 // A declared body of poolMinBody or more is read into a buffer of pool (nil: none). onBuf, when
 // set, is handed the buffer first, and its result the bytes read so far after each read.
-func readAllSized(r io.Reader, declared, limit int64, pool *bodyPool, onBuf func([]byte) func(int)) ([]byte, error) {
+//
+// lw (nil: none) is the connection's receive low-water mark, raised while the body arrives
+// (lowat.go) and put back before the function returns.
+func readAllSized(r io.Reader, declared, limit int64, pool *bodyPool, onBuf func([]byte) func(int), lw *lowat) ([]byte, error) {
 	if declared <= 0 || declared > limit {
 		return io.ReadAll(r)
 	}
@@ -52,15 +59,17 @@ func readAllSized(r io.Reader, declared, limit int64, pool *bodyPool, onBuf func
 	if onBuf != nil {
 		progress = onBuf(buf)
 	}
-	if progress == nil {
+	if progress == nil && lw == nil {
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return nil, err
 		}
 	} else {
+		defer lw.done()
 		for n := 0; n < len(buf); {
+			lw.before(len(buf) - n)
 			m, err := r.Read(buf[n:])
 			n += m
-			if m > 0 {
+			if m > 0 && progress != nil {
 				progress(n)
 			}
 			if err != nil && n < len(buf) {

@@ -497,6 +497,7 @@ func runServe(args []string) error {
 		MaxHeaderBytes: 2 * c.maxHeaderBytes,
 		IdleTimeout:    c.idleTimeout,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnContext:    proxy.ConnContext, // large bodies are read with fewer wake-ups (proxy/lowat.go)
 	}
 	stopOps, err := c.obs.serveOps(handler, log)
 	if err != nil {

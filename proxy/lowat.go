@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/http"
+)
+
+// Waking less while a large body arrives. compactd reads a body whole before it decides, and a
+// reader that keeps up with a fast client finds the socket empty after most reads: on loopback a
+// 2 MB body took about ten waits in the poller, each a trip through the scheduler (compactd made
+// 43-46 context switches a request where the bare proxy, busy writing between its reads, made
+// 36-37). With SO_RCVLOWAT the kernel reports the connection readable only once that many bytes
+// are queued, so the reader sleeps until a large piece is there. The mark is always below what
+// is still to come (it drops to 1 for the body's last 128 KiB), so a read can never wait for
+// bytes the client will not send, and it is 1 again once the body is read: the server's
+// background read, and the next request on the connection, wait for one byte as before.
+
+// connKey is the request context's key of its connection (ConnContext).
+type connKey struct{}
+
+// ConnContext is an http.Server ConnContext that lets compactd reach a request's TCP connection,
+// to set its receive low-water mark while a large body arrives. `compactd serve` sets it; a
+// server without it reads bodies as before.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*net.TCPConn); ok {
+		return context.WithValue(ctx, connKey{}, tc)
+	}
+	return ctx
+}
+
+const (
+	// lowatMin: below this much still to come, the mark is 1.
+	lowatMin = 128 << 10
+	// lowatMax is the highest mark: reads of up to half a megabyte, still in cache when the
+	// skim cache's MAC hashes them.
+	lowatMax = 512 << 10
+)
+
+// lowat is the receive low-water mark of one request's connection.
+type lowat struct {
+	conn *net.TCPConn
+	cur  int
+}
+
+// newLowat returns the mark of r's connection, nil when it cannot be set (no ConnContext, TLS,
+// HTTP/2, or not Linux).
+func newLowat(r *http.Request) *lowat {
+	if r.ProtoMajor != 1 || !lowatSupported {
+		return nil
+	}
+	c, _ := r.Context().Value(connKey{}).(*net.TCPConn)
+	if c == nil {
+		return nil
+	}
+	return &lowat{conn: c, cur: 1}
+}
+
+// before sets the mark for a read with left bytes of the body still to come.
+func (l *lowat) before(left int) {
+	if l == nil {
+		return
+	}
+	n := 1
+	if left > lowatMin {
+		n = min(left-lowatMin/2, lowatMax)
+	}
+	if n != l.cur && (n < l.cur || l.cur == 1) {
+		l.set(n)
+	}
+}
+
+// done puts the mark back to 1.
+func (l *lowat) done() {
+	if l != nil && l.cur != 1 {
+		l.set(1)
+	}
+}
+
+func (l *lowat) set(n int) {
+	rc, err := l.conn.SyscallConn()
+	if err != nil {
+		return
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = setRcvLowat(fd, n) }); err != nil || serr != nil {
+		l.cur = 1 // unknown: try again next time
+		return
+	}
+	l.cur = n
+}
