@@ -32,8 +32,8 @@ func slowDot(a, b elem) elem {
 	for range 128 {
 		if r.lo&1 == 1 { // r + P, P = x^128 + x^127 + x^126 + x^121 + 1, then /x
 			r.lo ^= 1
-			r = elem{r.lo>>1 | r.hi<<63, r.hi >> 1 ^ 1<<63} // x^128/x = x^127
-			r.hi ^= 1<<62 | 1<<61 | 1<<56                   // (x^127+x^126+x^121)/x
+			r = elem{r.lo>>1 | r.hi<<63, r.hi>>1 ^ 1<<63} // x^128/x = x^127
+			r.hi ^= 1<<62 | 1<<61 | 1<<56                 // (x^127+x^126+x^121)/x
 			continue
 		}
 		r = elem{r.lo>>1 | r.hi<<63, r.hi >> 1}

@@ -116,7 +116,7 @@ type entry struct {
 	scope      string
 	state      State
 	tag        [16]byte // the MAC of the body's first state.End() bytes
-	fp         uint64 // maphash of the fpLen bytes before End
+	fp         uint64   // maphash of the fpLen bytes before End
 	size       int64
 	b          *bucket
 	prev, next *entry
