@@ -3,8 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactd/compactd/internal/duplextest"
 	"github.com/compactd/compactd/internal/fakeupstream"
 	"github.com/compactd/compactd/internal/handoff"
 )
@@ -249,15 +248,7 @@ func TestBareProxyStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		_ = rc.EnableFullDuplex()
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		_ = rc.Flush()
-		n, err := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(w, "event: done\ndata: {\"read\":%d,\"err\":%q}\n\n", n, fmt.Sprint(err))
-	})}
+	upstream := &http.Server{Handler: duplextest.Upstream()}
 	go func() { _ = upstream.Serve(upLn) }()
 	defer upstream.Close()
 	u, _ := url.Parse("http://" + upLn.Addr().String())
@@ -271,32 +262,10 @@ func TestBareProxyStreams(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a guard against a hang, not a measurement
 	defer cancel()
-	pr, pw := io.Pipe()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+"/v1/responses", pr)
-	req.ContentLength = 2 * half
-	headers := make(chan struct{})
-	go func() {
-		chunk := bytes.Repeat([]byte("x"), half)
-		if _, err := pw.Write(chunk); err != nil {
-			return
-		}
-		select {
-		case <-headers:
-		case <-ctx.Done():
-		}
-		_, _ = pw.Write(chunk)
-		pw.Close()
-	}()
 	client := newClient(1)
 	defer client.CloseIdleConnections()
-	resp, err := client.Do(req)
-	close(headers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if want := fmt.Sprintf(`{"read":%d,"err":"<nil>"}`, 2*half); err != nil || !bytes.Contains(got, []byte(want)) {
+	_, got, err := duplextest.Post(ctx, client, "http://"+ln.Addr().String()+"/v1/responses", half)
+	if want := duplextest.Done(2 * half); err != nil || !bytes.Contains(got, []byte(want)) {
 		t.Errorf("stream through the bare proxy: %q, %v; want the event %s", got, err, want)
 	}
 }

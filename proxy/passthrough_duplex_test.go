@@ -3,12 +3,12 @@ package proxy_test
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/compactd/compactd/internal/duplextest"
 )
 
 // A streamed pass-through body whose upstream answers (an event stream) before it has read the
@@ -18,15 +18,7 @@ import (
 // upstream connection — with the stream on it — is torn down.
 func TestPassThroughBodyAfterResponseHeaders(t *testing.T) {
 	const half = 64 << 10
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		_ = rc.EnableFullDuplex()
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		_ = rc.Flush()
-		n, err := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(w, "event: done\ndata: {\"read\":%d,\"err\":%q}\n\n", n, fmt.Sprint(err))
-	}))
+	up := httptest.NewServer(duplextest.Upstream())
 	t.Cleanup(up.Close)
 	addr := newGateProxy(t, &recorder{url: up.URL}, nil)
 
@@ -34,31 +26,9 @@ func TestPassThroughBodyAfterResponseHeaders(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // a guard against a hang, not a measurement
 			defer cancel()
-			pr, pw := io.Pipe()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, pr)
-			req.ContentLength = 2 * half
-			headers := make(chan struct{})
-			go func() {
-				chunk := bytes.Repeat([]byte("x"), half)
-				if _, err := pw.Write(chunk); err != nil {
-					return
-				}
-				select { // the second half only once the response has begun
-				case <-headers:
-				case <-ctx.Done():
-				}
-				_, _ = pw.Write(chunk)
-				pw.Close()
-			}()
-			resp, err := http.DefaultClient.Do(req)
-			close(headers)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if want := fmt.Sprintf(`{"read":%d,"err":"<nil>"}`, 2*half); err != nil || !bytes.Contains(got, []byte(want)) {
-				t.Errorf("status %d, stream %q, %v; want the event %s", resp.StatusCode, got, err, want)
+			status, got, err := duplextest.Post(ctx, http.DefaultClient, "http://"+addr+path, half)
+			if want := duplextest.Done(2 * half); err != nil || !bytes.Contains(got, []byte(want)) {
+				t.Errorf("status %d, stream %q, %v; want the event %s", status, got, err, want)
 			}
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/dialect"
+	"github.com/compactd/compactd/internal/duplextest"
 )
 
 // TestEvalGrepFound: the grep column finds an answer's exact text in the raw log's strings (JSON
@@ -333,15 +333,7 @@ func TestEvalReportMeasures(t *testing.T) {
 // so that deadlocks and the guard's deadline fails the test.
 func TestEvalTapStreams(t *testing.T) {
 	const half = 32 << 10
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		_ = rc.EnableFullDuplex()
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		_ = rc.Flush()
-		n, err := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(w, "data: read %d %v\n\n", n, err)
-	}))
+	up := httptest.NewServer(duplextest.Upstream())
 	defer up.Close()
 	tp, err := startTap(up.URL)
 	if err != nil {
@@ -350,30 +342,8 @@ func TestEvalTapStreams(t *testing.T) {
 	defer tp.close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a guard against a hang, not a measurement
 	defer cancel()
-	pr, pw := io.Pipe()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tp.base+"/v1/messages", pr)
-	req.ContentLength = 2 * half
-	headers := make(chan struct{})
-	go func() {
-		chunk := bytes.Repeat([]byte("x"), half)
-		if _, err := pw.Write(chunk); err != nil {
-			return
-		}
-		select {
-		case <-headers:
-		case <-ctx.Done():
-		}
-		_, _ = pw.Write(chunk)
-		pw.Close()
-	}()
-	resp, err := http.DefaultClient.Do(req)
-	close(headers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if want := fmt.Sprintf("data: read %d <nil>", 2*half); err != nil || !strings.Contains(string(got), want) {
-		t.Errorf("stream through the tap: %q, %v; want %q", got, err, want)
+	status, got, err := duplextest.Post(ctx, http.DefaultClient, tp.base+"/v1/messages", half)
+	if want := duplextest.Done(2 * half); err != nil || !strings.Contains(string(got), want) {
+		t.Errorf("stream through the tap: %d %q, %v; want %q", status, got, err, want)
 	}
 }
