@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"syscall"
 )
 
 // Waking less while a large body arrives. compactd reads a body whole before it decides, and a
@@ -39,7 +40,7 @@ const (
 
 // lowat is the receive low-water mark of one request's connection.
 type lowat struct {
-	conn *net.TCPConn
+	conn syscall.RawConn
 	cur  int
 }
 
@@ -53,7 +54,11 @@ func newLowat(r *http.Request) *lowat {
 	if c == nil {
 		return nil
 	}
-	return &lowat{conn: c, cur: 1}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &lowat{conn: rc, cur: 1}
 }
 
 // before sets the mark for a read with left bytes of the body still to come.
@@ -78,12 +83,8 @@ func (l *lowat) done() {
 }
 
 func (l *lowat) set(n int) {
-	rc, err := l.conn.SyscallConn()
-	if err != nil {
-		return
-	}
 	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = setRcvLowat(fd, n) }); err != nil || serr != nil {
+	if err := l.conn.Control(func(fd uintptr) { serr = setRcvLowat(fd, n) }); err != nil || serr != nil {
 		l.cur = 1 // unknown: try again next time
 		return
 	}

@@ -33,10 +33,12 @@ func TestLowatMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	tc := c.(*net.TCPConn)
-	l := &lowat{conn: tc, cur: 1}
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lowat{conn: rc, cur: 1}
 	mark := func() int {
-		rc, _ := tc.SyscallConn()
 		var v int
 		_ = rc.Control(func(fd uintptr) { v, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT) })
 		return v

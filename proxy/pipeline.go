@@ -42,10 +42,7 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 			p.asSent = s.asSent.slot(p.skimScope())
 			early = p.asSent.Load()
 		}
-		var onBuf func([]byte) func(int)
-		if early || s.skims.Wants(int(min(r.ContentLength, s.cfg.MaxBodyBytes))) {
-			onBuf = p.onBodyBuffer(early)
-		}
+		onBuf := p.onBodyBuffer(early)
 		defer func() {
 			p.early.abort() // whatever the turn did, nothing of the early request outlives it
 			if p.early != nil {
@@ -83,8 +80,12 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 // onBodyBuffer is readBody's onBuf for the turn: handed a declared body's buffer before it is
 // read, it starts the early forward (early: the client's last turn went as it came), and the
 // function it returns advances the skim cache's MAC after each read, while the bytes just read
-// are still in the CPU's cache (skimcache.BodyMAC), and lets the early forward go on.
+// are still in the CPU's cache (skimcache.BodyMAC), and lets the early forward go on. nil when
+// the turn needs neither (a small body reads as before).
 func (p *pipe) onBodyBuffer(early bool) func([]byte) func(int) {
+	if !early && !p.s.skims.Wants(int(min(p.r.ContentLength, p.s.cfg.MaxBodyBytes))) {
+		return nil
+	}
 	return func(buf []byte) func(int) {
 		var filled func(int)
 		if early {
