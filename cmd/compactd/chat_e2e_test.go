@@ -25,7 +25,7 @@ import (
 // `compactd serve` with a low Chat policy in front of the fake upstream.
 
 // openaiNodeVersion is the pinned Node openai SDK (.ci/run installs exactly this one).
-const openaiNodeVersion = "7.59.0"
+const openaiNodeVersion = "7.60.0"
 
 // qwenCodeVersion is the pinned Qwen Code CLI (.ci/run installs exactly this one).
 const qwenCodeVersion = "0.24.4"
