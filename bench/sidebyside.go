@@ -548,7 +548,7 @@ func messagesBody(size int) []byte {
 	s := text.String()
 	s = s[:min(len(s), max(size-400, 0))]
 	b, _ := json.Marshal(map[string]any{
-		"model": "claude-sonnet-4-5", "max_tokens": 1024,
+		"model": "claude-sonnet-5-5", "max_tokens": 1024,
 		"messages": []map[string]any{{"role": "user", "content": s}},
 	})
 	return b

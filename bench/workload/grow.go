@@ -158,7 +158,7 @@ func (g *Grower) body() []byte {
 	b := bytes.NewBuffer(make([]byte, 0, len(g.items)+8<<10))
 	switch g.d {
 	case Messages:
-		fmt.Fprintf(b, `{"model":"claude-sonnet-4-5","max_tokens":32000,"stream":%t,"system":%s,"messages":[`, g.o.Stream, mustJSON(partsOf(Preamble()[0]).text))
+		fmt.Fprintf(b, `{"model":"claude-sonnet-5-5","max_tokens":32000,"stream":%t,"system":%s,"messages":[`, g.o.Stream, mustJSON(partsOf(Preamble()[0]).text))
 		b.Write(g.items)
 		b.WriteString(`],"tools":[{"name":"Bash","description":"Run a shell command.","input_schema":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}}]}`)
 	case Chat:

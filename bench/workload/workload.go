@@ -345,7 +345,7 @@ func sessionBody(size int, head, tail string, render func(dst []byte, p itemPart
 // and their outputs as tool_result blocks, the reasoning summaries as thinking blocks.
 func MessagesRequest(size int) []byte {
 	system := partsOf(Preamble()[0]).text
-	head := string(mustJSON(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 32000, "system": system}))
+	head := string(mustJSON(map[string]any{"model": "claude-sonnet-5-5", "max_tokens": 32000, "system": system}))
 	head = head[:len(head)-1] + `,"messages":[`
 	return sessionBody(size, head, `]}`, renderMessages)
 }
