@@ -10,7 +10,11 @@
 # With neither, `serve` generates a keyring in COMPACTD_DATA_DIR: keep that on a volume, and
 # never do this with more than one replica (they must share one keyring).
 
-ARG GO_VERSION=1.26.8
+# The builder is the latest Go patch release, not go.mod's minimum (1.26.8): go1.26.8's standard
+# library has called vulnerabilities fixed in 1.26.9 and 1.26.10 (net/http, net/textproto,
+# crypto/tls, crypto/x509; .ci/govulncheck.sh lists them, SECURITY.md "Dependencies and the
+# toolchain"). Raise it with each patch release.
+ARG GO_VERSION=1.26.10
 
 # Build stage: runs deploy/build.sh, the same build line CI tests. It builds on the build
 # machine's platform and cross-compiles (CGO is off), so multi-arch builds need no emulation.

@@ -284,6 +284,60 @@ func TestDockerfile(t *testing.T) {
 
 // TestDockerignore checks the build context with Docker's own matcher: everything the build
 // needs is in it, and keys, local state and build output are not.
+// minBuilderGo is the oldest Go patch release the image may be built with: the newest one that
+// fixes a called standard-library vulnerability in the pinned vulnerability database
+// (.ci/govulncheck.sh lists them; GO-2026-6809 is fixed in go1.26.10). Raise it with the
+// database.
+const minBuilderGo = "1.26.10"
+
+// TestDockerfileBuilderGo: the image's builder is a Go of go.mod's minor release, at least its
+// minimum, and no older than minBuilderGo: a release image built with go.mod's minimum (the CI
+// machines' go1.26.8) would ship the standard library's known, called vulnerabilities.
+func TestDockerfileBuilderGo(t *testing.T) {
+	b, err := os.ReadFile(path("Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^ARG GO_VERSION=(\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("Dockerfile: no ARG GO_VERSION=…")
+	}
+	builder := string(m[1])
+	mod, err := os.ReadFile(path("go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
+	if g == nil {
+		t.Fatal("go.mod: no go line")
+	}
+	parse := func(v string) [3]int {
+		var out [3]int
+		parts := strings.Split(v, ".")
+		if len(parts) != 3 {
+			t.Fatalf("%q is not a Go patch release (major.minor.patch)", v)
+		}
+		for i, p := range parts {
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				t.Fatalf("%q is not a Go patch release: %v", v, err)
+			}
+			out[i] = n
+		}
+		return out
+	}
+	bv, gv, minv := parse(builder), parse(string(g[1])), parse(minBuilderGo)
+	if bv[0] != gv[0] || bv[1] != gv[1] {
+		t.Errorf("builder Go %s is not go.mod's release %d.%d", builder, gv[0], gv[1])
+	}
+	if slices.Compare(bv[:], gv[:]) < 0 {
+		t.Errorf("builder Go %s is older than go.mod's minimum %s", builder, g[1])
+	}
+	if slices.Compare(bv[:], minv[:]) < 0 {
+		t.Errorf("builder Go %s is older than %s, which fixes called standard-library vulnerabilities", builder, minBuilderGo)
+	}
+}
+
 func TestDockerignore(t *testing.T) {
 	f, err := os.Open(path(".dockerignore"))
 	if err != nil {
