@@ -38,6 +38,8 @@ func TestRecallApplies(t *testing.T) {
 		{"n 1", `,"n":1`, user, true},
 		{"n null", `,"n":null`, user, true},
 		{"n 2", `,"n":2`, user, false},
+		// 2^64+1: not 1 to the upstream, so not 1 here either (no integer overflow to 1).
+		{"n past 64 bits", `,"n":18446744073709551617`, user, false},
 		{"deprecated functions", `,"functions":[{"name":"f"}]`, user, false},
 		{"assistant prefill", ``, `{"role":"assistant","content":"The port is"}`, false},
 		{"tool choice none", `,"tool_choice":"none"`, user, false},
