@@ -95,6 +95,11 @@ func (b *spliceBody) writeAtMost(w io.Writer, n int64) (int64, error) {
 			return total, err
 		}
 	}
+	// Empty pieces after the last byte written are done too: a write of exactly what is left
+	// (the transport's Content-Length) drains the body.
+	for b.i < len(b.parts) && b.at == len(b.parts[b.i]) {
+		b.i, b.at = b.i+1, 0
+	}
 	if b.i >= len(b.parts) {
 		b.drained.Store(true)
 	}
