@@ -78,10 +78,6 @@ const (
 	// entryOverhead is what an entry costs beyond its state: the entry, its
 	// place in the bucket and the LRU list, the bucket's share of the map.
 	entryOverhead = 160
-	// shards is one: the conversations of one agent share a head, so sharding by head would put
-	// them all in one shard's share of the budget; the lock is held for bookkeeping only (the MAC
-	// runs outside it).
-	shards = 1
 )
 
 // Cache is the skim-state cache. A nil *Cache is a disabled one: Find misses, Store does
@@ -90,7 +86,10 @@ type Cache struct {
 	segMAC  segmentMAC
 	seed    maphash.Seed
 	minBody int
-	shards  [shards]shard
+	// One lock and one budget for all: the conversations of one agent share a head, so sharding
+	// by head would put them all in one shard's share of the budget; the lock is held for
+	// bookkeeping only (the MAC runs outside it).
+	shard shard
 
 	hits, misses, stores, evictions atomic.Int64
 	entries, bytes                  atomic.Int64
@@ -142,12 +141,10 @@ func New(o Options) *Cache {
 	if c.minBody <= 0 {
 		c.minBody = DefaultMinBody
 	}
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.budget = o.Budget / shards
-		s.buckets = map[uint64]*bucket{}
-		s.lru.next, s.lru.prev = &s.lru, &s.lru
-	}
+	s := &c.shard
+	s.budget = o.Budget
+	s.buckets = map[uint64]*bucket{}
+	s.lru.next, s.lru.prev = &s.lru, &s.lru
 	return c
 }
 
@@ -222,8 +219,6 @@ func (c *Cache) macFor(m *BodyMAC, body []byte) *BodyMAC {
 	return c.newBodyMAC(body)
 }
 
-func (c *Cache) shard(uint64) *shard { return &c.shards[0] }
-
 // Find returns the most recently stored state under scope whose prefix body begins with, proved
 // by the MAC; else a miss. m is the body's MAC chain as far as it was advanced while the body was
 // read (nil: none); a chain made for another buffer is not used. The Hit, found or not, carries
@@ -234,7 +229,7 @@ func (c *Cache) Find(scope string, body []byte, m *BodyMAC) Hit {
 	}
 	m = c.macFor(m, body)
 	head := c.headKey(scope, body)
-	s := c.shard(head)
+	s := &c.shard
 	// Pick the candidates under the lock, verify outside it: the MAC is the expensive part.
 	var cand [maxVerify]*entry
 	var tags [maxVerify][16]byte
@@ -286,7 +281,7 @@ func (c *Cache) Store(scope string, body []byte, from Hit, st State) {
 	e := &entry{scope: scope, state: st, tag: m.prefixTag(body, end), fp: c.fingerprint(body, end),
 		size: int64(st.Size()) + int64(len(scope)) + entryOverhead}
 	head := c.headKey(scope, body)
-	s := c.shard(head)
+	s := &c.shard
 	if e.size > s.budget {
 		return
 	}
