@@ -114,3 +114,37 @@ func TestLowatSlowClient(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// TestLowatClientCloses: a client that sends part of a large body and closes its side wakes the
+// read at once (the mark does not hold a shut-down connection's read back): the request ends,
+// with an answer or the connection closed, well before the guard deadline, and nothing reaches
+// the upstream.
+func TestLowatClientCloses(t *testing.T) {
+	up := &earlyUpstream{}
+	s, _, _ := newTestServer(t, up, func(c *Config) { c.EarlyForwardBytes = 0; c.BodyReadTimeout = 0 })
+	front := httptest.NewUnstartedServer(s)
+	front.Config.ConnContext = ConnContext
+	front.Start()
+	defer front.Close()
+	conn, err := net.Dial("tcp", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second)) // the guard: a read held back would hang
+	body := bytes.Repeat([]byte("x"), 2<<20)
+	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := conn.Write(body[:300<<10]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the server is reading, with the mark raised
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(conn); err != nil {
+		t.Fatalf("the request did not end after the client closed its side: %v", err)
+	}
+	if got, _ := up.counts(); len(got) != 0 {
+		t.Fatalf("the upstream got %d bodies from a request cut short", len(got))
+	}
+}
