@@ -65,23 +65,32 @@ func TestLowatMark(t *testing.T) {
 	}
 }
 
-// TestLowatSlowClient: with ConnContext set, a large body that arrives in small pieces with
-// pauses is read whole, byte for byte, and the next request on the same connection is answered
-// (the mark is back to 1), all within a guard deadline (a read waiting for bytes that never come
-// would hang).
-func TestLowatSlowClient(t *testing.T) {
+// lowatFront is compactd in front of an upstream that records bodies, served with ConnContext as
+// serve sets it, and a raw connection to it with a guard deadline (a read held back would hang;
+// a guard, not a measurement).
+func lowatFront(t *testing.T) (*earlyUpstream, net.Conn) {
+	t.Helper()
 	up := &earlyUpstream{}
 	s, _, _ := newTestServer(t, up, func(c *Config) { c.EarlyForwardBytes = 0 })
 	front := httptest.NewUnstartedServer(s)
 	front.Config.ConnContext = ConnContext
 	front.Start()
-	defer front.Close()
+	t.Cleanup(front.Close)
 	conn, err := net.Dial("tcp", front.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second)) // a guard against a hang, not a measurement
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	return up, conn
+}
+
+// TestLowatSlowClient: with ConnContext set, a large body that arrives in small pieces with
+// pauses is read whole, byte for byte, and the next request on the same connection is answered
+// (the mark is back to 1), all within a guard deadline (a read waiting for bytes that never come
+// would hang).
+func TestLowatSlowClient(t *testing.T) {
+	up, conn := lowatFront(t)
 	br := bufio.NewReader(conn)
 	for i, pieces := range []int{100 << 10, 7 << 10} {
 		body := turnBody(i, "")
@@ -120,18 +129,7 @@ func TestLowatSlowClient(t *testing.T) {
 // with an answer or the connection closed, well before the guard deadline, and nothing reaches
 // the upstream.
 func TestLowatClientCloses(t *testing.T) {
-	up := &earlyUpstream{}
-	s, _, _ := newTestServer(t, up, func(c *Config) { c.EarlyForwardBytes = 0; c.BodyReadTimeout = 0 })
-	front := httptest.NewUnstartedServer(s)
-	front.Config.ConnContext = ConnContext
-	front.Start()
-	defer front.Close()
-	conn, err := net.Dial("tcp", front.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second)) // the guard: a read held back would hang
+	up, conn := lowatFront(t)
 	body := bytes.Repeat([]byte("x"), 2<<20)
 	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
 	if _, err := conn.Write(body[:300<<10]); err != nil {
