@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -19,6 +20,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/compactd/compactd/internal/archive"
+	"github.com/compactd/compactd/internal/compact"
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	"github.com/compactd/compactd/internal/dialect"
 	"github.com/compactd/compactd/internal/fakeupstream"
@@ -185,6 +187,87 @@ func TestMessagesThresholdCompactionAndHandoff(t *testing.T) {
 			}
 			if n := len(h.upstream(fakeupstream.KindSummary)); n != 1 {
 				t.Fatalf("below the threshold the next turn compacted again (%d summariser calls)", n)
+			}
+		})
+	}
+}
+
+// A compaction keeps the tool directives of what it summarises (tool_addition and tool_removal
+// blocks, "from this point in the conversation onward"), in order, right behind the handoff: a
+// tool defined inline in the compacted range is still defined afterwards, so a later reference
+// to it names a tool (the strict upstream refuses one that names nothing), and a tool removed
+// there stays removed. The compacting turn sends the same messages the next turn rebuilds from
+// the block, so the upstream's prompt cache keeps hitting.
+func TestMessagesCompactionKeepsToolDirectives(t *testing.T) {
+	for _, policy := range []string{"block", "transparent"} {
+		t.Run(policy, func(t *testing.T) {
+			h := newMsgHarness(t, func(c *proxy.Config) {
+				if policy == "transparent" {
+					c.Policy = compact.Policy{Routes: map[dialect.Name]int{dialect.Messages: 50_000}}
+				}
+				c.Speculative.Fraction = -1 // one summary, counted exactly
+			})
+			ctx := context.Background()
+			grep := anthropic.BetaContentBlockParamUnion{OfToolAddition: &anthropic.BetaRequestToolAdditionBlockParam{
+				Tool: anthropic.BetaRequestToolAdditionBlockToolUnionParam{OfToolDefinition: &anthropic.BetaToolChangeToolDefinitionParam{
+					Definition: anthropic.BetaToolUnionParam{OfTool: &anthropic.BetaToolParam{Name: "grep", InputSchema: anthropic.BetaToolInputSchemaParam{}}}}}}}
+			dropRead := anthropic.BetaContentBlockParamUnion{OfToolRemoval: &anthropic.BetaRequestToolRemovalBlockParam{
+				Tool: anthropic.BetaRequestToolRemovalBlockToolUnionParam{OfToolReference: &anthropic.BetaToolChangeToolReferenceParam{Name: "Read"}}}}
+			hist := longHistory(16)
+			hist[0].OfUser.Content = append([]anthropic.BetaContentBlockParamUnion{grep}, hist[0].OfUser.Content...)
+			hist[6].OfUser.Content = append(hist[6].OfUser.Content, dropRead)
+			hist = append(hist, userText("what next?"))
+			p := func(msgs []anthropic.BetaMessageParam) anthropic.BetaMessageNewParams {
+				cm := compactEdit(50_000, false)
+				if policy == "transparent" {
+					cm = anthropic.BetaContextManagementConfigParam{}
+				}
+				q := params(msgs, cm)
+				q.Tools = []anthropic.BetaToolUnionParam{{OfTool: &anthropic.BetaToolParam{Name: "Read", InputSchema: anthropic.BetaToolInputSchemaParam{}}}}
+				q.Betas = append(q.Betas, anthropic.AnthropicBetaMidConversationToolChanges2026_07_01, anthropic.AnthropicBetaInlineTools2026_09_15)
+				return q
+			}
+			msg, err := h.ant.Beta.Messages.New(ctx, p(hist))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(h.upstream(fakeupstream.KindSummary)); n != 1 {
+				t.Fatalf("%d summariser calls, want 1", n)
+			}
+			first := h.lastMessages(t).Get("messages").Array()
+			directives := func(msgs []gjson.Result) []string {
+				var out []string
+				for i, m := range msgs {
+					for _, b := range m.Get("content").Array() {
+						if typ := b.Get("type").Str; typ == "tool_addition" || typ == "tool_removal" {
+							out = append(out, fmt.Sprintf("%d %s %s %s%s", i, m.Get("role").Str, typ, b.Get("tool.name").Str, b.Get("tool.definition.name").Str))
+						}
+					}
+				}
+				return out
+			}
+			want := []string{"1 user tool_addition grep", "2 user tool_removal Read"}
+			if got := directives(first); !slices.Equal(got, want) {
+				t.Fatalf("the compacting turn's upstream directives = %q, want %q (right behind the handoff)", got, want)
+			}
+
+			// Next turn: the client adds the inline-defined tool back by reference, which only
+			// names a tool if the definition is still in front of the model.
+			next := slices.Clone(hist)
+			addGrep := anthropic.BetaContentBlockParamUnion{OfToolAddition: &anthropic.BetaRequestToolAdditionBlockParam{
+				Tool: anthropic.BetaRequestToolAdditionBlockToolUnionParam{OfToolReference: &anthropic.BetaToolChangeToolReferenceParam{Name: "grep"}}}}
+			next = append(next, msg.ToParam(), anthropic.NewBetaUserMessage(anthropic.NewBetaTextBlock("search for it"), addGrep))
+			if _, err := h.ant.Beta.Messages.New(ctx, p(next)); err != nil {
+				t.Fatalf("the next turn: %v", err)
+			}
+			up := h.lastMessages(t).Get("messages").Array()
+			if got, want := directives(up), append(want, fmt.Sprintf("%d user tool_addition grep", len(up)-1)); !slices.Equal(got, want) {
+				t.Fatalf("the next turn's upstream directives = %q, want %q", got, want)
+			}
+			for i, m := range first {
+				if i >= len(up) || up[i].Raw != m.Raw {
+					t.Fatalf("upstream message %d differs between the compacting turn and the next:\n%.300s\n%.300s", i, m.Raw, up[min(i, len(up)-1)].Raw)
+				}
 			}
 		})
 	}

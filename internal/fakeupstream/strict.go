@@ -55,6 +55,13 @@ import (
 //     `tool_result` block in the next message.", anthropics/claude-code issue 5060). Server tool
 //     blocks (server_tool_use, mcp_tool_use) carry their results in the assistant turn itself and
 //     are not paired here.
+//   - A tool_reference in a tool_addition or tool_removal block names "a tool declared in
+//     `tools` or defined by an earlier `tool_addition` block" (anthropic-sdk-go v2.17.0
+//     betamessage.go BetaToolChangeToolReferenceParam; an inline definition is a
+//     tool_addition whose tool is a tool_definition). A reference to anything else names no
+//     tool and is refused; the wording of that refusal is this upstream's own, as no capture
+//     of the real one was available. MCP references are not checked (their tools come from the
+//     MCP server).
 //
 // OpenAI Responses (POST /v1/responses):
 //
@@ -164,9 +171,53 @@ func (c *call) refusal() *refusal {
 	case routeChat:
 		return strictChat(c.in.top["messages"])
 	case routeMessages, routeCountTokens:
-		return strictMessages(c.in.top["messages"])
+		if r := strictMessages(c.in.top["messages"]); r != nil {
+			return r
+		}
+		return strictToolReferences(c.in.top["tools"], c.in.top["messages"])
 	}
 	return nil
+}
+
+// strictToolReferences refuses a tool_reference (in a tool_addition or tool_removal block of
+// any message, system messages included) that names neither a tool of tools nor one an earlier
+// tool_addition defined inline.
+func strictToolReferences(tools, msgs gjson.Result) *refusal {
+	known := map[string]bool{}
+	tools.ForEach(func(_, t gjson.Result) bool {
+		if n := member(t, "name"); n.Type == gjson.String {
+			known[n.Str] = true
+		}
+		return true
+	})
+	var bad *refusal
+	i := 0
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		j := 0
+		member(m, "content").ForEach(func(_, b gjson.Result) bool {
+			typ := member(b, "type").Str
+			if typ == "tool_addition" || typ == "tool_removal" {
+				tool := member(b, "tool")
+				switch member(tool, "type").Str {
+				case "tool_definition":
+					if typ == "tool_addition" {
+						known[member(member(tool, "definition"), "name").Str] = true
+					}
+				case "tool_reference":
+					if name := member(tool, "name").Str; !known[name] {
+						bad = badRequestRefusal("", "", "messages."+strconv.Itoa(i)+".content."+strconv.Itoa(j)+
+							".tool: tool_reference '"+name+"' names no tool declared in `tools` or defined by an earlier `tool_addition` block")
+						return false
+					}
+				}
+			}
+			j++
+			return true
+		})
+		i++
+		return bad == nil
+	})
+	return bad
 }
 
 // Anthropic content block types a user or assistant message may carry (BetaContentBlockParamUnion).

@@ -12,29 +12,33 @@ import (
 
 // handoffMessages is the conversation from the block at ref on: the handoff text (summary and
 // facts ledger) as a user text block in place of the block (sharing the block's message when
-// that is a user message), the role:"system" messages before it (systemMessages), the messages a
-// speculative compaction kept verbatim behind the summary (payload.Tail of those before the
-// block's message, as many as the client still sends), the rest of the block's message, then
-// every later message, with null-content compaction blocks removed throughout. It is what the
-// compacting turn sent upstream followed by what came after, byte for byte, so the upstream's
-// prompt cache keeps hitting.
+// that is a user message and no tool directive is kept), what the compaction kept of the
+// messages before it (keptContext: their role:"system" messages and tool directives), the
+// messages a speculative compaction kept verbatim behind the summary (payload.Tail of those
+// before the block's message, as many as the client still sends), the rest of the block's
+// message, then every later message, with null-content compaction blocks removed throughout. It
+// is what the compacting turn sent upstream followed by what came after, byte for byte, so the
+// upstream's prompt cache keeps hitting.
 func handoffMessages(msgs []api.Message, ref api.BlockRef, o *engine.Opened) []api.Message {
 	text := api.Block{Raw: api.TextBlock(handoff.MessagesText(o.Summary, o.Payload.Ledger)), Type: api.BlockText}
 	tail := min(o.Payload.Tail, ref.Message)
 	m := msgs[ref.Message]
 	rest := withoutCompaction(m.Blocks[ref.Block+1:])
-	sys := systemMessages(msgs[:ref.Message-tail])
-	out := make([]api.Message, 0, len(msgs)-ref.Message+1+tail+len(sys))
-	if m.Role == "user" && tail == 0 {
+	kept, directives := keptContext(msgs[:ref.Message-tail])
+	out := make([]api.Message, 0, len(msgs)-ref.Message+1+tail+len(kept))
+	if m.Role == "user" && tail == 0 && !directives {
+		// The rest of the block's message shares the handoff's; the system messages kept are
+		// context wherever they stand. Tool directives take the layout below: their order
+		// against what follows decides which tools the model has.
 		hm := api.NewMessage("user", append([]api.Block{text}, rest...))
 		hm.Handoff = true
 		out = append(out, hm)
-		out = append(out, sys...)
+		out = append(out, kept...)
 	} else {
 		hm := api.NewMessage("user", []api.Block{text})
 		hm.Handoff = true
 		out = append(out, hm)
-		out = append(out, sys...)
+		out = append(out, kept...)
 		out = append(out, stripCompaction(msgs[ref.Message-tail:ref.Message], 0)...)
 		if len(rest) > 0 {
 			out = append(out, m.WithBlocks(rest))
@@ -45,32 +49,58 @@ func handoffMessages(msgs []api.Message, ref api.BlockRef, o *engine.Opened) []a
 
 // memoHandoffMessages is the conversation after the compaction o of msgs[:n], as the memo
 // remembers it for a client that carries no compaction block (the transparent policy): the
-// handoff message, the role:"system" messages it did not summarise (systemMessages), the messages
-// a speculative compaction kept verbatim behind the summary, then msgs[n:] — what the compacting
+// handoff message, what it kept of the messages it summarised (keptContext), the messages a
+// speculative compaction kept verbatim behind the summary, then msgs[n:] — what the compacting
 // turn sent upstream followed by what came after, byte for byte.
 func memoHandoffMessages(msgs []api.Message, n int, o *engine.Opened) []api.Message {
 	tail := min(o.Payload.Tail, n)
 	hm := api.NewMessage("user", []api.Block{{Raw: api.TextBlock(handoff.MessagesText(o.Summary, o.Payload.Ledger)), Type: api.BlockText}})
 	hm.Handoff = true
-	out := append([]api.Message{hm}, systemMessages(msgs[:n-tail])...)
+	kept, _ := keptContext(msgs[:n-tail])
+	out := append([]api.Message{hm}, kept...)
 	return append(out, msgs[n-tail:]...)
 }
 
-// systemMessages are the role:"system" messages of msgs, in order. They are context, not
-// conversation — Claude Code sends one in messages listing its deferred tools (MCP tools
-// included) and its environment — so a compaction keeps them verbatim (compact.IsContext: they
-// are the window's instructions, never summarised) right after the handoff, where they stay in
-// order with what is kept: the first message is still the user's (the handoff), as the
-// Messages API wants.
-func systemMessages(msgs []api.Message) []api.Message {
-	var out []api.Message
+// keptContext is what a compaction of msgs keeps verbatim behind the handoff, in their order:
+//
+//   - the role:"system" messages. They are context, not conversation — Claude Code sends one in
+//     messages listing its deferred tools (MCP tools included) and its environment — so they are
+//     never summarised (compact.IsContext: they are the window's instructions). Right after the
+//     handoff they stay in order with what is kept, and the first message is still the user's
+//     (the handoff), as the Messages API wants.
+//   - the tool directives (tool_addition and tool_removal blocks) of the user and assistant
+//     messages, each message's as one user message of those blocks alone. A directive changes
+//     the tools the model is offered "from this point in the conversation onward"
+//     (anthropic-sdk-go's BetaRequestToolAdditionBlockParam), and a later one may name a tool an
+//     earlier one defined inline. Summarised away, a tool added in the compacted range would
+//     vanish, one removed there would come back, and a reference to an inline definition would
+//     name nothing (a request the API refuses). Anthropic's own compaction reports the net change
+//     on its block (tool_changes); compactd keeps the directives themselves, in order, which
+//     leaves the tools what they were at the end of the range.
+//
+// directives reports whether any tool directive was kept.
+func keptContext(msgs []api.Message) (kept []api.Message, directives bool) {
 	for _, m := range msgs {
 		if m.Role == "system" {
-			out = append(out, m)
+			kept = append(kept, m)
+			continue
+		}
+		var ds []api.Block
+		for _, b := range m.Blocks {
+			if isToolDirective(b.Type) {
+				ds = append(ds, b)
+			}
+		}
+		if len(ds) > 0 {
+			kept, directives = append(kept, api.NewMessage("user", ds)), true
 		}
 	}
-	return out
+	return kept, directives
 }
+
+// isToolDirective reports whether a content block of type typ changes the tools in effect from
+// where it stands (BetaContentBlockParamUnion's tool_addition and tool_removal).
+func isToolDirective(typ string) bool { return typ == "tool_addition" || typ == "tool_removal" }
 
 // splitCurrentTurn splits a transparent turn's messages (after any handoff the memo applied) at
 // the current turn: its last user prompt (a user message that is not the handoff and carries no
@@ -99,6 +129,17 @@ func splitCurrentTurn(env *turn.Env, msgs []api.Message, limit int) (head, keep 
 		return msgs, nil
 	}
 	return msgs[:k], msgs[k:]
+}
+
+// systemCount is how many of msgs are role:"system" messages (kept verbatim, so not replaced).
+func systemCount(msgs []api.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Role == "system" {
+			n++
+		}
+	}
+	return n
 }
 
 func hasToolResult(m api.Message) bool {
@@ -134,8 +175,8 @@ func stripCompaction(msgs []api.Message, from int) []api.Message {
 // handoff): its neutral items (api.MessageItems), one unit per message for speculation and the
 // kept tail, no retain budget (Anthropic's compaction keeps nothing of the conversation
 // verbatim: system and tools are outside messages and stay), and, as the compacted context
-// (Finish), the handoff as one user message, the role:"system" messages of what it summarised
-// (kept verbatim: systemMessages), then a speculative compaction's verbatim tail. The rendering
+// (Finish), the handoff as one user message, what it kept of what it summarised (keptContext:
+// role:"system" messages and tool directives), then a speculative compaction's verbatim tail. The rendering
 // waits in the turn until Compacted puts it in force: a compaction that fails after Finish leaves
 // the turn's conversation as it was.
 func (t *Turn) compactIn(env *turn.Env, msgs []api.Message, prev *engine.Opened) engine.Request {
@@ -153,10 +194,10 @@ func (t *Turn) compactIn(env *turn.Env, msgs []api.Message, prev *engine.Opened)
 			}
 			hm := api.NewMessage("user", []api.Block{{Raw: api.TextBlock(text), Type: api.BlockText}})
 			hm.Handoff = true
-			sys := systemMessages(msgs[:len(msgs)-c.Tail])
-			t.pending, t.pendingFor = append(append([]api.Message{hm}, sys...), msgs[len(msgs)-c.Tail:]...), c
+			kept, _ := keptContext(msgs[:len(msgs)-c.Tail])
+			t.pending, t.pendingFor = append(append([]api.Message{hm}, kept...), msgs[len(msgs)-c.Tail:]...), c
 			after, _ := env.Counter.Request(req.System, api.CountItems(t.pending), req.Tools, 0)
-			return after, len(msgs) - c.Tail - len(sys)
+			return after, len(msgs) - c.Tail - systemCount(kept)
 		},
 	}
 }

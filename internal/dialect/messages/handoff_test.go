@@ -55,6 +55,55 @@ func TestHandoffMessagesTail(t *testing.T) {
 	}
 }
 
+// A compaction keeps the summarised messages' role:"system" messages and tool directives
+// verbatim behind the handoff, in their order (a directive's place decides which tools the model
+// has); when the block's message is a user message, its rest then follows as its own message
+// rather than inside the handoff, after the directives it comes after.
+func TestHandoffKeepsToolDirectives(t *testing.T) {
+	add := `{"type":"tool_addition","tool":{"type":"tool_definition","definition":{"name":"grep","input_schema":{"type":"object"}}}}`
+	drop := `{"type":"tool_removal","tool":{"type":"tool_reference","name":"grep"}}`
+	readd := `{"type":"tool_addition","tool":{"type":"tool_reference","name":"grep"}}`
+	sys := `{"role":"system","content":[` + drop + `]}`
+	for _, tt := range []struct {
+		name, blockMsg string
+		want           []string // the messages after the handoff
+	}{
+		{"block in an assistant message", `{"role":"assistant","content":[{"type":"compaction","content":"S","encrypted_content":"e"},{"type":"text","text":"a1"}]}`,
+			[]string{`{"role":"user","content":[` + add + `]}`, sys, `{"role":"user","content":[` + readd + `]}`, `{"role":"assistant","content":[{"type":"text","text":"a1"}]}`, `{"role":"user","content":"u2"}`}},
+		{"block in a user message", `{"role":"user","content":[{"type":"compaction","content":"S","encrypted_content":"e"},{"type":"text","text":"q"}]}`,
+			[]string{`{"role":"user","content":[` + add + `]}`, sys, `{"role":"user","content":[` + readd + `]}`, `{"role":"user","content":[{"type":"text","text":"q"}]}`, `{"role":"user","content":"u2"}`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"messages":[{"role":"user","content":[{"type":"text","text":"u0"},` + add + `]},` + sys + `,{"role":"assistant","content":"a0"},` +
+				`{"role":"user","content":[{"type":"text","text":"u1"},` + readd + `]},` + tt.blockMsg + `,{"role":"user","content":"u2"}]}`
+			req, err := api.ParseMessagesRequest([]byte(body))
+			if err != nil || len(req.Blocks) != 1 {
+				t.Fatalf("parse: %v", err)
+			}
+			o := &engine.Opened{Summary: "S", Payload: &compact.Payload{Summary: "S"}}
+			out := handoffMessages(req.Messages, req.Blocks[0], o)
+			if len(out) != 1+len(tt.want) || gjson.GetBytes(out[0].Raw, "content.#").Int() != 1 {
+				t.Fatalf("%d messages, want %d; handoff %s", len(out), 1+len(tt.want), out[0].Raw)
+			}
+			for i, w := range tt.want {
+				var got bytes.Buffer
+				if err := json.Compact(&got, out[i+1].Raw); err != nil || got.String() != w {
+					t.Errorf("messages[%d] = %s\nwant %s", i+1, out[i+1].Raw, w)
+				}
+			}
+			// The memo's rendering of the same compaction (a client that carries no block)
+			// keeps the same context in the same place.
+			memo := memoHandoffMessages(req.Messages, 4, o)
+			for i, w := range tt.want[:3] {
+				var got bytes.Buffer
+				if err := json.Compact(&got, memo[i+1].Raw); err != nil || got.String() != w {
+					t.Errorf("memo messages[%d] = %s\nwant %s", i+1, memo[i+1].Raw, w)
+				}
+			}
+		})
+	}
+}
+
 // FuzzMessagesHandoff renders the handoff for the last compaction block of a fuzzed body: the
 // first message is the user handoff carrying exactly handoff.MessagesText, no compaction block
 // is left, every message is valid JSON, and the messages after the block's message follow
