@@ -254,18 +254,25 @@ func extractTranscript(s string) (string, bool) {
 // callDirective is "[[call:NAME {json args}]]"; the args are optional and may span lines.
 var callDirective = regexp.MustCompile(`(?s)\[\[call:([A-Za-z0-9_.\-]+)\s*(.*?)\]\]`)
 
+// parseCallDirective finds the first whole directive in s. One whose args are not a JSON object
+// is not a directive: a summary that quotes a user message cut short ("… [[call:read_fi") would
+// otherwise run up to the next "]]" and call a tool of a made-up name.
 func parseCallDirective(s string) *toolCall {
-	m := callDirective.FindStringSubmatch(s)
-	if m == nil {
-		return nil
+	for {
+		loc := callDirective.FindStringSubmatchIndex(s)
+		if loc == nil {
+			return nil
+		}
+		args := strings.TrimSpace(s[loc[4]:loc[5]])
+		if args == "" {
+			args = "{}"
+		}
+		if gjson.Valid(args) && gjson.Parse(args).IsObject() {
+			return &toolCall{name: s[loc[2]:loc[3]], args: args}
+		}
+		s = s[loc[0]+len("[[call:"):] // a later directive may start inside this one's false args
 	}
-	args := strings.TrimSpace(m[2])
-	if args == "" {
-		args = "{}"
-	}
-	return &toolCall{name: m[1], args: args}
 }
-
 // structuralKeys are JSON keys whose string values are protocol plumbing, not text the model
 // would read, so they are left out of the token estimate.
 var structuralKeys = map[string]bool{

@@ -425,6 +425,9 @@ func TestParseHelpers(t *testing.T) {
 		{"[[call:noargs]]", "noargs", "{}"},
 		{"[[call:multi {\n \"a\": 1\n}]]", "multi", "{\n \"a\": 1\n}"},
 		{"no directive", "", ""},
+		// A summary quoting a message cut short: the cut directive is not one, the next whole one is.
+		{"asked to read [[call:read_fi… then [[call:bash {\"cmd\":\"ls\"}]]", "bash", `{"cmd":"ls"}`},
+		{"quoted [[call:read_fi… and nothing after]]", "", ""},
 	}
 	for _, tc := range calls {
 		got := parseCallDirective(tc.in)
