@@ -273,6 +273,7 @@ func parseCallDirective(s string) *toolCall {
 		s = s[loc[0]+len("[[call:"):] // a later directive may start inside this one's false args
 	}
 }
+
 // structuralKeys are JSON keys whose string values are protocol plumbing, not text the model
 // would read, so they are left out of the token estimate.
 var structuralKeys = map[string]bool{

@@ -82,8 +82,8 @@ var messagesCases = []strictCase{
 	// Tool directives: a tool_reference names a tool of tools or one defined inline earlier.
 	{"tool_addition of a declared tool", `{"model":"m","max_tokens":10,"tools":[{"name":"Read","input_schema":{"type":"object"}}],"messages":[` +
 		u + `,{"role":"user","content":[{"type":"tool_addition","tool":{"type":"tool_reference","name":"Read"}}]}]}`, ""},
-	{"tool defined inline, then referenced", msgs(`{"role":"user","content":[{"type":"tool_addition","tool":{"type":"tool_definition","definition":{"name":"grep","input_schema":{"type":"object"}}}},{"type":"text","text":"hi"}]},`+
-		a+`,{"role":"system","content":[{"type":"tool_removal","tool":{"type":"tool_reference","name":"grep"}}]},{"role":"user","content":[{"type":"tool_addition","tool":{"type":"tool_reference","name":"grep"}},{"type":"text","text":"again"}]}`), ""},
+	{"tool defined inline, then referenced", msgs(`{"role":"user","content":[{"type":"tool_addition","tool":{"type":"tool_definition","definition":{"name":"grep","input_schema":{"type":"object"}}}},{"type":"text","text":"hi"}]},` +
+		a + `,{"role":"system","content":[{"type":"tool_removal","tool":{"type":"tool_reference","name":"grep"}}]},{"role":"user","content":[{"type":"tool_addition","tool":{"type":"tool_reference","name":"grep"}},{"type":"text","text":"again"}]}`), ""},
 	{"tool_reference to nothing", msgs(u + `,{"role":"user","content":[{"type":"tool_addition","tool":{"type":"tool_reference","name":"grep"}}]}`),
 		"messages.1.content.0.tool: tool_reference 'grep' names no tool"},
 	{"tool_removal before the inline definition", msgs(`{"role":"user","content":[{"type":"tool_removal","tool":{"type":"tool_reference","name":"grep"}},{"type":"tool_addition","tool":{"type":"tool_definition","definition":{"name":"grep","input_schema":{"type":"object"}}}}]}`),
