@@ -58,10 +58,12 @@ import (
 //   - A tool_reference in a tool_addition or tool_removal block names "a tool declared in
 //     `tools` or defined by an earlier `tool_addition` block" (anthropic-sdk-go v2.17.0
 //     betamessage.go BetaToolChangeToolReferenceParam; an inline definition is a
-//     tool_addition whose tool is a tool_definition). A reference to anything else names no
-//     tool and is refused; the wording of that refusal is this upstream's own, as no capture
-//     of the real one was available. MCP references are not checked (their tools come from the
-//     MCP server).
+//     tool_addition whose tool is a tool_definition). A reference to anything else is refused
+//     with error.details.error_code "tool_reference_unresolved" ("A tool change or MCP tool
+//     listing references a tool or MCP server that is not defined at that position in the
+//     conversation": @anthropic-ai/sdk 1.16.0 ToolReferenceUnresolvedError); the message's
+//     wording is this upstream's own, as no capture of the real one was available. MCP
+//     references are not checked (their tools come from the MCP server).
 //
 // OpenAI Responses (POST /v1/responses):
 //
@@ -205,7 +207,7 @@ func strictToolReferences(tools, msgs gjson.Result) *refusal {
 					}
 				case "tool_reference":
 					if name := member(tool, "name").Str; !known[name] {
-						bad = badRequestRefusal("", "", "messages."+strconv.Itoa(i)+".content."+strconv.Itoa(j)+
+						bad = badRequestRefusal("", "tool_reference_unresolved", "messages."+strconv.Itoa(i)+".content."+strconv.Itoa(j)+
 							".tool: tool_reference '"+name+"' names no tool declared in `tools` or defined by an earlier `tool_addition` block")
 						return false
 					}

@@ -167,6 +167,9 @@ func TestStrictRules(t *testing.T) {
 				if !strings.Contains(msg, tc.refused) {
 					t.Errorf("message %q does not contain %q", msg, tc.refused)
 				}
+				if code := gjson.GetBytes(body, "error.details.error_code").Str; strings.Contains(tc.refused, "tool_reference '") != (code == "tool_reference_unresolved") {
+					t.Errorf("error.details.error_code %q: %s", code, body)
+				}
 				if recs[0].Refused != msg || recs[0].Status != 400 {
 					t.Errorf("recorded refusal %q (%d), answered %q", recs[0].Refused, recs[0].Status, msg)
 				}

@@ -130,7 +130,7 @@ func (c *call) refuse(r *refusal) {
 }
 
 // failAs answers status with an Anthropic or OpenAI error body. code overrides the OpenAI code
-// the status implies when non-nil.
+// the status implies when non-nil; in an Anthropic body a string code is details.error_code.
 func (c *call) failAs(status int, anthropic bool, param string, code any, message string) {
 	if status == http.StatusTooManyRequests {
 		c.w.Header().Set("Retry-After", "1")
@@ -138,11 +138,11 @@ func (c *call) failAs(status int, anthropic bool, param string, code any, messag
 	if anthropic {
 		reqID := c.id("req_", "error")
 		c.w.Header().Set("request-id", reqID)
-		c.writeJSON(status, anthropicError{
-			Type:      "error",
-			Error:     anthropicErrorBody{Type: anthropicErrorType(status), Message: message},
-			RequestID: reqID,
-		})
+		body := anthropicErrorBody{Type: anthropicErrorType(status), Message: message}
+		if s, ok := code.(string); ok && s != "" {
+			body.Details = &anthropicErrorDetails{ErrorCode: s}
+		}
+		c.writeJSON(status, anthropicError{Type: "error", Error: body, RequestID: reqID})
 		return
 	}
 	typ, def := openAIErrorType(status)
@@ -190,6 +190,13 @@ type anthropicError struct {
 type anthropicErrorBody struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
+	// Details carries the error_code the API gives some refusals (anthropic-sdk-go's and the
+	// Node SDK's error classes key on it: "400 tool_reference_unresolved").
+	Details *anthropicErrorDetails `json:"details,omitempty"`
+}
+
+type anthropicErrorDetails struct {
+	ErrorCode string `json:"error_code"`
 }
 
 func anthropicErrorType(status int) string {
