@@ -415,6 +415,11 @@ func TestMessagesOnDemand(t *testing.T) {
 		t.Fatalf("streamed block = %s", scb.RawJSON())
 	}
 
+	// A conversation that ends on the assistant's answer is finished: it compacts.
+	if _, err := h.ant.Beta.Messages.New(ctx, onDemand(longHistory(2))); err != nil {
+		t.Fatalf("on-demand compaction of a conversation ending on an answer: %v", err)
+	}
+
 	// The block comes back first; the upstream sees the summary.
 	if _, err := h.ant.Beta.Messages.New(ctx, params([]anthropic.BetaMessageParam{msg.ToParam(), userText("continue")}, anthropic.BetaContextManagementConfigParam{})); err != nil {
 		t.Fatal(err)
@@ -450,6 +455,11 @@ func TestMessagesOnDemand(t *testing.T) {
 			b.Content = param.NewOpt("I rewrote history")
 		}), userText("x")}, "compaction_content_mismatch"},
 		{"nothing to summarize", []anthropic.BetaMessageParam{}, "compaction_nothing_to_summarize"},
+		// The last turn's tool call awaits its result: the result the client sends next would
+		// answer a tool_use the summary replaced, which the upstream refuses.
+		{"incomplete turn", []anthropic.BetaMessageParam{userText("read it"), {OfAssistant: &anthropic.BetaAssistantMessageParam{
+			Content: []anthropic.BetaContentBlockParamUnion{anthropic.NewBetaTextBlock("reading"), anthropic.NewBetaToolUseBlock("toolu_1", map[string]any{"path": "a.go"}, "Read")}}}},
+			"compaction_incomplete_turn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -123,6 +123,7 @@ const (
 	CodeCompactionUnavailable      = "compaction_unavailable"       // the summariser failed or is rate limited
 	CodeCompactionTimeout          = "compaction_timeout"           // the compaction ran out of time
 	CodeCompactionNothing          = "compaction_nothing_to_summarize"
+	CodeCompactionIncompleteTurn   = "compaction_incomplete_turn" // on-demand compaction of a turn with tool calls unanswered
 	CodeTenantRateLimited          = "tenant_rate_limited"
 	CodeServerOverloaded           = "server_overloaded"
 	CodeRequestTooLarge            = "request_too_large"

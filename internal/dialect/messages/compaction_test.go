@@ -225,6 +225,30 @@ func TestOnDemand(t *testing.T) {
 	if _, _, f, ok := tt.Explicit(env); !ok || f == nil || f.Code != "compaction_nothing_to_summarize" {
 		t.Fatalf("empty conversation: %+v %v", f, ok)
 	}
+	// A last assistant turn with a tool call unanswered (a system message after it is not a
+	// turn) is not finished: refused, naming the call. Answered, it compacts.
+	use := `{"role":"assistant","content":[{"type":"text","text":"reading"},{"type":"tool_use","id":"toolu_9","name":"Read","input":{}}]}`
+	sysMsg := `{"role":"system","content":"env"}`
+	for _, tc := range []struct {
+		msgs []string
+		code string
+	}{
+		{append(history(1), `{"role":"user","content":"read it"}`, use), "compaction_incomplete_turn"},
+		{append(history(1), `{"role":"user","content":"read it"}`, use, sysMsg), "compaction_incomplete_turn"},
+		{append(history(1), `{"role":"user","content":"read it"}`, use, `{"role":"assistant","content":"still going"}`), "compaction_incomplete_turn"},
+		{append(history(1), `{"role":"user","content":"read it"}`, use, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":"x"}]}`), ""},
+		{append(history(1), `{"role":"user","content":"read it"}`, `{"role":"assistant","content":"done"}`), ""},
+	} {
+		_, _, f, ok := parse(t, Adapter{}, env, body(tc.msgs, od)).Explicit(env)
+		switch {
+		case !ok:
+			t.Errorf("%v: not explicit", tc.msgs)
+		case tc.code == "" && f != nil:
+			t.Errorf("%v: refused %+v", tc.msgs, f)
+		case tc.code != "" && (f == nil || f.Code != tc.code || !strings.Contains(f.Message, "toolu_9") || f.Status() != 400):
+			t.Errorf("%v: %+v, want %s naming toolu_9", tc.msgs, f, tc.code)
+		}
+	}
 	// An ordinary turn, and count_tokens, are not explicit.
 	if _, _, _, ok := parse(t, Adapter{}, env, body(history(1))).Explicit(env); ok {
 		t.Error("an ordinary turn is explicit")

@@ -3,6 +3,9 @@ package messages
 import (
 	"net/http"
 	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/compactd/compactd/internal/api"
 	"github.com/compactd/compactd/internal/engine"
@@ -27,6 +30,9 @@ func (t *Turn) Explicit(env *turn.Env) (string, engine.Request, *fault.Fault, bo
 	if len(api.MessageItems(t.view)) == 0 {
 		return onDemandTrigger, engine.Request{}, t.Nothing(), true
 	}
+	if ids := pendingToolUses(t.view); len(ids) > 0 {
+		return onDemandTrigger, engine.Request{}, incompleteTurn(ids), true
+	}
 	total, _ := env.Counter.Request(t.req.System, api.CountItems(t.view), t.req.Tools, 0)
 	r := t.compactIn(env, t.view, t.prev)
 	r.Instructions, r.TokensBefore, r.Sign, r.Explicit = t.instructions, total, true, true
@@ -38,6 +44,34 @@ func (t *Turn) Nothing() *fault.Fault { return nothingToSummarize() }
 
 func nothingToSummarize() *fault.Fault {
 	return fault.InvalidParam("", fault.CodeCompactionNothing, "messages holds no user or assistant content to summarize.")
+}
+
+// pendingToolUses are the ids of the tool_use blocks of msgs' last turn when that turn is the
+// assistant's (role:"system" messages after it skipped, consecutive assistant messages one
+// turn): calls whose results the client has not sent yet.
+func pendingToolUses(msgs []api.Message) []string {
+	var ids []string
+	for i := len(msgs) - 1; i >= 0 && msgs[i].Role != "user"; i-- {
+		if msgs[i].Role != "assistant" {
+			continue // a system message
+		}
+		for _, b := range msgs[i].Blocks {
+			if b.Type == "tool_use" {
+				ids = append(ids, gjson.GetBytes(b.Raw, "id").Str)
+			}
+		}
+	}
+	return ids
+}
+
+// incompleteTurn is Anthropic's refusal of an on-demand compaction that "ends on an assistant
+// turn that is not finished" (@anthropic-ai/sdk 1.16.0 CompactionIncompleteTurnError): a
+// summary of it would carry the tool calls but not their ids, and the tool_result blocks the
+// client sends next would answer a tool_use the upstream no longer sees, which it refuses.
+func incompleteTurn(ids []string) *fault.Fault {
+	return fault.InvalidParam("messages", fault.CodeCompactionIncompleteTurn,
+		"the conversation ends on an assistant turn that is not finished: tool_use "+strings.Join(ids, ", ")+
+			" has no tool_result yet. Send the tool results first, then compact.")
 }
 
 // ExplicitKeepAlive: the adapter's ping.
