@@ -81,7 +81,7 @@ func TestClaudeCodeCompactionUpgradedEndToEnd(t *testing.T) {
 		t.Error("hooks are not installed here; the ledger must come from the upgraded compaction")
 	}
 	checkHiddenRecall(t, bodies, e, id)
-	if !strings.Contains(r.log.String(), `"trigger":"agent"`) {
+	if !r.logged(`"trigger":"agent"`) {
 		t.Errorf("compactd logged no agent compaction:\n%s", r.log)
 	}
 

@@ -39,7 +39,7 @@ func TestClaudeCodeMCPRecallCurrentSessionEndToEnd(t *testing.T) {
 	e.claudeTurn(t, claude, "--resume", idA, "/compact")
 	idB := e.claudeTurn(t, claude, fmt.Sprintf(`Read the other notes [[call:Read {"file_path":%q}]]`, filepath.Join(e.work, "other.txt")))
 	e.claudeTurn(t, claude, "--resume", idB, "/compact")
-	if !strings.Contains(r.log.String(), `"trigger":"agent"`) {
+	if !r.logged(`"trigger":"agent"`) {
 		t.Fatalf("compactd did not answer the compactions:\n%s", r.log)
 	}
 

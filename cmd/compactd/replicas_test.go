@@ -161,6 +161,27 @@ func startReplica(t *testing.T, name, upstream, keys string, extra ...string) *r
 	return r
 }
 
+// logged reports whether the replica's log comes to hold want. serve buffers its log and writes it
+// out every logFlushInterval (warnings at once), so a line about a request that just ended may
+// not be there yet: logged waits up to a few flush intervals for it instead of reading the log
+// once. A check that a line is absent belongs after stop, when the whole log has been read.
+func (r *replica) logged(want string) bool {
+	deadline := time.Now().Add(5 * logFlushInterval)
+	for {
+		if strings.Contains(r.log.String(), want) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-r.exited:
+			return strings.Contains(r.log.String(), want)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // stop sends SIGTERM and waits for a clean exit.
 func (r *replica) stop(t *testing.T) {
 	t.Helper()

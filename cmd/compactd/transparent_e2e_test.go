@@ -439,7 +439,7 @@ func TestClaudeCodeAutoCompactControl(t *testing.T) {
 			t.Errorf("upstream request %d is Claude Code's summarisation request: compactd did not answer it", i)
 		}
 	}
-	if !strings.Contains(s.r.log.String(), `"trigger":"agent"`) {
+	if !s.r.logged(`"trigger":"agent"`) {
 		t.Errorf("compactd logged no agent compaction:\n%s", s.r.log)
 	}
 	peak := int64(0)
