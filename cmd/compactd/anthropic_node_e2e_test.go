@@ -19,7 +19,7 @@ import (
 )
 
 // anthropicNodeVersion is the pinned Node Anthropic SDK (.ci/run installs exactly this one).
-const anthropicNodeVersion = "1.16.0"
+const anthropicNodeVersion = "1.17.0"
 
 // nodeMessagesRequest is one request of testdata/messages_session.js's report.
 type nodeMessagesRequest struct {

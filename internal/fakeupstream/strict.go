@@ -61,7 +61,7 @@ import (
 //     tool_addition whose tool is a tool_definition). A reference to anything else is refused
 //     with error.details.error_code "tool_reference_unresolved" ("A tool change or MCP tool
 //     listing references a tool or MCP server that is not defined at that position in the
-//     conversation": @anthropic-ai/sdk 1.16.0 ToolReferenceUnresolvedError); the message's
+//     conversation": @anthropic-ai/sdk 1.17.0 ToolReferenceUnresolvedError); the message's
 //     wording is this upstream's own, as no capture of the real one was available. MCP
 //     references are not checked (their tools come from the MCP server).
 //

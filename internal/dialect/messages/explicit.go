@@ -65,7 +65,7 @@ func pendingToolUses(msgs []api.Message) []string {
 }
 
 // incompleteTurn is Anthropic's refusal of an on-demand compaction that "ends on an assistant
-// turn that is not finished" (@anthropic-ai/sdk 1.16.0 CompactionIncompleteTurnError): a
+// turn that is not finished" (@anthropic-ai/sdk 1.17.0 CompactionIncompleteTurnError): a
 // summary of it would carry the tool calls but not their ids, and the tool_result blocks the
 // client sends next would answer a tool_use the upstream no longer sees, which it refuses.
 func incompleteTurn(ids []string) *fault.Fault {
