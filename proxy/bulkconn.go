@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net"
+
+	"github.com/compactd/compactd/internal/h1"
 )
 
 // Upstream writes of compactd's own request bodies. net/http writes a request body by copying it
@@ -18,10 +20,9 @@ import (
 // Only plain-TCP upstreams take this path: over TLS the transport writes through a tls.Conn,
 // which cuts records of its own, and never asks the connection to ReadFrom.
 
-// bulkBody is a request body that can write what is left of it, up to n bytes, straight to w.
-type bulkBody interface {
-	writeAtMost(w io.Writer, n int64) (int64, error)
-}
+// bulkBody is a request body that can write what is left of it, up to n bytes, straight to w:
+// the contract compactd's own upstream client (internal/h1) writes such bodies by, too.
+type bulkBody = h1.BodyWriter
 
 // bulkDial wraps dial so that its connections write bulkBody request bodies whole.
 func bulkDial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
@@ -39,10 +40,13 @@ func bulkDial(dial func(ctx context.Context, network, addr string) (net.Conn, er
 // ReadFrom (a TCP connection's splice and sendfile included).
 type bulkConn struct{ net.Conn }
 
+// NetConn is the connection bulkConn wraps (internal/h1 peeks at an idle one through it).
+func (c bulkConn) NetConn() net.Conn { return c.Conn }
+
 func (c bulkConn) ReadFrom(r io.Reader) (int64, error) {
 	if lr, ok := r.(*io.LimitedReader); ok {
 		if b, ok := lr.R.(bulkBody); ok {
-			n, err := b.writeAtMost(c.Conn, lr.N)
+			n, err := b.WriteBodyTo(c.Conn, lr.N)
 			lr.N -= n
 			return n, err
 		}
@@ -55,7 +59,7 @@ func (c bulkConn) ReadFrom(r io.Reader) (int64, error) {
 		}
 	}
 	if b, ok := r.(bulkBody); ok {
-		return b.writeAtMost(c.Conn, 1<<62)
+		return b.WriteBodyTo(c.Conn, 1<<62)
 	}
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)
@@ -63,8 +67,8 @@ func (c bulkConn) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
-// writeAtMost writes at most n bytes of what is left of the body to w, in one Write.
-func (b *replayBody) writeAtMost(w io.Writer, n int64) (int64, error) {
+// WriteBodyTo writes at most n bytes of what is left of the body to w, in one Write.
+func (b *replayBody) WriteBodyTo(w io.Writer, n int64) (int64, error) {
 	rest := b.body[len(b.body)-b.Reader.Len():]
 	if int64(len(rest)) > n {
 		rest = rest[:n]
@@ -77,8 +81,8 @@ func (b *replayBody) writeAtMost(w io.Writer, n int64) (int64, error) {
 	return int64(m), err
 }
 
-// writeAtMost writes at most n bytes of what is left of the pieces to w, one Write per piece.
-func (b *spliceBody) writeAtMost(w io.Writer, n int64) (int64, error) {
+// WriteBodyTo writes at most n bytes of what is left of the pieces to w, one Write per piece.
+func (b *spliceBody) WriteBodyTo(w io.Writer, n int64) (int64, error) {
 	var total int64
 	for b.i < len(b.parts) && total < n {
 		p := b.parts[b.i][b.at:]

@@ -244,9 +244,9 @@ func (b *earlyBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// writeAtMost writes up to n bytes straight from the buffer as they may go, in batches
+// WriteBodyTo writes up to n bytes straight from the buffer as they may go, in batches
 // (bulkConn).
-func (b *earlyBody) writeAtMost(w io.Writer, n int64) (int64, error) {
+func (b *earlyBody) WriteBodyTo(w io.Writer, n int64) (int64, error) {
 	e := b.e
 	var total int64
 	for total < n {

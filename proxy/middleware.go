@@ -52,15 +52,16 @@ type reqState struct {
 	upstreamBody     upstreamBody
 	upstreamBodyUsed atomic.Bool
 	// outBody is the body compactd read whole and forwards (pipe.forward), for the round trip
-	// to hand the transport directly (bulkconn.go): the ReverseProxy wraps it in a reader of
-	// its own, which only copies through a 32 KiB buffer.
+	// to hand the transport directly: the ReverseProxy wraps it in a reader of its own, which
+	// compactd's client (internal/h1) does not know to be in memory and net/http's Transport
+	// only copies through a 32 KiB buffer (bulkconn.go).
 	outBody interface {
 		io.ReadCloser
 		bulkBody
 	}
 	outLen int64
-	// outSmall is, instead, the whole of a small body compactd read and forwards, which the
-	// round trip hands the transport as a reader net/http knows to be in memory: the transport
+	// outSmall is also the whole of a small body compactd read and forwards, which the round
+	// trip hands net/http's Transport as a reader it knows to be in memory: the transport
 	// then writes the request head and the body in one write, where for any other body it
 	// sends the head first, in a write of its own (bulkconn.go).
 	outSmall      []byte

@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactd/compactd/internal/compact/summarizer"
 	dialectname "github.com/compactd/compactd/internal/dialect"
+	"github.com/compactd/compactd/internal/h1"
 	"github.com/compactd/compactd/internal/metrics"
 	"github.com/compactd/compactd/internal/relay"
 )
@@ -32,20 +33,26 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 		upstream = st.upstream
 	}
 	if st != nil && st.outBody != nil && req.Body != nil && req.ContentLength == st.outLen {
-		// The forward's own body, in place of the ReverseProxy's wrapper of it, once: the
-		// transport then writes it whole (bulkConn). The wrapper exists to fail reads after the
-		// handler returned; these bytes are in memory, and their buffer is reused only once the
-		// transport has read them to the end (pipe.out).
+		// The forward's own body (pipe.forward), in place of the ReverseProxy's wrapper of it,
+		// once. The wrapper exists to fail reads after the handler returned; these bytes are in
+		// memory, and their buffer is reused only once the transport has read them to the end
+		// (pipe.out).
 		r2 := *req
-		r2.Body, st.outBody = st.outBody, nil
-		req = &r2
-	} else if st != nil && st.outSmall != nil && req.Body != nil && req.ContentLength == int64(len(st.outSmall)) {
-		// A small body: the head and the body in one write (net/http flushes the head by itself
-		// first for a body it does not know to be in memory). The bytes are the forward's own,
-		// in a buffer the pool never gets back (pipe.forward), so they outlive any late read.
-		r2 := *req
-		r2.Body, st.outSmall = io.NopCloser(bytes.NewReader(st.outSmall)), nil
-		req = &r2
+		r2.Body = st.outBody
+		small := st.outSmall
+		st.outBody, st.outSmall = nil, nil
+		if h, ok := t.next.(*h1.Transport); ok && h.Direct(&r2) {
+			req = &r2 // compactd's own client: the head and a small body in one write, a large body in one more
+		} else if req.ContentLength > copyBufferSize {
+			req = &r2 // net/http's Transport: written whole by bulkConn, not through its copy buffer
+		} else if small != nil {
+			// A small body: the head and the body in one write (net/http flushes the head by
+			// itself first for a body it does not know to be in memory). The bytes are the
+			// forward's own, in a buffer the pool never gets back (pipe.forward), so they outlive
+			// any late read.
+			r2.Body = io.NopCloser(bytes.NewReader(small))
+			req = &r2
+		}
 	}
 	start := time.Now()
 	resp, err := t.next.RoundTrip(req)

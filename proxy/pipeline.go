@@ -472,16 +472,13 @@ func (p *pipe) forward(body api.Splice, rw turn.Rewriter) {
 	if st := stateFrom(ctx); st != nil {
 		// This forward's body, never an earlier one's (an early forward's, withdrawn before its
 		// round trip); one copy-buffer's worth or less is one write anyway.
-		st.outBody, st.outLen, st.outSmall = nil, 0, nil
-		switch {
-		case out.ContentLength > copyBufferSize:
-			st.outBody, _ = out.Body.(interface {
-				io.ReadCloser
-				bulkBody
-			})
-			st.outLen = out.ContentLength
-		case len(body) == 1 && len(body[0]) > 0 && cap(body[0]) < poolMinBody:
-			// Never a pooled buffer: the transport reading it does not say when it is done.
+		st.outBody, _ = out.Body.(interface {
+			io.ReadCloser
+			bulkBody
+		})
+		st.outLen, st.outSmall = out.ContentLength, nil
+		if out.ContentLength <= copyBufferSize && len(body) == 1 && len(body[0]) > 0 && cap(body[0]) < poolMinBody {
+			// Never a pooled buffer: net/http's transport reading it does not say when it is done.
 			st.outSmall = body[0]
 		}
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/compactd/compactd/internal/engine"
 	"github.com/compactd/compactd/internal/eventlog"
 	"github.com/compactd/compactd/internal/fault"
+	"github.com/compactd/compactd/internal/h1"
 	"github.com/compactd/compactd/internal/memo"
 	"github.com/compactd/compactd/internal/metrics"
 	"github.com/compactd/compactd/internal/owner"
@@ -61,7 +62,9 @@ type Config struct {
 	// (OpenAI's or Anthropic's own, replayed after a provider switch): ForeignDrop ("", the
 	// default) or ForeignReject. See foreign.go.
 	ForeignItems ForeignItems
-	// Transport reaches the upstream; nil means a tuned clone of http.DefaultTransport.
+	// Transport reaches the upstream; nil means UpstreamTransport(DefaultTransport()): compactd's
+	// own HTTP/1.1 client for http:// upstreams, a tuned clone of http.DefaultTransport for the
+	// rest.
 	Transport http.RoundTripper
 
 	// Sealer seals and opens compaction items; the keyring.
@@ -315,7 +318,7 @@ type Server struct {
 	adminThrottle             *throttle.Throttle // failed admin-token attempts: admin API and console alike
 
 	// Lifecycle (Close).
-	ownTransport  *http.Transport // the transport New built, whose idle connections Close drops
+	ownTransport  *h1.Transport // the transport New built, whose idle connections Close drops
 	stopRetention context.CancelFunc
 	retentionDone chan struct{} // closed when the retention loop has returned; nil without one
 	// The memo's retention loop, when the memo lives in the archive database.
@@ -385,9 +388,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var own *http.Transport
+	var own *h1.Transport
 	if cfg.Transport == nil {
-		own = DefaultTransport()
+		own = UpstreamTransport(DefaultTransport())
 		cfg.Transport = own
 	}
 	if cfg.Counter == nil {
@@ -541,6 +544,13 @@ func DefaultTransport() *http.Transport {
 	t.DialContext = bulkDial(t.DialContext) // bodies compactd read whole go out in one write (bulkconn.go)
 	return t
 }
+
+// UpstreamTransport is the round tripper of the upstream calls of a turn: compactd's own HTTP/1.1
+// client (internal/h1) for http:// upstreams, which does a round trip on the handler's goroutine
+// instead of handing it to two goroutines of the connection's, and std for everything else
+// (https, with HTTP/2 where the upstream offers it; a proxy from the environment; upgrades).
+// std's settings (dial, idle pool, header wait, header limit) govern both.
+func UpstreamTransport(std *http.Transport) *h1.Transport { return h1.New(std) }
 
 // The idle-connection pool and header wait of DefaultTransport (see there).
 const (

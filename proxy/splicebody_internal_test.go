@@ -43,7 +43,7 @@ func TestSpliceBodyWriteAtMost(t *testing.T) {
 				w = c
 				defer c.Close()
 			}
-			n, err := b.writeAtMost(w, limit)
+			n, err := b.WriteBodyTo(w, limit)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -249,6 +249,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, `compactd serve: unexpected argument "extra"`},
 		{[]string{"serve", "--retain-tokens", "0"}, "--retain-tokens must be positive"},
 		{[]string{"serve", "--archive-max-age", "-1h"}, "--archive-max-age must not be negative"},
+		{[]string{"serve", "--upstream-client", "h2"}, `--upstream-client must be compactd or go, not "h2"`},
 		{[]string{"serve", "--compaction-min-saving", "1.5"}, "--compaction-min-saving must be a share"},
 		{[]string{"serve", "--compact-threshold", "-1"}, "compact threshold"},
 		{[]string{"serve", "--compact-threshold", "completions=1000"}, `route "completions"`},

@@ -57,6 +57,7 @@ type serveConfig struct {
 	bodyReadTimeout                                time.Duration
 	streamWriteTimeout                             time.Duration
 	readHeaderTimeout, idleTimeout, upstreamHeader time.Duration
+	upstreamClient                                 string
 	keepAlive, shutdownGrace                       time.Duration
 	stripCodexFields                               bool
 
@@ -133,6 +134,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time allowed to read request headers (0: off)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "keep-alive connection idle timeout (0: off)")
 	fs.DurationVar(&c.upstreamHeader, "upstream-header-timeout", proxy.DefaultResponseHeaderTimeout, "time to wait for the upstream's response headers; streams themselves have no timeout (0: off)")
+	fs.StringVar(&c.upstreamClient, "upstream-client", "compactd", "what calls the upstreams: compactd (its own HTTP/1.1 client for http:// upstreams, a round trip on the request's goroutine; Go's transport for https://, with HTTP/2 where offered) or go (Go's transport for every upstream)")
 	fs.DurationVar(&c.keepAlive, "keepalive", proxy.DefaultKeepAlive, "while summarising a streamed turn, commit the stream and send keep-alives after this long")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGTERM, how long in-flight requests and streams may take to finish")
 	fs.BoolVar(&c.stripCodexFields, "strip-codex-fields", false, "remove Codex-only fields (client_metadata, internal_chat_message_metadata_passthrough) for strict upstreams")
@@ -232,6 +234,9 @@ func (c *serveConfig) check() error {
 		if p.bad {
 			return usageErrorf("serve", "--%s must not be negative (0 turns it off)", p.name)
 		}
+	}
+	if c.upstreamClient != "compactd" && c.upstreamClient != "go" {
+		return usageErrorf("serve", "--upstream-client must be compactd or go, not %q", c.upstreamClient)
 	}
 	if math.IsNaN(c.minSaving) || c.minSaving < 0 || c.minSaving >= 1 {
 		return usageErrorf("serve", "--compaction-min-saving must be a share of the request's tokens, from 0 (off) to below 1")
@@ -444,7 +449,7 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 		AnthropicApplyEdits:  c.anthropicApplyEdits,
 		AllowEditedSummaries: c.allowEditedSummaries,
 		ForeignItems:         foreign,
-		Transport:            transport,
+		Transport:            c.upstreamTransport(transport),
 		Sealer:               ring,
 		OwnerKey:             ownerKey,
 		Summarizer:           main[0],
@@ -463,6 +468,14 @@ func (c *serveConfig) build(log *slog.Logger) (*proxy.Server, error) {
 	}
 	pc.MessagesSummarizer, pc.MessagesAgentSummarizer = messagesSum, messagesAgentSum
 	return c.obs.newServer(pc)
+}
+
+// upstreamTransport is what calls the upstreams of turns (--upstream-client).
+func (c *serveConfig) upstreamTransport(std *http.Transport) http.RoundTripper {
+	if c.upstreamClient == "go" {
+		return std
+	}
+	return proxy.UpstreamTransport(std)
 }
 
 func runServe(args []string) error {
