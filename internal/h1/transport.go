@@ -289,7 +289,12 @@ func (c *conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, er
 		return nil, false, err
 	}
 
-	w := writeRequest(c.nc, req)
+	// ResponseHeaderTimeout bounds the write too: an upstream that stops reading a body and
+	// never answers would otherwise hold the request until the client gives up.
+	if d := c.t.std.ResponseHeaderTimeout; d > 0 {
+		_ = c.nc.SetDeadline(time.Now().Add(d))
+	}
+	w := writeRequest(c.nc, req, c.t.std.DisableKeepAlives)
 	if w.err != nil {
 		if w.bodyErr != nil {
 			return fail(w.bodyErr) // the client's body failed: not the upstream's doing
@@ -306,13 +311,17 @@ func (c *conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, er
 				return c.wrapBody(req, r, stop), false, nil
 			}
 		}
+		var ne net.Error
+		if errors.As(w.err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			w.err = errHeaderTimeout // ResponseHeaderTimeout ran out while the upstream did not read
+		}
 		_, _, err := fail(w.err)
 		// Nothing reached the upstream whole: a request with part of its body is never acted on.
 		return nil, c.reused && replayable(req), err
 	}
 
 	if d := c.t.std.ResponseHeaderTimeout; d > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(d))
+		_ = c.nc.SetReadDeadline(time.Now().Add(d)) // from the end of the write, as net/http has it
 	}
 	trace := httptrace.ContextClientTrace(ctx)
 	c.lr.n = c.t.maxHeaderBytes()
@@ -355,7 +364,7 @@ func (c *conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, er
 		return fail(errors.New("h1: the upstream switched protocols on a request that asked for none"))
 	}
 	if c.t.std.ResponseHeaderTimeout > 0 {
-		_ = c.nc.SetReadDeadline(time.Time{})
+		_ = c.nc.SetDeadline(time.Time{})
 	}
 	c.lr.n = math.MaxInt64
 	return c.wrapBody(req, resp, stop), false, nil
@@ -387,7 +396,7 @@ func (t *Transport) maxHeaderBytes() int64 {
 
 // wrapBody gives resp a body that returns c to the pool when read to its end.
 func (c *conn) wrapBody(req *http.Request, resp *http.Response, stop func() bool) *http.Response {
-	reuse := !resp.Close && !req.Close
+	reuse := !resp.Close && !req.Close && !c.t.std.DisableKeepAlives
 	if resp.Body == http.NoBody || resp.Body == nil {
 		resp.Body = http.NoBody
 		c.release(reuse, stop)

@@ -396,6 +396,55 @@ func TestResponseHeaderTimeout(t *testing.T) {
 	}
 }
 
+// An upstream that stops reading a body and never answers holds the request no longer than
+// ResponseHeaderTimeout.
+func TestStuckWrite(t *testing.T) {
+	done := make(chan struct{})
+	srv := newServer(t, func(n int, c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil { // the head; the body is left unread
+			return
+		}
+		<-done
+	})
+	t.Cleanup(func() { close(done) }) // before the server's cleanup, which waits for this handler
+	tr := newTransport(t, func(s *http.Transport) { s.ResponseHeaderTimeout = 100 * time.Millisecond })
+	res := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(post(t, srv.url()+"/", bytes.Repeat([]byte("x"), 64<<20)))
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err %v, want the response header timeout", err)
+		}
+	case <-time.After(8 * time.Second): // a guard against a hang, not a measurement
+		t.Fatal("a write the upstream never reads was not bounded")
+	}
+}
+
+// DisableKeepAlives on the Transport: every request says "Connection: close" and gets a
+// connection of its own.
+func TestDisableKeepAlives(t *testing.T) {
+	got := make(chan *http.Request, 3)
+	srv := newServer(t, serveHTTP(got, func(*http.Request) string { return ok200("ok") }))
+	tr := newTransport(t, func(s *http.Transport) { s.DisableKeepAlives = true })
+	for i := 0; i < 3; i++ {
+		resp, err := tr.RoundTrip(post(t, srv.url()+"/", []byte("x")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		if r := <-got; !r.Close {
+			t.Errorf("request %d did not ask for the connection to close", i)
+		}
+	}
+	if n := srv.accepted.Load(); n != 3 {
+		t.Errorf("%d connections for 3 requests, want 3", n)
+	}
+}
+
 // Response headers are bounded (MaxResponseHeaderBytes, net/http's 10 MiB by default): an upstream
 // that sends header lines without end is cut off there.
 func TestResponseHeaderLimit(t *testing.T) {

@@ -39,7 +39,7 @@ var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeB
 
 // writeRequest writes req to nc as (*http.Request).Write would, minus what a client transport
 // adds of its own (no Accept-Encoding: answers are passed on as the upstream sends them).
-func writeRequest(nc net.Conn, req *http.Request) writeResult {
+func writeRequest(nc net.Conn, req *http.Request, close bool) writeResult {
 	cw := &countWriter{w: nc}
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(cw)
@@ -48,7 +48,7 @@ func writeRequest(nc net.Conn, req *http.Request) writeResult {
 		writers.Put(bw)
 	}()
 	res := writeResult{}
-	res.err, res.bodyErr = writeTo(bw, req)
+	res.err, res.bodyErr = writeTo(bw, req, close)
 	if res.err == nil {
 		res.err = bw.Flush()
 	}
@@ -60,7 +60,8 @@ func writeRequest(nc net.Conn, req *http.Request) writeResult {
 }
 
 // writeTo writes the request line, the headers and the body to bw.
-func writeTo(bw *bufio.Writer, req *http.Request) (err, bodyErr error) {
+// close asks for "Connection: close" whatever req.Close says (the Transport's DisableKeepAlives).
+func writeTo(bw *bufio.Writer, req *http.Request, close bool) (err, bodyErr error) {
 	host, _ := hostHeader(req) // validated
 	ruri := req.URL.RequestURI()
 	method := req.Method
@@ -112,7 +113,7 @@ func writeTo(bw *bufio.Writer, req *http.Request) (err, bodyErr error) {
 		bw.WriteString(strings.ReplaceAll(strings.ReplaceAll(ua, "\r", " "), "\n", " "))
 		bw.WriteString("\r\n")
 	}
-	if req.Close {
+	if (req.Close || close) && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
 		bw.WriteString("Connection: close\r\n")
 	}
 	switch {
