@@ -157,3 +157,15 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// onRequest is a connection handler that reads one request's head and leaves the rest (its body,
+// what to answer, when to close) to f.
+func onRequest(f func(c net.Conn, br *bufio.Reader)) func(int, net.Conn) {
+	return func(_ int, c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		f(c, br)
+	}
+}

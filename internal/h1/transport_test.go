@@ -290,17 +290,13 @@ func TestCancel(t *testing.T) {
 	for _, stage := range []string{"headers", "body"} {
 		t.Run(stage, func(t *testing.T) {
 			closed := make(chan struct{})
-			srv := newServer(t, func(n int, c net.Conn) {
-				br := bufio.NewReader(c)
-				if _, err := http.ReadRequest(br); err != nil {
-					return
-				}
+			srv := newServer(t, onRequest(func(c net.Conn, br *bufio.Reader) {
 				if stage == "body" {
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
 				}
 				io.Copy(io.Discard, br) // until compactd's side closes
 				close(closed)
-			})
+			}))
 			tr := newTransport(t, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			req := post(t, srv.url()+"/v1/responses", []byte("x")).WithContext(ctx)
@@ -351,14 +347,10 @@ func idleCount(tr *Transport) int {
 
 // Closing the body from another goroutine ends a read in progress.
 func TestBodyCloseEndsRead(t *testing.T) {
-	srv := newServer(t, func(n int, c net.Conn) {
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err != nil {
-			return
-		}
+	srv := newServer(t, onRequest(func(c net.Conn, br *bufio.Reader) {
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nx")
 		io.Copy(io.Discard, br)
-	})
+	}))
 	tr := newTransport(t, nil)
 	resp, err := tr.RoundTrip(post(t, srv.url()+"/", []byte("x")))
 	if err != nil {
@@ -400,13 +392,9 @@ func TestResponseHeaderTimeout(t *testing.T) {
 // ResponseHeaderTimeout.
 func TestStuckWrite(t *testing.T) {
 	done := make(chan struct{})
-	srv := newServer(t, func(n int, c net.Conn) {
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err != nil { // the head; the body is left unread
-			return
-		}
+	srv := newServer(t, onRequest(func(c net.Conn, br *bufio.Reader) { // the head; the body is left unread
 		<-done
-	})
+	}))
 	t.Cleanup(func() { close(done) }) // before the server's cleanup, which waits for this handler
 	tr := newTransport(t, func(s *http.Transport) { s.ResponseHeaderTimeout = 100 * time.Millisecond })
 	res := make(chan error, 1)
@@ -448,11 +436,7 @@ func TestDisableKeepAlives(t *testing.T) {
 // Response headers are bounded (MaxResponseHeaderBytes, net/http's 10 MiB by default): an upstream
 // that sends header lines without end is cut off there.
 func TestResponseHeaderLimit(t *testing.T) {
-	srv := newServer(t, func(n int, c net.Conn) {
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err != nil {
-			return
-		}
+	srv := newServer(t, onRequest(func(c net.Conn, br *bufio.Reader) {
 		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
 		line := []byte("X-Filler: " + strings.Repeat("y", 1000) + "\r\n")
 		for {
@@ -460,7 +444,7 @@ func TestResponseHeaderLimit(t *testing.T) {
 				return
 			}
 		}
-	})
+	}))
 	tr := newTransport(t, func(s *http.Transport) { s.MaxResponseHeaderBytes = 64 << 10 })
 	_, err := tr.RoundTrip(post(t, srv.url()+"/", []byte("x")))
 	if err == nil || !strings.Contains(err.Error(), "exceeded 65536 bytes") {
@@ -513,14 +497,10 @@ func TestInformationalAnswers(t *testing.T) {
 // An upstream that answers before it has read the whole body (a 413, say) and closes: the
 // answer is what the round trip returns, not the failed write.
 func TestEarlyAnswer(t *testing.T) {
-	srv := newServer(t, func(n int, c net.Conn) {
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err != nil {
-			return
-		}
+	srv := newServer(t, onRequest(func(c net.Conn, br *bufio.Reader) {
 		io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big!")
 		c.(*net.TCPConn).SetLinger(0) // reset: whatever else arrives fails the writer
-	})
+	}))
 	tr := newTransport(t, nil)
 	resp, err := tr.RoundTrip(post(t, srv.url()+"/", bytes.Repeat([]byte("x"), 32<<20)))
 	if err != nil {
