@@ -2,13 +2,12 @@
 
 package h1
 
-import (
-	"net"
-	"syscall"
-)
+import "net"
 
-// alive cannot peek here: an idle connection the upstream closed is found when a request on it
+// peeker cannot look here: an idle connection the upstream closed is found when a request on it
 // fails, and retried where net/http's Transport would retry it.
-func alive(syscall.RawConn) bool { return true }
+type peeker struct{}
 
-func rawConn(net.Conn) syscall.RawConn { return nil }
+func newPeeker(net.Conn) *peeker { return nil }
+
+func (*peeker) alive() bool { return true }

@@ -80,7 +80,7 @@ func pending(t *testing.T, tr *Transport) bool {
 		for _, c := range p.idle {
 			var b [1]byte
 			got := false
-			if err := c.raw.Read(func(fd uintptr) bool {
+			if err := c.peek.raw.Read(func(fd uintptr) bool {
 				n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 				got = err == nil && n >= 0
 				return true

@@ -39,7 +39,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -69,12 +68,13 @@ type hostPool struct{ idle []*conn }
 
 // conn is one upstream connection.
 type conn struct {
-	t   *Transport
-	key string
-	nc  net.Conn
-	raw syscall.RawConn // for the liveness peek; nil where there is none
-	lr  limitReader     // nc, read under the response header limit while headers are read
-	br  *bufio.Reader
+	t    *Transport
+	key  string
+	nc   net.Conn
+	peek *peeker     // the liveness peek; nil where there is none
+	lr   limitReader // nc, read under the response header limit while headers are read
+	br   *bufio.Reader
+	cw   countWriter // nc, counting what it took of a request
 	// reused: the connection served a request before this one (a failure before any answer
 	// may then be the upstream having closed it while idle, and the request may be retried).
 	reused bool
@@ -169,7 +169,7 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 		if c == nil {
 			break
 		}
-		if d := t.std.IdleConnTimeout; d > 0 && now.Sub(c.idleAt) >= d || !alive(c.raw) {
+		if d := t.std.IdleConnTimeout; d > 0 && now.Sub(c.idleAt) >= d || !c.peek.alive() {
 			c.nc.Close()
 			continue
 		}
@@ -188,8 +188,8 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 		}
 		return nil, err
 	}
-	c := &conn{t: t, key: key, nc: nc, raw: rawConn(nc)}
-	c.lr.r = nc
+	c := &conn{t: t, key: key, nc: nc, peek: newPeeker(nc)}
+	c.lr.r, c.cw.w = nc, nc
 	c.lr.n = math.MaxInt64
 	c.br = bufio.NewReaderSize(&c.lr, readBufferSize)
 	t.mu.Lock()
@@ -294,7 +294,7 @@ func (c *conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, er
 	if d := c.t.std.ResponseHeaderTimeout; d > 0 {
 		_ = c.nc.SetDeadline(time.Now().Add(d))
 	}
-	w := writeRequest(c.nc, req, c.t.std.DisableKeepAlives)
+	w := writeRequest(&c.cw, req, c.t.std.DisableKeepAlives)
 	if w.err != nil {
 		if w.bodyErr != nil {
 			return fail(w.bodyErr) // the client's body failed: not the upstream's doing

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"slices"
@@ -39,8 +38,9 @@ var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeB
 
 // writeRequest writes req to nc as (*http.Request).Write would, minus what a client transport
 // adds of its own (no Accept-Encoding: answers are passed on as the upstream sends them).
-func writeRequest(nc net.Conn, req *http.Request, close bool) writeResult {
-	cw := &countWriter{w: nc}
+// cw is the connection's own counting writer (no allocation a request).
+func writeRequest(cw *countWriter, req *http.Request, close bool) writeResult {
+	cw.n = 0
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(cw)
 	defer func() {
