@@ -66,8 +66,9 @@ func rewriteTo(target *url.URL, decode bool) func(*httputil.ProxyRequest) {
 		// the upstream is an API provider, not a web app that needs the client's address.
 		pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 		if decode || rewrites(pr.Out.Context()) {
-			// compactd must read the response to rewrite it: let the transport negotiate
-			// compression itself, so it also decompresses transparently.
+			// compactd must read the response to rewrite it, so it must come back decoded:
+			// net/http's Transport then asks for gzip and decompresses it itself, compactd's
+			// own client (internal/h1, http:// upstreams) asks for no encoding at all.
 			pr.Out.Header.Del("Accept-Encoding")
 		}
 	}
