@@ -6,7 +6,7 @@
 // writer, the response from the reader, the end of the body back to the reader. Each hand-off
 // that wakes an idle thread is a futex wake and a context switch, and on a proxy's small turns
 // those are most of what it costs. Here the caller writes the request and reads the answer itself
-// (BENCHMARKS.md, issue 27: about a fifth of compactd's CPU a 2 KB turn).
+// (BENCHMARKS.md, issue 27: a tenth to a fifth of compactd's CPU a 2 KB turn).
 //
 // What it keeps of net/http: the request is written as (*http.Request).Write writes it, with the
 // checks the Transport makes first (method, header names and values, Host, no control bytes in
