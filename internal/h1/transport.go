@@ -257,7 +257,9 @@ func (t *Transport) sweepIdle() {
 			old = append(old, c)
 			n++
 		}
-		p.idle = append(p.idle[:0], p.idle[n:]...)
+		rest := copy(p.idle, p.idle[n:])
+		clear(p.idle[rest:]) // no closed connection left reachable from the backing array
+		p.idle = p.idle[:rest]
 		t.nidle -= n
 		if len(p.idle) == 0 {
 			delete(t.hosts, k)
@@ -311,13 +313,15 @@ func (c *conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, er
 				return c.wrapBody(req, r, stop), false, nil
 			}
 		}
-		var ne net.Error
-		if errors.As(w.err, &ne) && ne.Timeout() && ctx.Err() == nil {
+		timedOut := isTimeout(w.err) && ctx.Err() == nil
+		if timedOut {
 			w.err = errHeaderTimeout // ResponseHeaderTimeout ran out while the upstream did not read
 		}
 		_, _, err := fail(w.err)
 		// Nothing reached the upstream whole: a request with part of its body is never acted on.
-		return nil, c.reused && replayable(req), err
+		// Not after a timeout, though: that is no connection closed while idle, and a second wait
+		// would double the first.
+		return nil, c.reused && !timedOut && replayable(req), err
 	}
 
 	if d := c.t.std.ResponseHeaderTimeout; d > 0 {
@@ -329,18 +333,19 @@ func (c *conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, er
 	for n1xx := 0; ; n1xx++ {
 		resp, err = http.ReadResponse(c.br, req)
 		if err != nil {
-			var ne net.Error
+			timedOut := false
 			switch {
 			case ctx.Err() != nil:
 			case c.lr.n <= 0:
 				err = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", c.t.maxHeaderBytes())
-			case errors.As(err, &ne) && ne.Timeout():
-				err = errHeaderTimeout
+			case isTimeout(err):
+				err, timedOut = errHeaderTimeout, true
 			}
 			_, _, err = fail(err)
 			// Nothing came back on a reused connection: the upstream closed it as the request
-			// went out. Retried as net/http's Transport retries: only what may be sent twice.
-			return nil, c.reused && c.lr.read == 0 && idempotent(req) && replayable(req), err
+			// went out. Retried as net/http's Transport retries: only what may be sent twice, and
+			// not after a timeout.
+			return nil, c.reused && !timedOut && c.lr.read == 0 && idempotent(req) && replayable(req), err
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
@@ -386,6 +391,12 @@ func (e *timeoutError) Error() string     { return e.msg }
 func (e *timeoutError) Timeout() bool     { return true }
 func (e *timeoutError) Temporary() bool   { return true }
 func (e *timeoutError) Is(err error) bool { return err == context.DeadlineExceeded }
+
+// isTimeout reports whether err is a deadline's (a net.Error that says Timeout).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
 
 func (t *Transport) maxHeaderBytes() int64 {
 	if n := t.std.MaxResponseHeaderBytes; n > 0 {

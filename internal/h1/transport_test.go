@@ -412,6 +412,40 @@ func TestStuckWrite(t *testing.T) {
 	}
 }
 
+// A header timeout on a reused connection is not retried: it is no idle connection the upstream
+// closed, and a second wait would double the first.
+func TestTimeoutNotRetried(t *testing.T) {
+	srv := newServer(t, func(n int, c net.Conn) {
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			if i == 1 {
+				io.Copy(io.Discard, br) // the second request on a connection: no answer
+				return
+			}
+			io.WriteString(c, ok200("ok"))
+		}
+	})
+	tr := newTransport(t, func(s *http.Transport) { s.ResponseHeaderTimeout = 50 * time.Millisecond })
+	get := func() (*http.Response, error) {
+		req, _ := http.NewRequest("GET", srv.url()+"/v1/models", nil)
+		return tr.RoundTrip(req)
+	}
+	resp, err := get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if _, err := get(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the header timeout", err)
+	}
+	if n := srv.accepted.Load(); n != 1 {
+		t.Errorf("%d connections: the timed-out GET was sent again", n)
+	}
+}
+
 // DisableKeepAlives on the Transport: every request says "Connection: close" and gets a
 // connection of its own.
 func TestDisableKeepAlives(t *testing.T) {
