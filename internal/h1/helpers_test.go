@@ -169,3 +169,15 @@ func onRequest(f func(c net.Conn, br *bufio.Reader)) func(int, net.Conn) {
 		f(c, br)
 	}
 }
+
+// await receives from ch, waiting up to 10 s for what: a guard against a hang, not a measurement.
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}

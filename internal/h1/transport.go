@@ -86,7 +86,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.Direct(req) {
 		return t.std.RoundTrip(req)
 	}
-	if err := validate(req); err != nil {
+	tg, err := validate(req)
+	if err != nil {
 		closeBody(req)
 		return nil, err
 	}
@@ -98,7 +99,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, err
 		}
-		resp, retry, err := c.roundTrip(req)
+		resp, retry, err := c.roundTrip(req, tg)
 		if err == nil {
 			return resp, nil
 		}
@@ -277,7 +278,7 @@ func (t *Transport) sweepIdle() {
 
 // roundTrip sends req on c and reads the answer's head. retry says the request may be sent
 // again on a new connection: c was reused, and the upstream cannot have acted on it.
-func (c *conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, err error) {
+func (c *conn) roundTrip(req *http.Request, tg target) (resp *http.Response, retry bool, err error) {
 	ctx := req.Context()
 	// Cancellation closes the connection: a write or read in progress ends at once. Stopped
 	// when the body is done; a connection whose close has begun is never pooled.
@@ -296,7 +297,7 @@ func (c *conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, er
 	if d := c.t.std.ResponseHeaderTimeout; d > 0 {
 		_ = c.nc.SetDeadline(time.Now().Add(d))
 	}
-	w := writeRequest(&c.cw, req, c.t.std.DisableKeepAlives)
+	w := writeRequest(&c.cw, req, tg, c.t.std.DisableKeepAlives)
 	if w.err != nil {
 		if w.bodyErr != nil {
 			return fail(w.bodyErr) // the client's body failed: not the upstream's doing

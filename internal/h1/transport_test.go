@@ -318,20 +318,11 @@ func TestCancel(t *testing.T) {
 				resp.Body.Close()
 				res <- err
 			}()
-			var err error
-			select {
-			case err = <-res:
-			case <-time.After(10 * time.Second): // a guard against a hang, not a measurement
-				t.Fatal("cancelling did not end the round trip")
-			}
+			err := await(t, res, "cancelling to end the round trip")
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("err %v, want context.Canceled", err)
 			}
-			select {
-			case <-closed:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the connection was not closed")
-			}
+			await(t, closed, "the connection to close")
 			if n := idleCount(tr); n != 0 {
 				t.Errorf("%d idle connections after a cancelled request", n)
 			}
@@ -359,13 +350,8 @@ func TestBodyCloseEndsRead(t *testing.T) {
 	time.AfterFunc(20*time.Millisecond, func() { resp.Body.Close() })
 	done := make(chan error, 1)
 	go func() { _, err := io.ReadAll(resp.Body); done <- err }()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Error("a read cut short by Close reported no error")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not end the read")
+	if err := await(t, done, "Close to end the read"); err == nil {
+		t.Error("a read cut short by Close reported no error")
 	}
 	if _, err := resp.Body.Read(make([]byte, 1)); err == nil {
 		t.Error("a read after Close succeeded")
@@ -560,11 +546,7 @@ func TestIdlePool(t *testing.T) {
 			t.Fatal(err)
 		}
 		readAll(t, resp)
-		select {
-		case <-eof:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the idle connection was never closed")
-		}
+		await(t, eof, "the idle connection to close")
 		if n := idleCount(tr); n != 0 {
 			t.Errorf("%d idle connections left", n)
 		}

@@ -39,7 +39,7 @@ var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeB
 // writeRequest writes req to nc as (*http.Request).Write would, minus what a client transport
 // adds of its own (no Accept-Encoding: answers are passed on as the upstream sends them).
 // cw is the connection's own counting writer (no allocation a request).
-func writeRequest(cw *countWriter, req *http.Request, close bool) writeResult {
+func writeRequest(cw *countWriter, req *http.Request, tg target, close bool) writeResult {
 	cw.n = 0
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(cw)
@@ -48,7 +48,7 @@ func writeRequest(cw *countWriter, req *http.Request, close bool) writeResult {
 		writers.Put(bw)
 	}()
 	res := writeResult{}
-	res.err, res.bodyErr = writeTo(bw, req, close)
+	res.err, res.bodyErr = writeTo(bw, req, tg, close)
 	if res.err == nil {
 		res.err = bw.Flush()
 	}
@@ -61,9 +61,8 @@ func writeRequest(cw *countWriter, req *http.Request, close bool) writeResult {
 
 // writeTo writes the request line, the headers and the body to bw.
 // close asks for "Connection: close" whatever req.Close says (the Transport's DisableKeepAlives).
-func writeTo(bw *bufio.Writer, req *http.Request, close bool) (err, bodyErr error) {
-	host, _ := hostHeader(req) // validated
-	ruri := req.URL.RequestURI()
+func writeTo(bw *bufio.Writer, req *http.Request, tg target, close bool) (err, bodyErr error) {
+	host, ruri := tg.host, tg.uri
 	method := req.Method
 	if method == "" {
 		method = http.MethodGet
@@ -202,36 +201,42 @@ var excludedHeaders = map[string]bool{
 	"Trailer":           true,
 }
 
-// validate makes net/http's Transport's checks of a request before anything is sent.
-func validate(req *http.Request) error {
+// target is what the request line and the Host header say: worked out once, by validate.
+type target struct{ host, uri string }
+
+// validate makes net/http's Transport's checks of a request before anything is sent, and returns
+// its target.
+func validate(req *http.Request) (target, error) {
 	if req.URL.Host == "" {
-		return errors.New("http: no Host in request URL")
+		return target{}, errors.New("http: no Host in request URL")
 	}
 	if req.Method != "" && !validMethod(req.Method) {
-		return fmt.Errorf("net/http: invalid method %q", req.Method)
+		return target{}, fmt.Errorf("net/http: invalid method %q", req.Method)
 	}
 	for k, vv := range req.Header {
 		if !httpguts.ValidHeaderFieldName(k) {
-			return fmt.Errorf("net/http: invalid header field name %q", k)
+			return target{}, fmt.Errorf("net/http: invalid header field name %q", k)
 		}
 		for _, v := range vv {
 			if !httpguts.ValidHeaderFieldValue(v) {
-				return fmt.Errorf("net/http: invalid header field value for %q", k) // the value may be a secret
+				return target{}, fmt.Errorf("net/http: invalid header field value for %q", k) // the value may be a secret
 			}
 		}
 	}
-	if _, err := hostHeader(req); err != nil {
-		return err
+	host, err := hostHeader(req)
+	if err != nil {
+		return target{}, err
 	}
-	if strings.ContainsFunc(req.URL.RequestURI(), func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return errors.New("net/http: can't write control character in Request.URL")
+	uri := req.URL.RequestURI()
+	if strings.ContainsFunc(uri, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return target{}, errors.New("net/http: can't write control character in Request.URL")
 	}
 	for k := range req.Trailer {
 		if !httpguts.ValidTrailerHeader(k) || !httpguts.ValidHeaderFieldName(k) {
-			return fmt.Errorf("net/http: invalid trailer field name %q", k)
+			return target{}, fmt.Errorf("net/http: invalid trailer field name %q", k)
 		}
 	}
-	return nil
+	return target{host: host, uri: uri}, nil
 }
 
 // validMethod reports whether m is a token (RFC 9110, section 9.1).
