@@ -21,8 +21,9 @@
 //
 // What it does not do, it leaves to the fallback, the http.Transport it was made from, whose
 // settings it reads: https (TLS, and HTTP/2 where the upstream offers it), requests that go
-// through a proxy (the Transport's Proxy), protocol upgrades, and bodies that stream from
-// elsewhere rather than sit in memory (see Direct).
+// through a proxy (the Transport's Proxy), protocol upgrades, bodies that stream from
+// elsewhere rather than sit in memory, and everything when the Transport caps its connections
+// a host (MaxConnsPerHost), which this pool does not (see Direct).
 package h1
 
 import (
@@ -54,8 +55,9 @@ type Transport struct {
 }
 
 // New returns a Transport that serves plain-HTTP requests itself and passes every other request
-// to std, whose settings it reads on every request: DialContext, Proxy, MaxIdleConns,
-// MaxIdleConnsPerHost, IdleConnTimeout, ResponseHeaderTimeout and MaxResponseHeaderBytes.
+// to std, whose settings it reads on every request: DialContext (or the older Dial), Proxy,
+// MaxConnsPerHost, MaxIdleConns, MaxIdleConnsPerHost, IdleConnTimeout, ResponseHeaderTimeout,
+// MaxResponseHeaderBytes and DisableKeepAlives.
 func New(std *http.Transport) *Transport {
 	return &Transport{std: std, hosts: map[string]*hostPool{}}
 }
@@ -125,6 +127,9 @@ func (t *Transport) Direct(req *http.Request) bool {
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
 		return false
 	}
+	if t.std.MaxConnsPerHost > 0 {
+		return false // a cap on connections a host is the fallback's: this pool keeps no count
+	}
 	if req.Body != nil && req.Body != http.NoBody {
 		if _, ok := req.Body.(BodyWriter); !ok {
 			return false
@@ -178,6 +183,10 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 		return c, nil
 	}
 	dial := t.std.DialContext
+	if dial == nil && t.std.Dial != nil { //lint:ignore SA1019 honoured as net/http's Transport does
+		old := t.std.Dial //lint:ignore SA1019 see above
+		dial = func(_ context.Context, network, addr string) (net.Conn, error) { return old(network, addr) }
+	}
 	if dial == nil {
 		var d net.Dialer
 		dial = d.DialContext

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -597,24 +598,29 @@ func TestFallback(t *testing.T) {
 		proxy  bool
 		direct bool
 		want   string
+		capped bool // the Transport caps connections a host
 	}{
-		{"plain in memory", func() *http.Request { return post(t, plain.url()+"/", []byte("x")) }, false, true, "direct"},
-		{"https", func() *http.Request { return post(t, tlsSrv.URL+"/", []byte("x")) }, false, false, "tls"},
-		{"proxy", func() *http.Request { return post(t, plain.url()+"/", []byte("x")) }, true, false, "via proxy"},
+		{"plain in memory", func() *http.Request { return post(t, plain.url()+"/", []byte("x")) }, false, true, "direct", false},
+		{"https", func() *http.Request { return post(t, tlsSrv.URL+"/", []byte("x")) }, false, false, "tls", false},
+		{"proxy", func() *http.Request { return post(t, plain.url()+"/", []byte("x")) }, true, false, "via proxy", false},
 		{"streamed body", func() *http.Request {
 			r, _ := http.NewRequest("POST", plain.url()+"/", io.NopCloser(strings.NewReader("x")))
 			r.ContentLength = 1
 			return r
-		}, false, false, "direct"},
+		}, false, false, "direct", false},
 		{"upgrade", func() *http.Request {
 			r, _ := http.NewRequest("GET", plain.url()+"/", nil)
 			r.Header.Set("Connection", "Upgrade")
 			r.Header.Set("Upgrade", "websocket")
 			return r
-		}, false, false, "direct"},
+		}, false, false, "direct", false},
+		{"connections capped", func() *http.Request { return post(t, plain.url()+"/", []byte("x")) }, false, false, "direct", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newTransport(t, func(s *http.Transport) {
+				if tc.capped {
+					s.MaxConnsPerHost = 1
+				}
 				s.TLSClientConfig = &tls.Config{RootCAs: tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}
 				if tc.proxy {
 					u, _ := url.Parse(proxied.URL)
@@ -699,5 +705,27 @@ func TestUpstreamGoneNoAnswer(t *testing.T) {
 	}
 	if n := srv.accepted.Load(); n != 1 {
 		t.Errorf("%d connections: a fresh connection's failure was retried", n)
+	}
+}
+
+// A Transport set up with the older Dial (no DialContext) dials through it, as net/http's does.
+func TestDeprecatedDial(t *testing.T) {
+	srv := newServer(t, serveHTTP(nil, func(*http.Request) string { return ok200("dialed") }))
+	var dials atomic.Int32
+	tr := newTransport(t, func(s *http.Transport) {
+		s.Dial = func(network, addr string) (net.Conn, error) { //lint:ignore SA1019 the setting under test
+			dials.Add(1)
+			return net.Dial(network, addr)
+		}
+	})
+	resp, err := tr.RoundTrip(post(t, srv.url()+"/", []byte("x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); body != "dialed" {
+		t.Errorf("body %q", body)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("Dial called %d times, want 1", n)
 	}
 }
