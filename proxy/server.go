@@ -549,7 +549,8 @@ func DefaultTransport() *http.Transport {
 // client (internal/h1) for http:// upstreams, which does a round trip on the handler's goroutine
 // instead of handing it to two goroutines of the connection's, and std for everything else
 // (https, with HTTP/2 where the upstream offers it; a proxy from the environment; upgrades).
-// std's settings (dial, idle pool, header wait, header limit) govern both.
+// std's settings (dial, idle pool, header wait, header limit) govern both; a std that caps
+// connections a host (MaxConnsPerHost) gets every request, since compactd's client keeps no count.
 func UpstreamTransport(std *http.Transport) *h1.Transport { return h1.New(std) }
 
 // The idle-connection pool and header wait of DefaultTransport (see there).
