@@ -28,10 +28,10 @@ const BlockSize = 16
 // Key is a POLYVAL key, with the powers of H the wide implementation multiplies by. It is
 // read-only after New and safe for concurrent use.
 type Key struct {
-	// pow[i] is H^(32-i) in the Montgomery domain of dot (pow[31] is H): the 32 blocks of one
-	// step of the wide loop are multiplied, lane by lane, by pow[0..31], the 16 of a half step by
-	// pow[16..31].
-	pow [32]elem
+	// pow[i] is H^(64-i) in the Montgomery domain of dot (pow[63] is H): the 64 blocks of one
+	// step of the wide loop are multiplied, lane by lane, by pow[0..63], the 32 and 16 of the
+	// shorter steps by pow[32..63] and pow[48..63].
+	pow [64]elem
 }
 
 // elem is a field element: lo holds the coefficients of x^0..x^63, hi those of x^64..x^127.
@@ -41,8 +41,8 @@ type elem struct{ lo, hi uint64 }
 func New(h [16]byte) *Key {
 	k := &Key{}
 	x := load(h[:])
-	k.pow[31] = x
-	for i := 30; i >= 0; i-- {
+	k.pow[len(k.pow)-1] = x
+	for i := len(k.pow) - 2; i >= 0; i-- {
 		k.pow[i] = dot(k.pow[i+1], x)
 	}
 	return k
@@ -91,7 +91,7 @@ func (h *Hash) Sum() [16]byte {
 
 // updateGeneric is the reference: S = dot(S ^ X, H) block by block.
 func (h *Hash) updateGeneric(blocks []byte) {
-	x := h.k.pow[31]
+	x := h.k.pow[len(h.k.pow)-1]
 	for len(blocks) >= BlockSize {
 		b := load(blocks)
 		h.acc = dot(elem{h.acc.lo ^ b.lo, h.acc.hi ^ b.hi}, x)

@@ -8,11 +8,12 @@ import "golang.org/x/sys/cpu"
 // VPCLMULQDQ on 512-bit registers, with the operating system saving their state.
 var Accelerated = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasPCLMULQDQ
 
-// updateAVX512 adds n blocks at p to *acc: 32 blocks per step, 4 per instruction, with one
-// reduction per step; then at most one step of 16, and the last n%16 blocks one at a time.
+// updateAVX512 adds n blocks at p to *acc: 64 blocks per step, 4 per instruction, with one
+// reduction per step; then at most one step of 32 and one of 16, and the last n%16 blocks one
+// at a time.
 //
 //go:noescape
-func updateAVX512(acc *elem, pow *[32]elem, p *byte, n int)
+func updateAVX512(acc *elem, pow *[64]elem, p *byte, n int)
 
 func (h *Hash) update(blocks []byte) {
 	if !Accelerated {
