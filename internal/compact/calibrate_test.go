@@ -3,10 +3,10 @@ package compact
 import (
 	"encoding/json"
 	"fmt"
+	"go/build"
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -45,7 +45,7 @@ type chunk struct {
 
 func loadCorpus(t testing.TB) []chunk {
 	t.Helper()
-	root := runtime.GOROOT()
+	root := build.Default.GOROOT // the toolchain running the test
 	var out []chunk
 	for class, files := range calibrationCorpus {
 		for _, f := range files {

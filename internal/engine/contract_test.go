@@ -131,8 +131,6 @@ func (a *recArchive) segments() []archive.Segment {
 	return slices.Clone(a.segs)
 }
 
-func withObs(o *recObs) func(*Config) { return func(c *Config) { c.Observer = o } }
-
 // raws is the raw JSON of items, as strings, for comparing.
 func raws(items []api.Item) []string {
 	out := make([]string, len(items))

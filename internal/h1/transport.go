@@ -183,8 +183,8 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 		return c, nil
 	}
 	dial := t.std.DialContext
-	if dial == nil && t.std.Dial != nil { //lint:ignore SA1019 honoured as net/http's Transport does
-		old := t.std.Dial //lint:ignore SA1019 see above
+	//lint:ignore SA1019 the older Dial is honoured, as net/http's Transport honours it
+	if old := t.std.Dial; dial == nil && old != nil {
 		dial = func(_ context.Context, network, addr string) (net.Conn, error) { return old(network, addr) }
 	}
 	if dial == nil {

@@ -713,7 +713,8 @@ func TestDeprecatedDial(t *testing.T) {
 	srv := newServer(t, serveHTTP(nil, func(*http.Request) string { return ok200("dialed") }))
 	var dials atomic.Int32
 	tr := newTransport(t, func(s *http.Transport) {
-		s.Dial = func(network, addr string) (net.Conn, error) { //lint:ignore SA1019 the setting under test
+		//lint:ignore SA1019 the setting under test
+		s.Dial = func(network, addr string) (net.Conn, error) {
 			dials.Add(1)
 			return net.Dial(network, addr)
 		}

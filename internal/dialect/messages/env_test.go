@@ -88,7 +88,6 @@ func (f *fakeFront) FindRef(text string) (string, string, bool) {
 type envOption func(*turn.Env, *fakeFront)
 
 func withOptions(o turn.Options) envOption { return func(e *turn.Env, _ *fakeFront) { e.Options = o } }
-func rejectForeign() envOption             { return func(_ *turn.Env, f *fakeFront) { f.reject = true } }
 func withHeader(k, v string) envOption     { return func(e *turn.Env, _ *fakeFront) { e.Header.Set(k, v) } }
 
 // newEnv returns an Env whose engine and counter live as long as the test.
