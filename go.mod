@@ -3,7 +3,7 @@ module github.com/compactd/compactd
 go 1.26.8
 
 require (
-	github.com/anthropics/anthropic-sdk-go/v2 v2.17.0
+	github.com/anthropics/anthropic-sdk-go/v2 v2.18.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/dlclark/regexp2/v2 v2.5.1
 	github.com/go-chi/chi/v5 v5.5.0
@@ -12,7 +12,7 @@ require (
 	github.com/klauspost/compress v1.20.4
 	github.com/moby/patternmatcher v0.6.1
 	github.com/modelcontextprotocol/go-sdk v1.8.0
-	github.com/openai/openai-go/v3 v3.102.0
+	github.com/openai/openai-go/v3 v3.105.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/segmentio/asm v1.2.1

@@ -21,7 +21,7 @@ import (
 
 // claudeCodeVersion is the Claude Code release the hook and MCP end-to-end tests pin; .ci/run
 // installs exactly this one.
-const claudeCodeVersion = "2.1.332"
+const claudeCodeVersion = "2.1.337"
 
 // codexE2EVersion is the pinned Codex CLI (as in proxy/codex_e2e_test.go).
 const codexE2EVersion = "0.171.0"

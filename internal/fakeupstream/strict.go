@@ -20,7 +20,7 @@ import (
 // Anthropic Messages (POST /v1/messages and /v1/messages/count_tokens):
 //
 //   - messages must be a non-empty array ("messages: at least one message is required").
-//   - A message's role is "user", "assistant" or "system": anthropic-sdk-go v2.17.0
+//   - A message's role is "user", "assistant" or "system": anthropic-sdk-go v2.18.0
 //     message.go MessageParam / betamessage.go BetaMessageParam (union on "role": user,
 //     assistant, system). role:"system" is a mid-conversation system message, which the API
 //     accepts "immediately after a user turn"
@@ -56,7 +56,7 @@ import (
 //     blocks (server_tool_use, mcp_tool_use) carry their results in the assistant turn itself and
 //     are not paired here.
 //   - A tool_reference in a tool_addition or tool_removal block names "a tool declared in
-//     `tools` or defined by an earlier `tool_addition` block" (anthropic-sdk-go v2.17.0
+//     `tools` or defined by an earlier `tool_addition` block" (anthropic-sdk-go v2.18.0
 //     betamessage.go BetaToolChangeToolReferenceParam; an inline definition is a
 //     tool_addition whose tool is a tool_definition). A reference to anything else is refused
 //     with error.details.error_code "tool_reference_unresolved" ("A tool change or MCP tool
@@ -68,7 +68,7 @@ import (
 // OpenAI Responses (POST /v1/responses):
 //
 //   - input is a string or an array of items whose type is one of
-//     responses.ResponseInputItemUnionParam's discriminators (openai-go v3.102.0
+//     responses.ResponseInputItemUnionParam's discriminators (openai-go v3.105.0
 //     responses/response.go); an item without "type" is a message (it has "role") or an item
 //     reference (it has "id"). A message's role is user, assistant, system or developer
 //     (EasyInputMessageParam). Compaction items were refused already, as above.
@@ -90,7 +90,7 @@ import (
 // OpenAI Chat Completions (POST /v1/chat/completions):
 //
 //   - A message's role is system, developer, user, assistant, tool or function
-//     (openai-go v3.102.0 chatcompletion.go ChatCompletionMessageParamUnion).
+//     (openai-go v3.105.0 chatcompletion.go ChatCompletionMessageParamUnion).
 //   - A "tool" message answers a tool_calls entry of the assistant message before the run of
 //     tool messages it is in: "Invalid parameter: messages with role 'tool' must be a response to
 //     a preceeding message with 'tool_calls'." (param "messages.[N].role";
