@@ -1,11 +1,13 @@
 // Package polyval is POLYVAL (RFC 8452, the universal hash of AES-GCM-SIV) over GF(2^128), with
-// an AVX-512 VPCLMULQDQ implementation that multiplies four blocks per instruction.
+// VPCLMULQDQ implementations that multiply four blocks per instruction (AVX-512) or two (AVX2,
+// for CPUs that have VPCLMULQDQ on 256-bit registers only, such as AMD Zen 3).
 //
 // It exists for one job: proving, at memory speed, that a request body begins with bytes
 // compactd has seen before (internal/skimcache). The standard library's GHASH (crypto/cipher's
-// GCM) multiplies one block per PCLMULQDQ and runs at ~13 GB/s on the machines compactd is
-// measured on, 0.16 ms for a 2 MB agent history, which is most of compactd's extra CPU on such a
-// turn (BENCHMARKS.md, issue 27); no maintained Go library offers a wider GHASH or POLYVAL.
+// GCM) multiplies one block per PCLMULQDQ: ~13 GB/s on the Xeon compactd was first measured on,
+// 4–6 GB/s on an AMD Zen 3, 0.16–0.5 ms for a 2 MB agent history, which is most of compactd's
+// extra CPU on such a turn (BENCHMARKS.md, issue 27); no maintained Go library offers a wider
+// GHASH or POLYVAL.
 //
 // POLYVAL rather than GHASH: the two are the same hash up to a byte reversal (RFC 8452, appendix
 // A), but POLYVAL's little-endian field elements are the CPU's own, so blocks need no byte swap.
@@ -15,12 +17,41 @@
 // chooses the messages. Callers that need a MAC encrypt the result (Wegman-Carter), and add a
 // length block so that a message and the same message with zero bytes appended differ.
 //
-// The pure-Go implementation is the reference and the fallback; Accelerated says whether the
-// fast path is used. Both compute the same function, bit for bit (the tests compare them, and
-// compare both against crypto/cipher's GCM tags through the GHASH relation).
+// The pure-Go implementation is the reference and the fallback; Accelerated says whether a fast
+// path is used, Implementation which. All compute the same function, bit for bit (the tests
+// compare them, and compare each against crypto/cipher's GCM tags through the GHASH relation).
 package polyval
 
 import "encoding/binary"
+
+// implementation is one way of adding blocks to a running value.
+type implementation uint8
+
+const (
+	generic implementation = iota // pure Go, constant time
+	avx2                          // VPCLMULQDQ on 256-bit registers: 2 blocks an instruction
+	avx512                        // VPCLMULQDQ on 512-bit registers: 4 blocks an instruction
+)
+
+func (i implementation) String() string {
+	switch i {
+	case avx2:
+		return "avx2"
+	case avx512:
+		return "avx512"
+	}
+	return "generic"
+}
+
+// impl is the implementation in use: the fastest this CPU runs (tests switch it).
+var impl = supported[0]
+
+// Accelerated reports whether a hardware implementation is in use: POLYVAL then runs at memory
+// speed, faster than the standard library's GHASH.
+var Accelerated = impl != generic
+
+// Implementation names the implementation in use: "avx512", "avx2" or "generic".
+func Implementation() string { return impl.String() }
 
 // BlockSize is POLYVAL's block size in bytes.
 const BlockSize = 16
@@ -32,6 +63,9 @@ type Key struct {
 	// step of the wide loop are multiplied, lane by lane, by pow[0..63], the 32 and 16 of the
 	// shorter steps by pow[32..63] and pow[48..63].
 	pow [64]elem
+	// kpow[i].lo is pow[i].lo^pow[i].hi, the power's factor in Karatsuba's middle product (the
+	// AVX2 implementation's: three multiplications a block rather than four).
+	kpow [64]elem
 }
 
 // elem is a field element: lo holds the coefficients of x^0..x^63, hi those of x^64..x^127.
@@ -44,6 +78,9 @@ func New(h [16]byte) *Key {
 	k.pow[len(k.pow)-1] = x
 	for i := len(k.pow) - 2; i >= 0; i-- {
 		k.pow[i] = dot(k.pow[i+1], x)
+	}
+	for i, p := range k.pow {
+		k.kpow[i] = elem{p.lo ^ p.hi, 0}
 	}
 	return k
 }

@@ -4,9 +4,31 @@ package polyval
 
 import "golang.org/x/sys/cpu"
 
-// Accelerated reports whether this CPU runs the AVX-512 implementation: AVX512F, AVX512VL and
-// VPCLMULQDQ on 512-bit registers, with the operating system saving their state.
-var Accelerated = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasPCLMULQDQ
+// supported lists the implementations this CPU runs, fastest first; the first is the one in use.
+var supported = func() []implementation {
+	var s []implementation
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasPCLMULQDQ {
+		s = append(s, avx512)
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && hasVPCLMULQDQ() {
+		s = append(s, avx2)
+	}
+	return append(s, generic)
+}()
+
+// hasVPCLMULQDQ reports CPUID.(EAX=7,ECX=0):ECX[10], VPCLMULQDQ: golang.org/x/sys/cpu reports it
+// only together with AVX-512, and the AVX2 implementation needs it without (x/sys/cpu's HasAVX2
+// already says the operating system saves the 256-bit registers).
+func hasVPCLMULQDQ() bool {
+	if max, _, _, _ := cpuid(0, 0); max < 7 {
+		return false
+	}
+	_, _, ecx, _ := cpuid(7, 0)
+	return ecx&(1<<10) != 0
+}
+
+//go:noescape
+func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 
 // updateAVX512 adds n blocks at p to *acc: 64 blocks per step, 4 per instruction, with one
 // reduction per step; then at most one step of 32 and one of 16, and the last n%16 blocks one
@@ -15,10 +37,19 @@ var Accelerated = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512
 //go:noescape
 func updateAVX512(acc *elem, pow *[64]elem, p *byte, n int)
 
+// updateAVX2 adds n blocks at p to *acc: steps of up to 64 blocks, 2 per instruction, with one
+// reduction per step, and the last block alone when n is odd.
+//
+//go:noescape
+func updateAVX2(acc *elem, k *Key, p *byte, n int)
+
 func (h *Hash) update(blocks []byte) {
-	if !Accelerated {
+	switch impl {
+	case avx512:
+		updateAVX512(&h.acc, &h.k.pow, &blocks[0], len(blocks)/BlockSize)
+	case avx2:
+		updateAVX2(&h.acc, h.k, &blocks[0], len(blocks)/BlockSize)
+	default:
 		h.updateGeneric(blocks)
-		return
 	}
-	updateAVX512(&h.acc, &h.k.pow, &blocks[0], len(blocks)/BlockSize)
 }

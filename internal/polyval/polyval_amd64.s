@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "go_asm.h"
 
 // The reduction constant x^57+x^62+x^63 in both qwords (see dot in polyval.go).
 DATA reductionConst<>+0(SB)/8, $0xc200000000000000
@@ -192,4 +193,142 @@ one:
 done:
 	VMOVDQU X0, (DI)
 	VZEROUPPER
+	RET
+
+// The AVX2 implementation, for CPUs with VPCLMULQDQ on 256-bit registers but no AVX-512 (AMD Zen
+// 3, Intel Alder Lake and later client cores): two blocks per instruction. With sixteen vector
+// registers the powers cannot stay in registers, so a step walks them from memory (the Key's 2 KB,
+// always in L1). Registers: X0 the running value (the rest of Y0 zero), Y1 a pair of blocks, Y2
+// their powers, Y3 the powers' Karatsuba factors (Key.kpow), Y9, Y10, Y11 the sums of the low,
+// high and cross products, Y12, Y13 temporaries, X14 the reduction constant.
+
+// PAIR adds the products of D's two blocks and P's two powers to the sums, Karatsuba's way: the
+// low and high products, and the product of each block's two halves XORed by the power's
+// (K holds each power's halves XORed, in its low qword); the cross term is that product plus the
+// low and high ones, which the fold adds once for the whole step. Three multiplications a block
+// rather than four.
+#define PAIR(D, P, K) \
+	VPCLMULQDQ $0x00, P, D, Y12; \
+	VPCLMULQDQ $0x11, P, D, Y13; \
+	VPXOR      Y12, Y9, Y9; \
+	VPXOR      Y13, Y10, Y10; \
+	VPSHUFD    $0x4e, D, Y12; \
+	VPXOR      D, Y12, Y12; \
+	VPCLMULQDQ $0x00, K, Y12, Y13; \
+	VPXOR      Y13, Y11, Y11
+
+// REDUCE2 is REDUCE without AVX-512's VPTERNLOGQ: X0 = X10:X9 * x^-128 mod P (X9 clobbered).
+#define REDUCE2 \
+	VPCLMULQDQ $0x00, X14, X9, X12; \
+	VPSHUFD    $0x4e, X9, X9; \
+	VPXOR      X12, X9, X9; \
+	VPCLMULQDQ $0x00, X14, X9, X12; \
+	VPSHUFD    $0x4e, X9, X9; \
+	VPXOR      X12, X10, X10; \
+	VPXOR      X10, X9, X0
+
+// func updateAVX2(acc *elem, k *Key, p *byte, n int)
+//
+// Steps of m = min(n rounded down to even, 64) blocks, each multiplied by H^m..H^1 (pow[64-m:]),
+// the running value entering with the step's first pair, which goes last: the other pairs do not
+// wait for the previous step's reduction. Then one block alone when n is odd.
+TEXT ·updateAVX2(SB), NOSPLIT, $0-32
+	MOVQ acc+0(FP), DI
+	MOVQ k+8(FP), SI
+	ADDQ $Key_pow, SI
+	MOVQ p+16(FP), DX
+	MOVQ n+24(FP), CX
+
+	VMOVDQU (DI), X0 // a VEX load: the rest of Y0 is cleared
+	VMOVDQU reductionConst<>(SB), X14
+
+step:
+	CMPQ CX, $2
+	JB   odd
+	MOVQ CX, R8
+	ANDQ $-2, R8
+	CMPQ R8, $64
+	JBE  sized
+	MOVQ $64, R8
+
+sized:
+	// BX: the step's powers, H^R8 first.
+	MOVQ $64, BX
+	SUBQ R8, BX
+	SHLQ $4, BX
+	ADDQ SI, BX
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	LEAQ  32(DX), R10
+	LEAQ  32(BX), R11
+	MOVQ  R8, R9
+	SHRQ  $1, R9
+	DECQ  R9
+	JZ    first
+
+pairs:
+	VMOVDQU (R10), Y1
+	VMOVDQU (R11), Y2
+	VMOVDQU (Key_kpow-Key_pow)(R11), Y3
+	PAIR(Y1, Y2, Y3)
+	ADDQ    $32, R10
+	ADDQ    $32, R11
+	DECQ    R9
+	JNZ     pairs
+
+first:
+	VMOVDQU (DX), Y1
+	VPXOR   Y0, Y1, Y1
+	VMOVDQU (BX), Y2
+	VMOVDQU (Key_kpow-Key_pow)(BX), Y3
+	PAIR(Y1, Y2, Y3)
+	VPXOR        Y9, Y11, Y11 // the cross terms: Karatsuba's middle product minus the others
+	VPXOR        Y10, Y11, Y11
+	VEXTRACTI128 $1, Y9, X12
+	VPXOR        X12, X9, X9
+	VEXTRACTI128 $1, Y10, X13
+	VPXOR        X13, X10, X10
+	VEXTRACTI128 $1, Y11, X12
+	VPXOR        X12, X11, X11
+	VPSLLDQ      $8, X11, X12
+	VPSRLDQ      $8, X11, X13
+	VPXOR        X12, X9, X9
+	VPXOR        X13, X10, X10
+	REDUCE2
+	MOVQ R10, DX // just past the step's blocks
+	SUBQ R8, CX
+	JMP  step
+
+odd:
+	TESTQ CX, CX
+	JZ    done2
+	VMOVDQU    1008(SI), X2 // H
+	VMOVDQU    (DX), X1
+	VPXOR      X1, X0, X1
+	VPCLMULQDQ $0x00, X2, X1, X9
+	VPCLMULQDQ $0x11, X2, X1, X10
+	VPCLMULQDQ $0x01, X2, X1, X11
+	VPCLMULQDQ $0x10, X2, X1, X12
+	VPXOR      X12, X11, X11
+	VPSLLDQ    $8, X11, X12
+	VPSRLDQ    $8, X11, X13
+	VPXOR      X12, X9, X9
+	VPXOR      X13, X10, X10
+	REDUCE2
+
+done2:
+	VMOVDQU X0, (DI)
+	VZEROUPPER
+	RET
+
+// func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL sub+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
 	RET

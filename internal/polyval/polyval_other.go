@@ -2,8 +2,7 @@
 
 package polyval
 
-// Accelerated reports whether a hardware implementation is used; there is none on this
-// platform.
-var Accelerated = false
+// supported: there is no hardware implementation on this platform.
+var supported = []implementation{generic}
 
 func (h *Hash) update(blocks []byte) { h.updateGeneric(blocks) }
