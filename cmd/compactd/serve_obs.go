@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactd/compactd/internal/skimcache"
 	"github.com/compactd/compactd/proxy"
 )
 
@@ -276,7 +277,7 @@ func (m *memConfig) apply(maxBody int64) (budget, skim int64, attrs []any, err e
 		debug.SetMemoryLimit(limit)
 	}
 	return budget, skim, []any{"memory_limit", limit, "memory_limit_source", source, "max_inflight_body_bytes", max(budget, 0),
-		"skim_cache_bytes", max(skim, 0)}, nil
+		"skim_cache_bytes", max(skim, 0), "skim_cache_mac", skimcache.MAC()}, nil
 }
 
 // cgroupMemoryLimit is the memory limit of the cgroup compactd runs in (v2 memory.max, else v1

@@ -60,3 +60,17 @@ func TestSegmentMAC(t *testing.T) {
 		}
 	}
 }
+
+// TestMACName: the name the startup log gives is the MAC a Cache uses.
+func TestMACName(t *testing.T) {
+	got := MAC()
+	if _, ok := newMAC(false).(*polyvalMAC); ok {
+		if want := "polyval-" + polyval.Implementation(); got != want || polyval.Implementation() == "generic" {
+			t.Fatalf("MAC() = %q with POLYVAL in use (%s)", got, polyval.Implementation())
+		}
+		return
+	}
+	if got != "gmac" {
+		t.Fatalf("MAC() = %q with GMAC in use", got)
+	}
+}
