@@ -42,6 +42,25 @@ GLOBL reductionConst<>(SB), RODATA|NOPTR, $16
 	VMOVDQU64 off(DX), D; \
 	MULADD(D, P)
 
+// CROSS adds the cross products' sum X11 to the low and high sums X9 and X10, half to each.
+#define CROSS \
+	VPSLLDQ $8, X11, X12; \
+	VPSRLDQ $8, X11, X13; \
+	VPXOR   X12, X9, X9; \
+	VPXOR   X13, X10, X10
+
+// MULBLOCK multiplies the block at (DX), added to the running value X0, by H: X10:X9 is the product,
+// before its reduction.
+#define MULBLOCK(H) \
+	VMOVDQU    (DX), X1; \
+	VPXOR      X1, X0, X1; \
+	VPCLMULQDQ $0x00, H, X1, X9; \
+	VPCLMULQDQ $0x11, H, X1, X10; \
+	VPCLMULQDQ $0x01, H, X1, X11; \
+	VPCLMULQDQ $0x10, H, X1, X12; \
+	VPXOR      X12, X11, X11; \
+	CROSS
+
 // FOLD leaves in X0 the reduced sum of the products: the four lanes of each sum added (512 ->
 // 256 -> 128 bits), the cross products split over low and high, then the Montgomery reduction
 // (two divisions by x^64, as dot in polyval.go). Its last write is VEX: the rest of Z0 is
@@ -59,10 +78,7 @@ GLOBL reductionConst<>(SB), RODATA|NOPTR, $16
 	VPXOR         X13, X10, X10; \
 	VEXTRACTI128  $1, Y11, X12; \
 	VPXOR         X12, X11, X11; \
-	VPSLLDQ       $8, X11, X12; \
-	VPSRLDQ       $8, X11, X13; \
-	VPXOR         X12, X9, X9; \
-	VPXOR         X13, X10, X10; \
+	CROSS; \
 	REDUCE
 
 // REDUCE: X0 = X10:X9 * x^-128 mod P (X9 clobbered).
@@ -174,21 +190,11 @@ single:
 	VMOVDQU 1008(SI), X15 // H
 
 one:
-	VMOVDQU    (DX), X1
-	VPXOR      X1, X0, X1
-	VPCLMULQDQ $0x00, X15, X1, X9
-	VPCLMULQDQ $0x11, X15, X1, X10
-	VPCLMULQDQ $0x01, X15, X1, X11
-	VPCLMULQDQ $0x10, X15, X1, X12
-	VPXOR      X12, X11, X11
-	VPSLLDQ    $8, X11, X12
-	VPSRLDQ    $8, X11, X13
-	VPXOR      X12, X9, X9
-	VPXOR      X13, X10, X10
+	MULBLOCK(X15)
 	REDUCE
-	ADDQ       $16, DX
-	DECQ       CX
-	JNZ        one
+	ADDQ $16, DX
+	DECQ CX
+	JNZ  one
 
 done:
 	VMOVDQU X0, (DI)
@@ -291,10 +297,7 @@ first:
 	VPXOR        X13, X10, X10
 	VEXTRACTI128 $1, Y11, X12
 	VPXOR        X12, X11, X11
-	VPSLLDQ      $8, X11, X12
-	VPSRLDQ      $8, X11, X13
-	VPXOR        X12, X9, X9
-	VPXOR        X13, X10, X10
+	CROSS
 	REDUCE2
 	MOVQ R10, DX // just past the step's blocks
 	SUBQ R8, CX
@@ -303,18 +306,8 @@ first:
 odd:
 	TESTQ CX, CX
 	JZ    done2
-	VMOVDQU    1008(SI), X2 // H
-	VMOVDQU    (DX), X1
-	VPXOR      X1, X0, X1
-	VPCLMULQDQ $0x00, X2, X1, X9
-	VPCLMULQDQ $0x11, X2, X1, X10
-	VPCLMULQDQ $0x01, X2, X1, X11
-	VPCLMULQDQ $0x10, X2, X1, X12
-	VPXOR      X12, X11, X11
-	VPSLLDQ    $8, X11, X12
-	VPSRLDQ    $8, X11, X13
-	VPXOR      X12, X9, X9
-	VPXOR      X13, X10, X10
+	VMOVDQU 1008(SI), X2 // H
+	MULBLOCK(X2)
 	REDUCE2
 
 done2:
