@@ -269,3 +269,29 @@ func BenchmarkPOLYVAL(b *testing.B) {
 		}
 	})
 }
+
+// FuzzImplementations: every implementation this CPU runs gives the generic one's value for any
+// key, message and split of the message into two writes.
+func FuzzImplementations(f *testing.F) {
+	f.Add(make([]byte, 16), make([]byte, 1040), uint16(17))
+	f.Add(bytes.Repeat([]byte{0xff}, 16), bytes.Repeat([]byte{0xa5}, 64*16+48), uint16(3))
+	f.Fuzz(func(t *testing.T, key, msg []byte, cut uint16) {
+		if len(key) < 16 {
+			return
+		}
+		k := New([16]byte(key[:16]))
+		msg = msg[:len(msg)&^(BlockSize-1)]
+		c := min(int(cut)*BlockSize, len(msg))
+		gen := k.Hash()
+		gen.updateGeneric(msg)
+		for _, i := range supported {
+			setImpl(t, i)
+			h := k.Hash()
+			h.WriteBlocks(msg[:c])
+			h.WriteBlocks(msg[c:])
+			if h.Sum() != gen.Sum() {
+				t.Fatalf("%v: %d bytes cut at %d: %x, generic %x", i, len(msg), c, h.Sum(), gen.Sum())
+			}
+		}
+	})
+}
