@@ -5,7 +5,7 @@
 // It exists for one job: proving, at memory speed, that a request body begins with bytes
 // compactd has seen before (internal/skimcache). The standard library's GHASH (crypto/cipher's
 // GCM) multiplies one block per PCLMULQDQ: ~13 GB/s on the Xeon compactd was first measured on,
-// 4–6 GB/s on an AMD Zen 3, 0.16–0.5 ms for a 2 MB agent history, which is most of compactd's
+// 4–6 GB/s on an AMD Zen 3, 0.16–0.56 ms for a 2 MB agent history, which is most of compactd's
 // extra CPU on such a turn (BENCHMARKS.md, issue 27); no maintained Go library offers a wider
 // GHASH or POLYVAL.
 //

@@ -10,8 +10,8 @@
 // GMAC (the standard library's AES-GCM over the bytes as additional data). A collision between
 // two different byte strings of up to L blocks happens with probability at most L/2^128, and the
 // keys and tags never leave the process for a client to learn from. A 2 MB history takes about
-// 0.05 ms with POLYVAL on AVX-512 (a Xeon) and 0.17 ms on AVX2 (an AMD Zen 3), against 0.16 ms and
-// 0.4–0.5 ms with GMAC on the same machines (BENCHMARKS.md, issue 27).
+// 0.05 ms with POLYVAL on AVX-512 (a Xeon) and 0.15–0.2 ms on AVX2 (an AMD Zen 3), against 0.16 ms
+// and 0.33–0.56 ms with GMAC on the same machines (BENCHMARKS.md, issue 27).
 //
 // The MAC is chained over fixed chunks of chunkLen bytes, so that a body can be hashed once, as
 // it arrives: tag(k) = MAC(tag(k-1), chunk k) over the body's whole chunks, tag(0) zero, and the

@@ -84,7 +84,8 @@ func (m *polyvalMAC) sum(prev [16]byte, p []byte) [16]byte {
 }
 
 // MAC names the MAC a Cache made on this CPU uses: "polyval-avx512", "polyval-avx2" or "gmac", for
-// the startup log (a 2 MB body costs ~0.05, ~0.17 and 0.16–0.5 ms respectively, BENCHMARKS.md).
+// the startup log (a 2 MB body costs about 0.05, 0.15–0.2 and 0.16–0.56 ms respectively on the
+// machines of BENCHMARKS.md).
 func MAC() string {
 	if polyval.Accelerated {
 		return "polyval-" + polyval.Implementation()
