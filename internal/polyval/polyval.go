@@ -48,7 +48,7 @@ var impl = supported[0]
 
 // Accelerated reports whether a hardware implementation is in use: POLYVAL then runs at memory
 // speed, faster than the standard library's GHASH.
-var Accelerated = impl != generic
+func Accelerated() bool { return impl != generic }
 
 // Implementation names the implementation in use: "avx512", "avx2" or "generic".
 func Implementation() string { return impl.String() }

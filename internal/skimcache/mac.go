@@ -20,7 +20,7 @@ type segmentMAC interface {
 // AVX2), else the standard library's GMAC. forceGMAC is for tests. Which one a cache uses never
 // matters outside it: tags live and die in one process.
 func newMAC(forceGMAC bool) segmentMAC {
-	if polyval.Accelerated && !forceGMAC {
+	if polyval.Accelerated() && !forceGMAC {
 		return newPolyvalMAC()
 	}
 	return newGMAC()
@@ -87,7 +87,7 @@ func (m *polyvalMAC) sum(prev [16]byte, p []byte) [16]byte {
 // the startup log (a 2 MB body costs about 0.05, 0.15–0.2 and 0.16–0.56 ms respectively on the
 // machines of BENCHMARKS.md).
 func MAC() string {
-	if polyval.Accelerated {
+	if polyval.Accelerated() {
 		return "polyval-" + polyval.Implementation()
 	}
 	return "gmac"

@@ -10,7 +10,7 @@ import (
 // TestWithGMAC runs the cache's tests of what a hit proves with the fallback MAC, the one a CPU
 // without VPCLMULQDQ uses (the other tests use whichever this CPU runs).
 func TestWithGMAC(t *testing.T) {
-	if !polyval.Accelerated {
+	if !polyval.Accelerated() {
 		t.Skip("this CPU has no VPCLMULQDQ: every test already uses GMAC")
 	}
 	gmacInTests = true
@@ -31,7 +31,7 @@ func TestWithGMAC(t *testing.T) {
 // (trailing zeros included) and on the chain before it, and on nothing else.
 func TestSegmentMAC(t *testing.T) {
 	macs := map[string]segmentMAC{"gmac": newGMAC()}
-	if polyval.Accelerated {
+	if polyval.Accelerated() {
 		macs["polyval"] = newPolyvalMAC()
 	}
 	body := conversation(3, 5000)
