@@ -60,8 +60,8 @@ const BlockSize = 16
 // read-only after New and safe for concurrent use.
 type Key struct {
 	// pow[i] is H^(64-i) in the Montgomery domain of dot (pow[63] is H): the 64 blocks of one
-	// step of the wide loop are multiplied, lane by lane, by pow[0..63], the 32 and 16 of the
-	// shorter steps by pow[32..63] and pow[48..63].
+	// step of a wide loop are multiplied, lane by lane, by pow[0..63], the m blocks of a
+	// shorter AVX2 step by pow[64-m..63].
 	pow [64]elem
 	// kpow[i].lo is pow[i].lo^pow[i].hi, the power's factor in Karatsuba's middle product (the
 	// AVX2 implementation's: three multiplications a block rather than four).

@@ -11,7 +11,7 @@ GLOBL reductionConst<>(SB), RODATA|NOPTR, $16
 // Registers. X0: the running value (the rest of Z0 kept zero: it is XORed into a step's first
 // four blocks). Z1-Z8: a step's blocks as they are loaded. Z9, Z10, Z11: the sums of the low,
 // high and cross products. Z16-Z31: H^64..H^1, lane j of Z(16+i) being H^(64-4i-j). X14: the
-// reduction constant. Z12, Z13, Z15: temporaries (X15 is H in the one-block loop).
+// reduction constant. Z12, Z13, Z15: temporaries.
 //
 // A step of 64 blocks has one reduction, and the running value enters it last: the loop is bound
 // by the chain from one step's running value to the next (a multiplication, the fold and the
@@ -92,6 +92,8 @@ GLOBL reductionConst<>(SB), RODATA|NOPTR, $16
 	VMOVDQA    X9, X0
 
 // func updateAVX512(acc *elem, pow *[64]elem, p *byte, n int)
+//
+// n is a multiple of 64 (update hands the rest to updateAVX2).
 TEXT ·updateAVX512(SB), NOSPLIT, $0-32
 	MOVQ acc+0(FP), DI
 	MOVQ pow+8(FP), SI
@@ -101,8 +103,8 @@ TEXT ·updateAVX512(SB), NOSPLIT, $0-32
 	VMOVDQU (DI), X0 // a VEX load: the rest of Z0 is cleared
 	VMOVDQU reductionConst<>(SB), X14
 
-	CMPQ CX, $16
-	JB   single
+	CMPQ CX, $64
+	JB   done
 
 	VMOVDQU64 0(SI), Z16
 	VMOVDQU64 64(SI), Z17
@@ -120,9 +122,6 @@ TEXT ·updateAVX512(SB), NOSPLIT, $0-32
 	VMOVDQU64 832(SI), Z29
 	VMOVDQU64 896(SI), Z30
 	VMOVDQU64 960(SI), Z31
-
-	CMPQ CX, $64
-	JB   half
 
 wide:
 	// The blocks that do not wait for the running value go first.
@@ -150,51 +149,6 @@ wide:
 	SUBQ $64, CX
 	CMPQ CX, $64
 	JAE  wide
-
-half:
-	// At most 63 blocks left: a step of 32 (H^32..H^1), then one of 16 (H^16..H^1).
-	CMPQ CX, $32
-	JB   quarter
-	VMOVDQU64 64(DX), Z2
-	MULFIRST(Z2, Z25)
-	BLOCKS(128, Z3, Z26)
-	BLOCKS(192, Z4, Z27)
-	BLOCKS(256, Z5, Z28)
-	BLOCKS(320, Z6, Z29)
-	BLOCKS(384, Z7, Z30)
-	BLOCKS(448, Z8, Z31)
-	VMOVDQU64 0(DX), Z1
-	VPXORQ    Z0, Z1, Z1
-	MULADD(Z1, Z24)
-	FOLD
-	ADDQ $512, DX
-	SUBQ $32, CX
-
-quarter:
-	CMPQ CX, $16
-	JB   single
-	VMOVDQU64 64(DX), Z2
-	MULFIRST(Z2, Z29)
-	BLOCKS(128, Z3, Z30)
-	BLOCKS(192, Z4, Z31)
-	VMOVDQU64 0(DX), Z1
-	VPXORQ    Z0, Z1, Z1
-	MULADD(Z1, Z28)
-	FOLD
-	ADDQ $256, DX
-	SUBQ $16, CX
-
-single:
-	TESTQ CX, CX
-	JZ    done
-	VMOVDQU 1008(SI), X15 // H
-
-one:
-	MULBLOCK(X15)
-	REDUCE
-	ADDQ $16, DX
-	DECQ CX
-	JNZ  one
 
 done:
 	VMOVDQU X0, (DI)

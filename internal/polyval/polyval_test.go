@@ -85,8 +85,8 @@ func TestRFC8452(t *testing.T) {
 // TestGHASHRelation checks the implementations against crypto/cipher's AES-GCM: with an empty
 // plaintext, the tag is GHASH_H(A || lengths) ^ E_K(J0), H = E_K(0), and GHASH(H, X...) =
 // ByteReverse(POLYVAL(mulX(ByteReverse(H)), ByteReverse(X)...)) (RFC 8452, appendix A). Every
-// length from 0 to 70 blocks and a few large ones, crossing the wide loops' steps (AVX-512: 64,
-// 32 and 16 blocks; AVX2: any even count up to 64), in every implementation this CPU runs.
+// length from 0 to 70 blocks and a few large ones, crossing the wide loops' steps (AVX-512: 64
+// blocks, the rest to AVX2; AVX2: any even count up to 64), in every implementation this CPU runs.
 func TestGHASHRelation(t *testing.T) {
 	var key [32]byte
 	rand.Read(key[:])
