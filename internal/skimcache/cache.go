@@ -115,8 +115,9 @@ type bucket struct {
 type entry struct {
 	scope      string
 	state      State
-	tag        [16]byte // the MAC of the body's first state.End() bytes
-	fp         uint64   // maphash of the fpLen bytes before End
+	end        int      // state.End(), kept here: a lookup's walk touches entries, not states
+	tag        [16]byte // the MAC of the body's first end bytes
+	fp         uint64   // maphash of the fpLen bytes before end
 	size       int64
 	b          *bucket
 	prev, next *entry
@@ -231,38 +232,59 @@ func (c *Cache) Find(scope string, body []byte, m *BodyMAC) Hit {
 	m = c.macFor(m, body)
 	head := c.headKey(scope, body)
 	s := &c.shard
-	// Pick the candidates under the lock, verify outside it: the MAC is the expensive part.
-	var cand [maxVerify]*entry
-	var tags [maxVerify][16]byte
-	n := 0
-	s.mu.Lock()
-	if b := s.buckets[head]; b != nil {
-		for _, e := range b.entries {
-			end := e.state.End()
-			if e.scope != scope || end > len(body) || c.fingerprint(body, end) != e.fp {
-				continue
-			}
-			cand[n], tags[n] = e, e.tag
-			if n++; n == maxVerify {
-				break
-			}
+	// Walk the bucket (most recent first) under the lock only up to the first candidate, and
+	// verify it outside: the MAC is the expensive part, and the conversation's own last state is
+	// usually the bucket's first entry, so a hit does not look at the hundreds of finished
+	// conversations an agent's head can gather. A candidate that fails (a fingerprint collision)
+	// sends the walk on past it, up to maxVerify candidates in all.
+	var tried [maxVerify]*entry
+	for v := range maxVerify {
+		s.mu.Lock()
+		e := c.candidate(s, head, scope, body, tried[:v])
+		var want [16]byte
+		if e != nil {
+			want = e.tag
 		}
-	}
-	s.mu.Unlock()
-	for i := range n {
-		tag := m.prefixTag(body, cand[i].state.End())
-		if subtle.ConstantTimeCompare(tag[:], tags[i][:]) == 1 {
+		s.mu.Unlock()
+		if e == nil {
+			break
+		}
+		tried[v] = e
+		tag := m.prefixTag(body, e.end)
+		if subtle.ConstantTimeCompare(tag[:], want[:]) == 1 {
 			s.mu.Lock()
-			if cand[i].b != nil {
-				s.touch(cand[i])
+			if e.b != nil {
+				s.touch(e)
 			}
 			s.mu.Unlock()
 			c.hits.Add(1)
-			return Hit{State: cand[i].state, e: cand[i], mac: m}
+			return Hit{State: e.state, e: e, mac: m}
 		}
 	}
 	c.misses.Add(1)
 	return Hit{mac: m}
+}
+
+// candidate is the first entry of head's bucket, not in tried, that may hold body's prefix: the
+// same scope, an End within body and the same fingerprint there. s.mu is held.
+func (c *Cache) candidate(s *shard, head uint64, scope string, body []byte, tried []*entry) *entry {
+	b := s.buckets[head]
+	if b == nil {
+		return nil
+	}
+next:
+	for _, e := range b.entries {
+		if e.scope != scope || e.end > len(body) || c.fingerprint(body, e.end) != e.fp {
+			continue
+		}
+		for _, t := range tried {
+			if t == e {
+				continue next
+			}
+		}
+		return e
+	}
+	return nil
 }
 
 // Store remembers st for scope: the state of body's first st.End() bytes. from is what this
@@ -279,7 +301,7 @@ func (c *Cache) Store(scope string, body []byte, from Hit, st State) {
 		return
 	}
 	m := c.macFor(from.mac, body)
-	e := &entry{scope: scope, state: st, tag: m.prefixTag(body, end), fp: c.fingerprint(body, end),
+	e := &entry{scope: scope, state: st, end: end, tag: m.prefixTag(body, end), fp: c.fingerprint(body, end),
 		size: int64(st.Size()) + int64(len(scope)) + entryOverhead}
 	head := c.headKey(scope, body)
 	s := &c.shard

@@ -330,3 +330,42 @@ func TestWrongFromNeverHits(t *testing.T) {
 		t.Fatal("an entry stored with another body's Hit proved other bytes")
 	}
 }
+
+// TestFindPastAFailedCandidate: the most recent entry under a head has the right scope, an End
+// within the body and the body's fingerprint there, yet is another conversation's (its bytes
+// differ before the fingerprint's 64): its MAC fails and the walk goes on to the body's own
+// entry.
+func TestFindPastAFailedCandidate(t *testing.T) {
+	c := newTest(1 << 20)
+	end := 32 << 10
+	own, other := conversation(1, 40<<10), conversation(2, 40<<10)
+	copy(other[end-fpLen:end], own[end-fpLen:end]) // the same fingerprint at end
+	c.Store("s", own[:end], Hit{}, &state{end: end})
+	c.Store("s", other[:end], Hit{}, &state{end: end}) // stored last: walked first
+	h := c.Find("s", own, nil)
+	if !h.OK() || h.e.tag != c.Find("s", own[:end], nil).e.tag {
+		t.Fatal("the body's own entry was not found behind a colliding one")
+	}
+	if h := c.Find("s", other, nil); !h.OK() {
+		t.Fatal("the colliding entry's own body does not find it")
+	}
+}
+
+// BenchmarkFindOneHead: a turn's lookup where 1,000 finished conversations of the same agent
+// share the body's head (each left its last state) and the live conversation stored last.
+func BenchmarkFindOneHead(b *testing.B) {
+	c := New(Options{Budget: 64 << 20, MinBody: 1})
+	const n = 1000
+	end := 8 << 10
+	for i := range n {
+		c.Store("s", conversation(i, end+HeadLen)[:end+HeadLen], Hit{}, &state{end: end + HeadLen})
+	}
+	live := conversation(n, 2*end)
+	c.Store("s", live[:end], Hit{}, &state{end: end})
+	b.ReportAllocs()
+	for b.Loop() {
+		if !c.Find("s", live, nil).OK() {
+			b.Fatal("miss")
+		}
+	}
+}
