@@ -26,12 +26,28 @@ func ServeBareProxy(listen, upstream string) error {
 	if err != nil {
 		return err
 	}
+	return serveReference(listen, "bare proxy", &http.Server{Handler: bareProxy(u), ReadHeaderTimeout: 10 * time.Second})
+}
+
+// ServeStoreForwardProxy serves the side-by-side run's optional store-and-forward reference
+// (proxy.StoreAndForward: compactd's body read and upstream write, nothing else) on listen until
+// SIGINT or SIGTERM. It logs its address as "store-and-forward proxy listening addr=…".
+func ServeStoreForwardProxy(listen, upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return err
+	}
+	return serveReference(listen, "store-and-forward proxy", &http.Server{Handler: proxy.StoreAndForward(u, 64<<20),
+		ReadHeaderTimeout: 10 * time.Second, ConnContext: proxy.ConnContext})
+}
+
+// serveReference serves srv on listen until SIGINT or SIGTERM, logging "<name> listening addr=…".
+func serveReference(listen, name string, srv *http.Server) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: bareProxy(u), ReadHeaderTimeout: 10 * time.Second}
-	slog.New(slog.NewTextHandler(os.Stderr, nil)).Info("bare proxy listening", "addr", ln.Addr().String())
+	slog.New(slog.NewTextHandler(os.Stderr, nil)).Info(name+" listening", "addr", ln.Addr().String())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {

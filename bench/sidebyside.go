@@ -62,6 +62,9 @@ type SideOptions struct {
 	// Nginx is the nginx executable of the optional nginx column: "" looks nginx up in PATH.
 	// When there is none, or it does not start, the column says "not run" and the run goes on.
 	Nginx string
+	// StoreForward adds the store-and-forward reference (proxy.StoreAndForward: compactd's body
+	// read and upstream write with nothing between) as a target, reported in a table of its own.
+	StoreForward bool
 }
 
 // SideDefaults is the full run for BENCHMARKS.md (about five minutes on two cores).
@@ -98,6 +101,8 @@ const (
 	SideBare     = "bare proxy"
 	SideCompactd = "compactd"
 	SideNginx    = "nginx"
+	// SideStoreForward is the optional store-and-forward reference (SideOptions.StoreForward).
+	SideStoreForward = "store-and-forward"
 )
 
 // sideTargets are the targets every run has, in cell order; nginx, when it runs, comes last.
@@ -340,6 +345,7 @@ func procStatus(pid int, field string) int64 {
 // optional nginx and compactd with an archive (the recall row's).
 type sideEnv struct {
 	fake, bare, cd *proc
+	sf             *proc // the store-and-forward reference, when the run has it
 	cdRecall       *proc // compactd with an archive, for the recall row alone
 	nginx          *nginxProc
 	env            []string // the environment of the spawned compactd processes, key included
@@ -351,7 +357,7 @@ func (e *sideEnv) close() {
 	if e.nginx != nil {
 		e.nginx.stop()
 	}
-	for _, p := range []*proc{e.cdRecall, e.cd, e.bare, e.fake} {
+	for _, p := range []*proc{e.cdRecall, e.cd, e.sf, e.bare, e.fake} {
 		if p != nil {
 			p.stop()
 		}
@@ -374,6 +380,8 @@ func (e *sideEnv) url(target string, c *sideCase) string {
 		return "http://" + e.compactd(c).addr
 	case SideNginx:
 		return "http://" + e.nginx.addr
+	case SideStoreForward:
+		return "http://" + e.sf.addr
 	}
 	return "http://" + e.fake.addr
 }
@@ -382,10 +390,13 @@ func (e *sideEnv) url(target string, c *sideCase) string {
 // direct: nil for direct; for nginx its master and every worker.
 func (e *sideEnv) proxyCPU(target string, c *sideCase) func() time.Duration {
 	switch target {
-	case SideBare, SideCompactd:
+	case SideBare, SideCompactd, SideStoreForward:
 		p := e.bare
-		if target == SideCompactd {
+		switch target {
+		case SideCompactd:
 			p = e.compactd(c)
+		case SideStoreForward:
+			p = e.sf
 		}
 		return func() time.Duration { return procCPU(p.pid()) }
 	case SideNginx:
@@ -410,6 +421,12 @@ func startSideEnv(ctx context.Context, o SideOptions, dataDir string) (*sideEnv,
 	if e.bare, err = startProc(ctx, o.Binary, env, "bench", "bare-proxy", "--listen", "127.0.0.1:0", "--upstream", up); err != nil {
 		e.close()
 		return nil, err
+	}
+	if o.StoreForward && !o.HugeOnly {
+		if e.sf, err = startProc(ctx, o.Binary, env, "bench", "store-forward-proxy", "--listen", "127.0.0.1:0", "--upstream", up); err != nil {
+			e.close()
+			return nil, err
+		}
 	}
 	key, err := crypto.GenerateKey()
 	if err != nil {
@@ -531,7 +548,7 @@ func compactionItem(ctx context.Context, base string) ([]byte, error) {
 }
 
 func sameBody(b []byte) map[string][]byte {
-	return map[string][]byte{SideDirect: b, SideBare: b, SideCompactd: b, SideNginx: b}
+	return map[string][]byte{SideDirect: b, SideBare: b, SideCompactd: b, SideNginx: b, SideStoreForward: b}
 }
 
 // messagesBody is an Anthropic Messages request of about size bytes.
@@ -582,7 +599,7 @@ func handoffBodies(ctx context.Context, base string, size int) (map[string][]byt
 	hist := workload.Items(size - 1200)
 	with := workload.Body(append(prefix, hist...), workload.BodyOptions{})
 	without := workload.Body(hist, workload.BodyOptions{})
-	return map[string][]byte{SideDirect: without, SideBare: without, SideNginx: without, SideCompactd: with}, nil
+	return map[string][]byte{SideDirect: without, SideBare: without, SideNginx: without, SideStoreForward: without, SideCompactd: with}, nil
 }
 
 // RunSideBySide performs a whole side-by-side run.
@@ -607,6 +624,9 @@ func RunSideBySide(ctx context.Context, o SideOptions, progress io.Writer) (*Sid
 		return nil, err
 	}
 	defer e.close()
+	if e.sf != nil {
+		rep.Targets = append(rep.Targets, SideStoreForward)
+	}
 	rep.Budget, _ = strconv.ParseInt(e.cd.logged("max_inflight_body_bytes"), 10, 64)
 	if o.HugeOnly {
 		rep.Nginx = "not run: --huge-only (nginx has no peak-RSS row)"

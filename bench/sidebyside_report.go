@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,33 @@ const (
 	TargetGrowAddedP50    = 1 * time.Millisecond // compactd p50 over bare's, at most
 	TargetHandoffCPURatio = 1.5                  // the handoff turn: compactd CPU per request / bare, at most
 )
+
+// storeForwardTable puts compactd's CPU per request beside the store-and-forward reference's
+// (--store-forward): the bare proxy streams a body, the reference holds it whole as compactd
+// does and does nothing else with it, so the two ratios split compactd's cost over the bare
+// proxy into what holding a body whole costs and what compactd's own work on it costs.
+func (r *SideReport) storeForwardTable(w io.Writer) {
+	tableHead(w, "Store-and-forward reference: compactd's body read (pooled buffer, receive low-water mark) and upstream write (one write, compactd's client), with no parse, MAC, metrics or log (proxy.StoreAndForward).",
+		"| path | conns | CPU/req bare | CPU/req store-and-forward | store-and-forward / bare | CPU/req compactd | compactd / store-and-forward | compactd / bare | errors store-and-forward |",
+		"|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, row := range r.Rows {
+		b, _ := row.Cell(SideBare)
+		c, _ := row.Cell(SideCompactd)
+		f, ok := row.Cell(SideStoreForward)
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %d |\n", row.Name, row.Conc, fmtDur(b.CPUPerReq), fmtDur(f.CPUPerReq),
+			ratio(float64(f.CPUPerReq), float64(b.CPUPerReq)), fmtDur(c.CPUPerReq), ratio(float64(c.CPUPerReq), float64(f.CPUPerReq)),
+			ratio(float64(c.CPUPerReq), float64(b.CPUPerReq)), f.Errors)
+	}
+}
+
+// tableHead begins a table after the ones before it: a blank line, the sentence that says what
+// it holds, a blank line, its header and alignment rows.
+func tableHead(w io.Writer, intro, header, align string) {
+	fmt.Fprintf(w, "\n%s\n\n%s\n%s\n", intro, header, align)
+}
 
 // notRun fills the cells of a target that did not run.
 const notRun = "not run"
@@ -45,13 +73,14 @@ func (r *SideReport) Markdown(w io.Writer) {
 	}
 	if len(r.Rows) > 0 {
 		r.latencyTable(w)
+		if slices.Contains(r.Targets, SideStoreForward) {
+			r.storeForwardTable(w)
+		}
 	}
 	if len(r.Huge) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Peak-RSS rows: each row a fresh process of its own (the bare proxy, or compactd serve with its default memory settings), its peak the kernel's high-water mark (VmHWM in /proc/PID/status) once every request was answered.")
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| concurrent bodies | route | target | budget | RSS at start | peak RSS | limit (budget + 100 MiB) | served 200 | refused 503 + Retry-After (in dialect) | other |")
-		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+		tableHead(w, "Peak-RSS rows: each row a fresh process of its own (the bare proxy, or compactd serve with its default memory settings), its peak the kernel's high-water mark (VmHWM in /proc/PID/status) once every request was answered.",
+			"| concurrent bodies | route | target | budget | RSS at start | peak RSS | limit (budget + 100 MiB) | served 200 | refused 503 + Retry-After (in dialect) | other |",
+			"|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 		for _, h := range r.Huge {
 			budget, limit, other := "—", "—", strconv.Itoa(h.Bad)
 			if h.Target == SideCompactd {

@@ -26,7 +26,9 @@ func runBench(args []string, out, errOut io.Writer) error {
 		case "side-by-side":
 			return runSideBySide(args[1:], out, errOut)
 		case "bare-proxy":
-			return runBareProxy(args[1:])
+			return runBareProxy(args[1:], bench.ServeBareProxy)
+		case "store-forward-proxy":
+			return runBareProxy(args[1:], bench.ServeStoreForwardProxy)
 		}
 	}
 	o := bench.Defaults()
@@ -107,6 +109,7 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	hugeRoutes := fs.String("huge-routes", "", "routes of the peak-RSS rows, comma-separated (default every route compactd parses)")
 	budget := fs.Int64("inflight-budget", o.InflightBudget, "compactd's --max-inflight-body-bytes in the run (0: do not pass the flag: serve's default, read from its startup log)")
 	nginx := fs.String("nginx", "", "the nginx executable of the nginx column (default: nginx in PATH; when there is none or it does not start, the column says \"not run\")")
+	storeForward := fs.Bool("store-forward", false, "also measure a store-and-forward reference proxy (compactd's body read and upstream write, nothing else), in a table of its own: what holding a body whole costs, apart from compactd's work on it")
 	rows := fs.String("rows", "", "run only the latency rows whose names match this regular expression (e.g. growing: the growing conversations; the peak-RSS rows still run unless --rows is set)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -136,7 +139,7 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 		return usageErrorf("bench", "--duration and --rounds must be positive")
 	}
 	o.Binary, o.ServeBinary = *binary, *serveBinary
-	o.ServeArgs, o.HugeOnly, o.Nginx = strings.Fields(*serveArgs), *hugeOnly, *nginx
+	o.ServeArgs, o.HugeOnly, o.Nginx, o.StoreForward = strings.Fields(*serveArgs), *hugeOnly, *nginx, *storeForward
 	if set["inflight-budget"] {
 		o.InflightBudget = *budget
 	}
@@ -176,15 +179,16 @@ func runSideBySide(args []string, out, errOut io.Writer) error {
 	return nil
 }
 
-// runBareProxy is the hidden `compactd bench bare-proxy`, the floor the side-by-side run spawns.
-func runBareProxy(args []string) error {
-	fs := flag.NewFlagSet("bench bare-proxy", flag.ContinueOnError)
+// runBareProxy is the hidden `compactd bench bare-proxy` (the floor the side-by-side run spawns)
+// and `compactd bench store-forward-proxy` (its --store-forward reference): serve one of them.
+func runBareProxy(args []string, serve func(listen, upstream string) error) error {
+	fs := flag.NewFlagSet("bench reference proxy", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	upstream := fs.String("upstream", "", "upstream base URL")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	return bench.ServeBareProxy(*listen, *upstream)
+	return serve(*listen, *upstream)
 }
 
 func joinFloats(v []float64) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -99,10 +100,11 @@ func TestBenchSideBySideQuick(t *testing.T) {
 		needsNginx  bool
 		want, avoid []string
 	}{
-		{"nginx absent", []string{"--nginx", filepath.Join(t.TempDir(), "no-such-nginx")}, false,
-			[]string{"nginx: not run: ", "| not run |", "(stretch): CPU/req ≤ 2× nginx's | nginx not run | not run |"}, nil},
+		{"nginx absent, with the store-and-forward reference", []string{"--nginx", filepath.Join(t.TempDir(), "no-such-nginx"), "--store-forward"}, false,
+			[]string{"nginx: not run: ", "| not run |", "(stretch): CPU/req ≤ 2× nginx's | nginx not run | not run |",
+				"| path | conns | CPU/req bare | CPU/req store-and-forward | store-and-forward / bare |"}, nil},
 		{"nginx in PATH", nil, true,
-			[]string{"nginx: nginx/", "master_process on, worker_processes auto", "× nginx's CPU/req ("}, []string{"not run"}},
+			[]string{"nginx: nginx/", "master_process on, worker_processes auto", "× nginx's CPU/req ("}, []string{"not run", "store-and-forward"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.needsNginx && lookErr != nil {
@@ -142,6 +144,7 @@ func TestBenchSideBySideQuick(t *testing.T) {
 					t.Errorf("no peak-RSS verdict for %s", route)
 				}
 			}
+			sfRows, latencyRows := 0, 0
 			for line := range strings.Lines(md) {
 				if strings.Contains(line, ": peak RSS ≤ budget + 100 MiB") && !strings.HasSuffix(strings.TrimSpace(line), "| yes |") {
 					t.Errorf("a peak-RSS row over its bound: %s", line)
@@ -153,15 +156,30 @@ func TestBenchSideBySideQuick(t *testing.T) {
 				}
 				// The recall row: no request failed on any target (it would mean compactd forwarded
 				// the item, or the recall round broke).
-				if strings.Contains(line, "handoff + recall tool | 1 |") && !strings.Contains(line, "| 0/0/0/0 |") && !strings.Contains(line, "| 0/0/not run/0 |") {
+				if strings.Contains(line, "handoff + recall tool | 1 |") && strings.Count(line, "|") > 12 && !strings.Contains(line, "| 0/0/0/0 |") && !strings.Contains(line, "| 0/0/not run/0 |") {
 					t.Errorf("errors on the recall row: %s", line)
 				}
 				// The growing rows: every target answered every request (a refusal would mean a
 				// conversation the real API refuses, or compactd forwarding a compaction item on
 				// the handoff row).
-				if strings.HasPrefix(line, "| growing ") && !strings.Contains(line, " conn: ") && !strings.Contains(line, "| 0/0/0/0 |") && !strings.Contains(line, "| 0/0/not run/0 |") {
+				if strings.HasPrefix(line, "| growing ") && strings.Count(line, "|") > 12 && !strings.Contains(line, " conn: ") && !strings.Contains(line, "| 0/0/0/0 |") && !strings.Contains(line, "| 0/0/not run/0 |") {
 					t.Errorf("errors on a growing row: %s", line)
 				}
+				if strings.Count(line, "|") == 22 && !strings.HasPrefix(line, "| path ") && !strings.HasPrefix(line, "|---") {
+					latencyRows++
+				}
+				// The store-and-forward table (the only one whose rows have 9 cells): every request
+				// answered (its last cell).
+				if strings.Count(line, "|") == 10 && !strings.HasPrefix(line, "| path ") && !strings.HasPrefix(line, "|---") {
+					sfRows++
+					if !strings.HasSuffix(strings.TrimSpace(line), "| 0 |") {
+						t.Errorf("errors on the store-and-forward reference: %s", line)
+					}
+				}
+			}
+			// Every latency row has its store-and-forward row when the reference ran, none otherwise.
+			if wantSF := slices.Contains(tc.nginx, "--store-forward"); (wantSF && (sfRows != latencyRows || sfRows == 0)) || (!wantSF && sfRows > 0) {
+				t.Errorf("%d store-and-forward rows for %d latency rows (reference asked for: %v)", sfRows, latencyRows, wantSF)
 			}
 		})
 	}
