@@ -65,6 +65,9 @@ func (r *SideReport) Markdown(w io.Writer) {
 	if r.NginxRan() {
 		procs += ", nginx (master and workers)"
 	}
+	if slices.Contains(r.Targets, SideStoreForward) {
+		procs += ", the store-and-forward reference (`compactd bench store-forward-proxy`)"
+	}
 	fmt.Fprintf(w, "Run: each target its own process (%s), load from the bench process; %d interleaved rounds of %v per target and row, medians; CPU per request from the proxy processes' threads (/proc/PID/task/*/schedstat); in-flight body budget %s.\n\n",
 		procs, r.Options.Rounds, r.Options.Duration, fmtBytes(r.Budget))
 	fmt.Fprintf(w, "nginx: %s.\n\n", r.Nginx)
