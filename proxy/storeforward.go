@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -10,8 +11,10 @@ import (
 // read and upstream write with nothing in between. The body is read whole the way a turn reads
 // it (one buffer from the body pool, the connection's receive low-water mark raised while it
 // arrives: readAllSized), and forwarded the way a pass-through turn forwards it (a ReverseProxy
-// on compactd's transport and upstream client, the body in one write: withBody, bulkconn.go);
-// no parse, no MAC, no skim cache, no metrics, no logging.
+// on compactd's transport and upstream client, the body in one write: withBody, and the body put
+// back in place of the ReverseProxy's wrapper of it before the transport sees it, as
+// instrumentedTransport does; bulkconn.go); no parse, no MAC, no skim cache, no metrics, no
+// logging.
 //
 // `compactd bench side-by-side --store-forward` measures it beside the bare proxy and compactd:
 // the bare proxy streams a body through a 32 KB buffer, and whatever separates compactd from it
@@ -21,7 +24,7 @@ func StoreAndForward(upstream *url.URL, maxBody int64) http.Handler {
 	var pool bodyPool
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(upstream); pr.Out.URL.RawQuery = pr.In.URL.RawQuery },
-		Transport: UpstreamTransport(DefaultTransport()),
+		Transport: ownBody{UpstreamTransport(DefaultTransport())},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var lw *lowat
@@ -34,9 +37,26 @@ func StoreAndForward(upstream *url.URL, maxBody int64) http.Handler {
 			return
 		}
 		out := withBody(r, r.Context(), body)
+		out = out.WithContext(context.WithValue(out.Context(), ownBodyKey{}, out.Body))
 		rp.ServeHTTP(w, out)
 		if out.Body.(*replayBody).done() {
 			pool.put(body) // the transport is done with it, as in a pass-through turn
 		}
 	})
+}
+
+// ownBody is StoreAndForward's transport: the forward's own body in place of the ReverseProxy's
+// wrapper of it (which hides the body from compactd's client and from bulkConn, so that net/http
+// would copy it through a 32 KB buffer), as instrumentedTransport does for a turn.
+type ownBody struct{ next http.RoundTripper }
+
+type ownBodyKey struct{}
+
+func (t ownBody) RoundTrip(req *http.Request) (*http.Response, error) {
+	if b, ok := req.Context().Value(ownBodyKey{}).(*replayBody); ok && req.Body != nil && req.ContentLength == int64(len(b.body)) {
+		r2 := *req
+		r2.Body = b
+		req = &r2
+	}
+	return t.next.RoundTrip(req)
 }
