@@ -15,11 +15,7 @@ import (
 // body's buffer before it is read; the function it returns is told how many bytes have arrived
 // after each read (early forwarding).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d dialect, onBuf func([]byte) func(int)) ([]byte, bool) {
-	var lw *lowat
-	if r.ContentLength > 2*lowatMin && r.ContentLength <= s.cfg.MaxBodyBytes {
-		lw = newLowat(r)
-	}
-	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies, onBuf, lw)
+	body, err := readAllSized(s.boundedBody(w, r), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies, onBuf, bodyLowat(r, s.cfg.MaxBodyBytes))
 	if err == nil {
 		return body, true
 	}

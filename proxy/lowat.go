@@ -44,6 +44,15 @@ type lowat struct {
 	cur  int
 }
 
+// bodyLowat is the mark to read r's body under: nil for a body too small to be worth it (it
+// arrives in a few reads anyway) or past the limit (refused before it is read).
+func bodyLowat(r *http.Request, limit int64) *lowat {
+	if r.ContentLength > 2*lowatMin && r.ContentLength <= limit {
+		return newLowat(r)
+	}
+	return nil
+}
+
 // newLowat returns the mark of r's connection, nil when it cannot be set (no ConnContext, TLS,
 // HTTP/2, or not Linux).
 func newLowat(r *http.Request) *lowat {

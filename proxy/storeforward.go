@@ -23,15 +23,11 @@ import (
 func StoreAndForward(upstream *url.URL, maxBody int64) http.Handler {
 	var pool bodyPool
 	rp := &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(upstream); pr.Out.URL.RawQuery = pr.In.URL.RawQuery },
+		Rewrite:   rewriteTo(upstream, false), // a pass-through turn's
 		Transport: ownBody{UpstreamTransport(DefaultTransport())},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var lw *lowat
-		if r.ContentLength > 2*lowatMin && r.ContentLength <= maxBody {
-			lw = newLowat(r)
-		}
-		body, err := readAllSized(http.MaxBytesReader(w, r.Body, maxBody), r.ContentLength, maxBody, &pool, nil, lw)
+		body, err := readAllSized(http.MaxBytesReader(w, r.Body, maxBody), r.ContentLength, maxBody, &pool, nil, bodyLowat(r, maxBody))
 		if err != nil {
 			http.Error(w, "store-and-forward: reading the body: "+err.Error(), http.StatusBadRequest)
 			return
