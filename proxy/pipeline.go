@@ -73,6 +73,9 @@ func (s *Server) serveTurn(a turn.Adapter, upstream *url.URL) http.HandlerFunc {
 		}
 		if p.released && p.out != nil && p.out.done() {
 			s.bodies.put(body) // nothing was handed the body, and the transport is done with it
+			if r, ok := t.(turn.Releaser); ok {
+				r.Release() // nor anything the skim made of it
+			}
 		}
 	}
 }

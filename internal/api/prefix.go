@@ -1,7 +1,9 @@
 package api
 
 import (
+	"slices"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/compactd/compactd/internal/jsonx"
@@ -15,7 +17,9 @@ import (
 // array again (a few KB), the new items, and the members after the array.
 //
 // A Prefix holds offsets and interned names, never the body's bytes, so keeping one keeps no
-// body alive. It is immutable once made and safe to share between goroutines.
+// body alive. It is immutable once made and safe to share between goroutines. The next turn's
+// Prefix takes over the spare capacity past its tables (extend), so a conversation's Prefixes
+// share one growing table rather than each copying the last.
 //
 // Whoever resumes a skim from a Prefix vouches that the body begins with the exact End bytes of
 // the body the Prefix was taken from: the skim trusts them as checked (valid JSON at the right
@@ -33,7 +37,12 @@ type Prefix struct {
 	// blocks holds the content blocks of every Messages message in order; a message's are
 	// blocks[its bstart : its bstart+its nblocks].
 	blocks []prefixBlock
-	size   int
+	// nameBytes is what names hold (counted in Size).
+	nameBytes int
+	size      int
+	// handedOn is set by the one successor (extend) that took over the capacity past items,
+	// blocks and names: it appends there, where p never reads. Any other successor copies.
+	handedOn atomic.Bool
 }
 
 type prefixKind uint8
@@ -125,12 +134,14 @@ var knownIndex = func() map[string]uint16 {
 // whatever a body holds; a body with more distinct unknown types gets no Prefix.
 const maxPrefixNames = 64
 
-// done is p once complete, nil when it could not be made.
+// done is p once complete, nil when it could not be made. Its size counts its tables' capacity:
+// the memory the next turn's Prefix takes over (extend) is held from now on.
 func (p *Prefix) done() *Prefix {
 	if p.tooMany || len(p.items) == 0 {
 		return nil
 	}
 	p.end = int(p.items[len(p.items)-1].end)
+	p.size = sizeOfPrefix + cap(p.items)*sizeOfPrefixItem + cap(p.blocks)*sizeOfPrefixBlock + p.nameBytes
 	return p
 }
 
@@ -149,7 +160,7 @@ func (p *Prefix) nameID(s string) uint16 {
 		return 0
 	}
 	p.names = append(p.names, strings.Clone(s))
-	p.size += len(s) + 16
+	p.nameBytes += len(s) + 16
 	return uint16(len(knownNames) + len(p.names) - 1)
 }
 
@@ -162,19 +173,24 @@ func (p *Prefix) name(id uint16) string {
 }
 
 // extend begins the Prefix of n items whose array begins at first: when the skim resumed from
-// from (the receiver), its items are the new Prefix's first ones, copied rather than looked at
-// again; known is how many. A Prefix is immutable, so the copy is the new Prefix's own.
+// from (the receiver), its items are the new Prefix's first ones, not looked at again; known is
+// how many. The first successor of from takes over its tables and appends past their ends, which
+// from never reads, so a conversation's turn costs what it adds (amortised: the tables grow as
+// append grows them); a second successor (a conversation forked, a request retried) copies them.
 func (from *Prefix) extend(kind prefixKind, first, n int) (p *Prefix, known int) {
-	p = &Prefix{kind: kind, first: first, items: make([]prefixItem, 0, n), size: sizeOfPrefix + n*sizeOfPrefixItem}
+	p = &Prefix{kind: kind, first: first}
 	if from != nil && from.kind == kind && from.first == first && len(from.items) <= n {
-		p.items = append(p.items, from.items...)
-		if len(from.blocks) > 0 {
-			p.blocks = append(make([]prefixBlock, 0, len(from.blocks)+16), from.blocks...)
-		}
-		p.names = append([]string(nil), from.names...)
-		p.size += from.size - sizeOfPrefix - len(from.items)*sizeOfPrefixItem - len(from.blocks)*sizeOfPrefixBlock
 		known = len(from.items)
+		p.nameBytes = from.nameBytes
+		if from.handedOn.CompareAndSwap(false, true) {
+			p.items, p.blocks, p.names = from.items, from.blocks, from.names
+		} else {
+			p.items = slices.Clone(from.items)
+			p.blocks = slices.Clone(from.blocks)
+			p.names = slices.Clone(from.names)
+		}
 	}
+	p.items = slices.Grow(p.items, n-known)
 	return p, known
 }
 
@@ -210,7 +226,7 @@ func (r *ResponsesRequest) resumeItems(it *jsonx.Iter, from *Prefix) bool {
 	if len(from.items) <= len(r.itemBuf) {
 		r.Items = r.itemBuf[:0]
 	} else {
-		r.Items = make([]Item, 0, len(from.items)+8)
+		r.Items = itemTables.get(len(from.items) + 8)
 	}
 	for i, p := range from.items {
 		typ := from.name(p.typ)
@@ -250,7 +266,7 @@ func (r *ChatRequest) resumeMessages(it *jsonx.Iter, from *Prefix) bool {
 		return false
 	}
 	r.from = from
-	r.Messages = make([]ChatMessage, 0, len(from.items)+4)
+	r.Messages = chatTables.get(len(from.items) + 8)
 	for _, p := range from.items {
 		r.Messages = append(r.Messages, ChatMessage{Raw: r.Body[p.start:p.end], Role: from.name(p.role)})
 	}
@@ -291,7 +307,6 @@ func (r *MessagesRequest) Prefix() *Prefix {
 		}
 		p.items = append(p.items, pi)
 	}
-	p.size += len(p.blocks) * sizeOfPrefixBlock
 	return p.done()
 }
 
@@ -313,8 +328,8 @@ func (r *MessagesRequest) resumeMessages(it *jsonx.Iter, from *Prefix) bool {
 		return false
 	}
 	r.from = from
-	r.Messages = make([]Message, 0, len(from.items)+4)
-	r.blockBuf = make([]Block, 0, len(from.blocks)+16)
+	r.Messages = messageTables.get(len(from.items) + 8)
+	r.blockBuf = blockTables.get(len(from.blocks) + 16)
 	for i, p := range from.items {
 		m := Message{Raw: r.Body[p.start:p.end], Role: from.name(p.role), StringContent: p.stringContent}
 		if p.stringContent {

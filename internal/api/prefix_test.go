@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,7 +47,7 @@ func responsesView(r *ResponsesRequest, err error) (any, *Prefix, error) {
 		return nil, nil, err
 	}
 	v := *r
-	v.itemBuf, v.from = [8]Item{}, nil
+	v.itemBuf, v.from, v.table = [8]Item{}, nil, nil
 	return v, r.Prefix(), nil
 }
 
@@ -85,9 +86,37 @@ func sameSkim(t *testing.T, d int, body []byte, p *Prefix) {
 	if !reflect.DeepEqual(want, got) {
 		t.Fatalf("%s: resumed skim differs from the full skim\nfull    %.2000v\nresumed %.2000v\nbody %.500q", dl.name, fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", got), body)
 	}
-	if !reflect.DeepEqual(wantP, gotP) {
-		t.Fatalf("%s: the next Prefix differs\nfull    %+v\nresumed %+v", dl.name, wantP, gotP)
+	if !reflect.DeepEqual(prefixContent(wantP), prefixContent(gotP)) {
+		t.Fatalf("%s: the next Prefix differs\nfull    %+v\nresumed %+v", dl.name, prefixContent(wantP), prefixContent(gotP))
 	}
+	for _, p := range []*Prefix{wantP, gotP} {
+		if p != nil && p.Size() < p.minSize() {
+			t.Fatalf("%s: Size %d counts less than the %d bytes the Prefix holds", dl.name, p.Size(), p.minSize())
+		}
+	}
+}
+
+// prefixContent is what p says of a body: its fields but the memory it takes (Size, and the
+// capacity past its tables that a successor takes over).
+func prefixContent(p *Prefix) any {
+	if p == nil {
+		return nil
+	}
+	type content struct {
+		Kind       prefixKind
+		First, End int
+		Items      []prefixItem
+		Names      []string
+		Blocks     []prefixBlock
+		TooMany    bool
+		NameBytes  int
+	}
+	return content{p.kind, p.first, p.end, slices.Clip(p.items), slices.Clip(p.names), slices.Clip(p.blocks), p.tooMany, p.nameBytes}
+}
+
+// minSize is the least p holds: its tables at their length.
+func (p *Prefix) minSize() int {
+	return sizeOfPrefix + len(p.items)*sizeOfPrefixItem + len(p.blocks)*sizeOfPrefixBlock + p.nameBytes
 }
 
 // resumeCase skims a in full, takes its Prefix and skims b = a[:End] + tail both ways. It
@@ -354,5 +383,113 @@ func TestPrefixBoundsOwnNames(t *testing.T) {
 	r2, _ := ParseResponsesRequest([]byte(`{"input":[{"type":"custom_1"},{"type":"custom_1"},{"type":"custom_2"}]}`))
 	if p := r2.Prefix(); p == nil || len(p.names) != 2 {
 		t.Fatalf("repeated names must be stored once: %+v", p)
+	}
+}
+
+// A conversation's Prefixes share one growing table (extend): the first successor of a Prefix
+// appends past its end. A second successor of the same Prefix (a forked conversation, a retried
+// request) must copy, or the two would write the same memory; each Prefix of the chain and of
+// every fork must still describe its own body once all of them are made.
+func TestPrefixForksKeepTheirOwnTables(t *testing.T) {
+	item := func(s string) string { return `,{"role":"user","content":"` + s + `"}` }
+	for d := range prefixDialects {
+		dl := prefixDialects[d]
+		base := []byte(prefixBodies[d][0])
+		_, p, err := dl.full(base)
+		if err != nil || p == nil {
+			t.Fatalf("%s: %v", dl.name, err)
+		}
+		type made struct {
+			body []byte
+			p    *Prefix
+		}
+		var all []made
+		body := base
+		for k := range 12 {
+			next := func(s string) made {
+				b := append(append(bytes.Clone(body[:p.End()]), item(s)...), `]}`...)
+				_, q, err := dl.resumed(b, p)
+				if err != nil || q == nil {
+					t.Fatalf("%s: turn %d: %v", dl.name, k, err)
+				}
+				return made{b, q}
+			}
+			main, fork := next(fmt.Sprintf("turn %d", k)), next(fmt.Sprintf("fork %d, longer", k))
+			// The fork goes on a turn of its own, appending to the copy it made.
+			b := append(append(bytes.Clone(fork.body[:fork.p.End()]), item("after the fork")...), `]}`...)
+			_, q, err := dl.resumed(b, fork.p)
+			if err != nil || q == nil {
+				t.Fatalf("%s: turn %d after the fork: %v", dl.name, k, err)
+			}
+			all = append(all, main, fork, made{b, q})
+			body, p = main.body, main.p
+		}
+		for i, m := range all {
+			_, want, _ := dl.full(m.body)
+			if !reflect.DeepEqual(prefixContent(want), prefixContent(m.p)) {
+				t.Fatalf("%s: Prefix %d no longer describes its body\nwant %+v\ngot  %+v", dl.name, i, prefixContent(want), prefixContent(m.p))
+			}
+		}
+	}
+}
+
+// Release hands a resumed skim's tables to the next request's skim: cleared, so that a pooled
+// table keeps no body alive, and filled anew by that skim to give what the full skim gives.
+func TestReleaseClearsAndRefillsTables(t *testing.T) {
+	conv := func(n int, role string) []byte {
+		var b strings.Builder
+		b.WriteString(`{"model":"m","max_tokens":5,"input":[`)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"role":%q,"content":[{"type":"text","text":"message %d"}]}`, role, i)
+		}
+		b.WriteString(`]}`)
+		return []byte(b.String())
+	}
+	for d, dl := range prefixDialects {
+		body := conv(200, "user")
+		if d > 0 {
+			body = bytes.Replace(body, []byte(`"input"`), []byte(`"messages"`), 1)
+		}
+		_, p, err := dl.full(body)
+		if err != nil || p == nil {
+			t.Fatalf("%s: %v", dl.name, err)
+		}
+		next := append(append(bytes.Clone(body[:p.End()]), `,{"role":"user","content":"new"}`...), `]}`...)
+		for round := range 3 {
+			var kept any
+			switch d {
+			case 0:
+				r, err := ParseResponsesFrom(next, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept = r.table[:cap(r.table)]
+				r.Release()
+			case 1:
+				r, err := ParseMessagesFrom(next, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept = r.Messages[:cap(r.Messages)]
+				r.Release()
+			case 2:
+				r, err := ParseChatFrom(next, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept = r.Messages[:cap(r.Messages)]
+				r.Release()
+			}
+			v := reflect.ValueOf(kept)
+			for i := range v.Len() {
+				if !v.Index(i).IsZero() {
+					t.Fatalf("%s round %d: entry %d of a released table is %+v, not cleared", dl.name, round, i, v.Index(i))
+				}
+			}
+			sameSkim(t, d, next, p) // resumes into the table just released, when the pool kept it
+		}
 	}
 }

@@ -54,7 +54,9 @@ type ResponsesRequest struct {
 	// first turns of any): the skim of a small body then makes one allocation, the request, not
 	// one more per doubling of Items.
 	itemBuf [8]Item
-	from    *Prefix // the prefix the skim resumed from, nil when it read the whole body
+	// table is Items before its capacity was clipped: the backing Release hands back.
+	table []Item
+	from  *Prefix // the prefix the skim resumed from, nil when it read the whole body
 
 	inputStart, inputEnd int // byte span of the input value in Body; 0,0 when absent
 	cmStart, cmEnd       int // byte span of the context_management member (key to value) in Body
@@ -372,6 +374,7 @@ func (r *ResponsesRequest) scanItems(it *jsonx.Iter, from *Prefix) error {
 	})
 	// No spare capacity: an append to Items elsewhere copies rather than writing into itemBuf
 	// behind a slice someone else holds.
+	r.table = r.Items
 	r.Items = r.Items[:len(r.Items):len(r.Items)]
 	return err
 }

@@ -253,6 +253,14 @@ type Deferred interface {
 	Refusal() *fault.Fault
 }
 
+// Releaser is a turn whose skim keeps tables worth reusing (api's Release). The front calls
+// Release once the turn is over, and only when nothing made from the request outlives it (no
+// compaction, speculation, memo, archive or recall was handed any of it): then it reuses the
+// body's buffer too.
+type Releaser interface {
+	Release()
+}
+
 // Env is what an adapter may use of the front for one request: the request's context and
 // headers, the counter and engine, the operator's settings, and the front's services (Front).
 type Env struct {

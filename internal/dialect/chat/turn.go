@@ -31,6 +31,7 @@ type Turn struct {
 }
 
 var (
+	_ turn.Releaser    = (*Turn)(nil)
 	_ turn.Turn        = (*Turn)(nil)
 	_ turn.PassThrough = (*Turn)(nil)
 	_ turn.Recaller    = (*Turn)(nil)
@@ -191,3 +192,6 @@ func (t *Turn) Rewriter() turn.Rewriter {
 	}
 	return rewriter{t}
 }
+
+// Release hands the skim's tables back for the next request (turn.Releaser).
+func (t *Turn) Release() { t.req.Release() }

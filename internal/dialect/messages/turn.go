@@ -64,6 +64,7 @@ type Turn struct {
 }
 
 var (
+	_ turn.Releaser        = (*Turn)(nil)
 	_ turn.Turn            = (*Turn)(nil)
 	_ turn.Explicit        = (*Turn)(nil)
 	_ turn.AgentCompaction = (*Turn)(nil)
@@ -277,3 +278,6 @@ func (t *Turn) UpstreamHeaders(h http.Header) {
 	}
 	api.DropBetas(h, drop...)
 }
+
+// Release hands the skim's tables back for the next request (turn.Releaser).
+func (t *Turn) Release() { t.req.Release() }

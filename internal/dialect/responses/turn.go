@@ -36,6 +36,7 @@ type Turn struct {
 }
 
 var (
+	_ turn.Releaser        = (*Turn)(nil)
 	_ turn.Turn            = (*Turn)(nil)
 	_ turn.Explicit        = (*Turn)(nil)
 	_ turn.AgentCompaction = (*Turn)(nil)
@@ -132,3 +133,6 @@ func (t *Turn) Body(env *turn.Env) []byte {
 	}
 	return out
 }
+
+// Release hands the skim's tables back for the next request (turn.Releaser).
+func (t *Turn) Release() { t.req.Release() }
