@@ -6,9 +6,9 @@ import (
 )
 
 // DefaultSkimCacheBytes is the skim cache's default budget. A remembered 2 MB agent conversation
-// holds ~45 KB (32 bytes per item, 12 per Messages block; 45,104 bytes for the 1,406 items of
-// BenchmarkPrefixResume's 2 MB body), so 64 MiB keeps the skims of a thousand or more long
-// conversations; an evicted one costs its next request a full skim.
+// holds ~50 KB (32 bytes per item, 12 per Messages block, counted at its tables' capacity: 49,280
+// bytes for the 1,406 items of BenchmarkPrefixResume's 2 MB body), so 64 MiB keeps the skims of a
+// thousand or more long conversations; an evicted one costs its next request a full skim.
 const DefaultSkimCacheBytes = 64 << 20
 
 // The pipe's side of the skim cache (turn.Front's ResumeFrom and Skimmed): agents resend the
