@@ -207,7 +207,7 @@ func (s *Server) ownerOf(ctx context.Context) string {
 		return s.owners.Of(s.tenantOf(ctx), "")
 	}
 	if st.owner == "" {
-		st.owner = s.owners.Of(s.tenantOf(ctx), st.credential)
+		st.owner = s.connOwner(ctx, s.tenantOf(ctx), st.credential)
 	}
 	return st.owner
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -41,8 +42,9 @@ func BenchmarkGrowingTurn(b *testing.B) {
 			for range 64 { // one conversation from 1.8 MB on; a turn is its request after the last
 				bodies = append(bodies, bytes.Clone(g.Next()))
 			}
+			conn := ConnContext(context.Background(), nil) // one kept-alive connection, as serve has it
 			send := func(body []byte) {
-				req := httptest.NewRequest(http.MethodPost, api.path, bytes.NewReader(body))
+				req := httptest.NewRequestWithContext(conn, http.MethodPost, api.path, bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer sk-bench")
 				w := httptest.NewRecorder()

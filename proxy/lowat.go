@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"context"
-	"net"
 	"net/http"
 	"syscall"
 )
@@ -17,18 +15,6 @@ import (
 // bytes the client will not send, and it is 1 again once the body is read: the server's
 // background read, and the next request on the connection, wait for one byte as before.
 
-// connKey is the request context's key of its connection (ConnContext).
-type connKey struct{}
-
-// ConnContext is an http.Server ConnContext that lets compactd reach a request's TCP connection,
-// to set its receive low-water mark while a large body arrives. `compactd serve` sets it; a
-// server without it reads bodies as before.
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	if tc, ok := c.(*net.TCPConn); ok {
-		return context.WithValue(ctx, connKey{}, tc)
-	}
-	return ctx
-}
 
 const (
 	// lowatMin: below this much still to come, the mark is 1.
@@ -59,11 +45,11 @@ func newLowat(r *http.Request) *lowat {
 	if r.ProtoMajor != 1 || !lowatSupported {
 		return nil
 	}
-	c, _ := r.Context().Value(connKey{}).(*net.TCPConn)
-	if c == nil {
+	cs := connStateOf(r.Context())
+	if cs == nil || cs.tcp == nil {
 		return nil
 	}
-	rc, err := c.SyscallConn()
+	rc, err := cs.tcp.SyscallConn()
 	if err != nil {
 		return nil
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -37,6 +38,7 @@ func BenchmarkPassThrough(b *testing.B) {
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
 		Transport: cannedUpstream{}, BufferPool: copyBuffers,
 	}
+	conn := ConnContext(context.Background(), nil) // one kept-alive connection, as serve has it
 	cases := []struct {
 		name, method, path string
 		body               []byte
@@ -58,7 +60,7 @@ func BenchmarkPassThrough(b *testing.B) {
 					if c.body != nil {
 						body = bytes.NewReader(c.body)
 					}
-					req := httptest.NewRequest(c.method, c.path, body)
+					req := httptest.NewRequestWithContext(conn, c.method, c.path, body)
 					if c.body != nil {
 						req.Header.Set("Content-Type", "application/json")
 					}
