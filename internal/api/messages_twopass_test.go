@@ -130,7 +130,9 @@ func scanMessageTwoPass(r *MessagesRequest, raw []byte, i int) (Message, error) 
 	case content == nil:
 	case content[0] == '"':
 		msg.StringContent = true
-		msg.Blocks = []Block{{Raw: TextBlock(str(content)), Type: BlockText}}
+		// The client's string as it spelt it, in a text block (textBlockOf): its text is
+		// str(content), its bytes content's.
+		msg.Blocks = []Block{{Raw: []byte(`{"type":"text","text":` + string(content) + `}`), Type: BlockText}}
 	case content[0] == '[':
 		j := 0
 		jsonx.Elements(content, func(s, e int) bool {
