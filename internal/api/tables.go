@@ -43,8 +43,8 @@ func (tp *tablePool[T]) put(t []T) {
 }
 
 // Release hands r's tables back for the next request's skim. After it, r and everything taken
-// from it (Items, and the Prefix's use of them) must not be used: the caller vouches that
-// nothing refers to them, as when it reuses the body's buffer.
+// from it (its Items) must not be used: the caller vouches that nothing refers to them, as when
+// it reuses the body's buffer. The Prefix made from r (Prefix) holds none of them and stays good.
 func (r *ResponsesRequest) Release() {
 	if cap(r.table) > len(r.itemBuf) {
 		itemTables.put(r.table)
