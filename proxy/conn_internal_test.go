@@ -19,7 +19,7 @@ func TestConnOwnerIsTheRequestsOwn(t *testing.T) {
 		{"t1", "sk-first-key-0000000000000000000001"}, // another key, one byte apart
 		{"t1", "sk-first-key-000000000000000000000"},  // a prefix of it
 		{"t2", "sk-first-key-000000000000000000000"},  // the same key, another tenant
-		{"t1", ""},                                    // no key
+		{"t1", ""}, // no key
 		{"t1", "sk-first-key-0000000000000000000000"},
 	}
 	for i, st := range steps {

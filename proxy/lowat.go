@@ -15,7 +15,6 @@ import (
 // bytes the client will not send, and it is 1 again once the body is read: the server's
 // background read, and the next request on the connection, wait for one byte as before.
 
-
 const (
 	// lowatMin: below this much still to come, the mark is 1.
 	lowatMin = 128 << 10

@@ -34,7 +34,7 @@ func appendMessageItems(out []Item, m Message) []Item {
 		out = append(out, Item{Raw: b, Type: "message", Role: m.Role, Handoff: m.Handoff})
 		group = nil
 	}
-	for _, blk := range m.Blocks {
+	for _, blk := range m.ContentBlocks() {
 		v := gjson.ParseBytes(blk.Raw)
 		switch blk.Type {
 		case "text", "image", "document", "search_result":

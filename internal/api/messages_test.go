@@ -495,9 +495,9 @@ func TestMessagesBlocksShareOneBuffer(t *testing.T) {
 	}
 }
 
-// A string content stands for one text block whose text is the string's value and whose bytes are
-// the client's spelling of it: no decode and encode (which cost a conversation of string
-// messages a pass over its whole history on every turn), and still valid JSON with the same text.
+// A string content stands for one text block, made when asked (ContentBlocks) rather than by every
+// skim, whose text is the string's value and whose bytes are the client's spelling of it: no
+// decode and encode, and still valid JSON with the same text.
 func TestStringContentBlockKeepsTheClientsSpelling(t *testing.T) {
 	for _, raw := range []string{`"plain"`, `"a\nb"`, `"h\u00e9 \ud83d\ude00"`, `"q\"uote\\"`, "\"x\u2028y\u2029z\"", `"\u2028"`, `""`} {
 		body := []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":` + raw + `}]}`)
@@ -506,10 +506,11 @@ func TestStringContentBlockKeepsTheClientsSpelling(t *testing.T) {
 			t.Fatalf("%s: %v", raw, err)
 		}
 		m := r.Messages[0]
-		if !m.StringContent || len(m.Blocks) != 1 || m.Blocks[0].Type != BlockText {
+		blocks := m.ContentBlocks()
+		if !m.StringContent || m.Blocks != nil || len(blocks) != 1 || blocks[0].Type != BlockText {
 			t.Fatalf("%s: %+v", raw, m)
 		}
-		got := m.Blocks[0].Raw
+		got := blocks[0].Raw
 		if want := `{"type":"text","text":` + raw + `}`; string(got) != want {
 			t.Errorf("%s: block %s, want %s", raw, got, want)
 		}

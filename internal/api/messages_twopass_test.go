@@ -130,9 +130,8 @@ func scanMessageTwoPass(r *MessagesRequest, raw []byte, i int) (Message, error) 
 	case content == nil:
 	case content[0] == '"':
 		msg.StringContent = true
-		// The client's string as it spelt it, in a text block (textBlockOf): its text is
-		// str(content), its bytes content's.
-		msg.Blocks = []Block{{Raw: []byte(`{"type":"text","text":` + string(content) + `}`), Type: BlockText}}
+		// The client's string as it spelt it, whose text block ContentBlocks makes.
+		msg.text = content
 	case content[0] == '[':
 		j := 0
 		jsonx.Elements(content, func(s, e int) bool {
@@ -239,13 +238,14 @@ func sameMessagesAsTwoPass(t *testing.T, body []byte, r *MessagesRequest, err er
 	}
 	for i := range r.Messages {
 		a, b := r.Messages[i], r0.Messages[i]
+		ab, bb := a.ContentBlocks(), b.ContentBlocks()
 		if !bytes.Equal(a.Raw, b.Raw) || a.Role != b.Role || a.StringContent != b.StringContent ||
-			a.Handoff != b.Handoff || len(a.Blocks) != len(b.Blocks) {
+			a.Handoff != b.Handoff || len(a.Blocks) != len(b.Blocks) || len(ab) != len(bb) {
 			t.Fatalf("%.300q: message %d: one pass %+v; two passes %+v", body, i, a, b)
 		}
-		for j := range a.Blocks {
-			if !bytes.Equal(a.Blocks[j].Raw, b.Blocks[j].Raw) || a.Blocks[j].Type != b.Blocks[j].Type {
-				t.Fatalf("%.300q: block %d.%d: one pass %+v; two passes %+v", body, i, j, a.Blocks[j], b.Blocks[j])
+		for j := range ab {
+			if !bytes.Equal(ab[j].Raw, bb[j].Raw) || ab[j].Type != bb[j].Type {
+				t.Fatalf("%.300q: block %d.%d: one pass %+v; two passes %+v", body, i, j, ab[j], bb[j])
 			}
 		}
 	}

@@ -291,13 +291,8 @@ func (r *MessagesRequest) Prefix() *Prefix {
 		pi := prefixItem{start: int32(s), end: int32(s + len(m.Raw)), role: p.nameID(m.Role),
 			stringContent: m.StringContent}
 		if m.StringContent {
-			// The content string's span: the synthesised block is {"type":"text","text":<it>},
-			// or the decoded text re-encoded; find the member's value in the message instead.
-			cs, ce, ok := stringContentSpan(m.Raw)
-			if !ok {
-				return nil
-			}
-			pi.cstart, pi.cend = int32(s+cs), int32(s+ce)
+			cs := offset(r.Body, m.text) // the content string's span (ContentBlocks)
+			pi.cstart, pi.cend = int32(cs), int32(cs+len(m.text))
 		} else {
 			pi.bstart, pi.nblocks = int32(len(p.blocks)), int32(len(m.Blocks))
 			for _, b := range m.Blocks {
@@ -310,19 +305,6 @@ func (r *MessagesRequest) Prefix() *Prefix {
 	return p.done()
 }
 
-// stringContentSpan is the span, in a message's raw bytes, of its content member's string value.
-func stringContentSpan(raw []byte) (start, end int, ok bool) {
-	jsonx.Members(raw, func(k []byte, s, e int) bool {
-		var buf [32]byte
-		if string(memberName(k, &buf)) != "content" || raw[s] != '"' {
-			return true
-		}
-		start, end, ok = s, e, true
-		return false
-	})
-	return start, end, ok
-}
-
 func (r *MessagesRequest) resumeMessages(it *jsonx.Iter, from *Prefix) bool {
 	if !it.Resume(from.end) {
 		return false
@@ -333,7 +315,7 @@ func (r *MessagesRequest) resumeMessages(it *jsonx.Iter, from *Prefix) bool {
 	for i, p := range from.items {
 		m := Message{Raw: r.Body[p.start:p.end], Role: from.name(p.role), StringContent: p.stringContent}
 		if p.stringContent {
-			m.Blocks = []Block{{Raw: textBlockOf(r.Body[p.cstart:p.cend]), Type: BlockText}}
+			m.text = r.Body[p.cstart:p.cend]
 		} else if p.nblocks > 0 {
 			first := len(r.blockBuf)
 			for j, b := range from.blocks[p.bstart : p.bstart+p.nblocks] {

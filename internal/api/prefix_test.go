@@ -495,10 +495,10 @@ func TestReleaseClearsAndRefillsTables(t *testing.T) {
 }
 
 // BenchmarkStringContentResume is the resumed skim of a 2 MB Messages conversation whose messages
-// are strings with escaped newlines, as SDK clients send them, plus one new message. Each string
-// still becomes a text block on every turn (a copy of its bytes), but no longer a decode and an
-// encode of them: 16 ms and 10.8 MB allocated a turn before, 0.9–1.1 ms and 2.2 MB after, on the
-// thirteenth round's Xeon (BENCHMARKS.md).
+// are strings with escaped newlines, as SDK clients send them, plus one new message. A string
+// becomes a text block only when something asks (Message.ContentBlocks), no longer on every turn
+// by a decode and an encode of it: 16 ms and 10.8 MB allocated a turn before, 24–45 µs and 67 KB
+// after, on the thirteenth round's Xeon (BENCHMARKS.md).
 func BenchmarkStringContentResume(b *testing.B) {
 	var sb strings.Builder
 	sb.WriteString(`{"model":"m","max_tokens":5,"messages":[`)

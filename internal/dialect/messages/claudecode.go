@@ -70,11 +70,12 @@ func claudeCodeCompaction(h http.Header, req *api.MessagesRequest) ([]api.Messag
 	if last.Role != "user" {
 		return nil, false
 	}
-	n := len(last.Blocks)
-	if n == 0 || last.Blocks[n-1].Type != api.BlockText || !isSummaryPrompt(gjson.GetBytes(last.Blocks[n-1].Raw, "text").Str) {
+	blocks := last.ContentBlocks()
+	n := len(blocks)
+	if n == 0 || blocks[n-1].Type != api.BlockText || !isSummaryPrompt(gjson.GetBytes(blocks[n-1].Raw, "text").Str) {
 		return nil, false
 	}
-	kept := last.Blocks[: n-1 : n-1]
+	kept := blocks[: n-1 : n-1]
 	for _, b := range kept {
 		if b.Type != api.BlockText && b.Type != "tool_result" {
 			return nil, false

@@ -35,7 +35,7 @@ func (t *Turn) ArchiveRef(env *turn.Env) (string, string, bool) {
 	if t.a.CountTokens || !env.Recalls() || t.prev != nil || t.compacted || len(req.Messages) == 0 || len(req.Blocks) > 0 {
 		return "", "", false
 	}
-	for _, b := range req.Messages[0].Blocks {
+	for _, b := range req.Messages[0].ContentBlocks() {
 		if b.Type != api.BlockText {
 			continue
 		}
