@@ -71,6 +71,9 @@ func TestAgentRecognition(t *testing.T) {
 		{name: "a marker tag after the reminder", body: ccWithLast(t, prompt+"\n\n<remote-control-device-report/>"), hdr: cc, upgrade: true, msgs: 4},
 		{name: "claude-cli user agent", body: string(ccRequest), hdr: "User-Agent", hdrVal: "claude-cli/2.1.332 (external, sdk-cli)", upgrade: true, msgs: 4},
 		{name: "the prompt alone in its message", body: body(append(history(1), msg("user", prompt))), hdr: cc, upgrade: true, msgs: 2},
+		// A string content is the same text block (api.Message.ContentBlocks), and history in
+		// strings is conversation like history in blocks.
+		{name: "the prompt as a string content", body: body([]string{`{"role":"user","content":"question"}`, `{"role":"assistant","content":"answer"}`, `{"role":"user","content":` + strconv.Quote(prompt) + `}`}), hdr: cc, upgrade: true, msgs: 2},
 
 		{name: "turn naming the tags", body: ccWithLast(t, "Write the release notes: wrap your reasoning in <analysis> tags and put the result in <summary> tags."), hdr: cc},
 		{name: "turn quoting the whole prompt", body: ccWithLast(t, "Explain this prompt to me:\n"+prompt), hdr: cc},
