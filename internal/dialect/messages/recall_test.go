@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -212,6 +213,9 @@ func TestArchiveRef(t *testing.T) {
 		conv string
 	}{
 		{name: "the note first", msgs: []string{noted, msg("user", "q")}, conv: "conv-1"},
+		// Claude Code sends its summary back as blocks; a client that sends it as a string
+		// content is read the same (api.Message.ContentBlocks).
+		{name: "the note first, as a string content", msgs: []string{`{"role":"user","content":` + strconv.Quote("<summary>s\n\n"+turn.AgentRecallText("compactd_recall", "cref-good")+"</summary>") + `}`, msg("user", "q")}, conv: "conv-1"},
 		{name: "a reference that does not verify", msgs: []string{msg("user", "<summary>"+turn.AgentRecallText("compactd_recall", "cref-bad")+"</summary>"), msg("user", "q")}},
 		{name: "the reference without the note", msgs: []string{msg("user", "cref-good"), msg("user", "q")}},
 		{name: "the note later", msgs: []string{msg("user", "q"), noted}},
