@@ -459,39 +459,53 @@ func TestReleaseClearsAndRefillsTables(t *testing.T) {
 		}
 		next := append(append(bytes.Clone(body[:p.End()]), `,{"role":"user","content":"new"}`...), `]}`...)
 		for round := range 3 {
-			var kept any
-			switch d {
-			case 0:
-				r, err := ParseResponsesFrom(next, p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				kept = r.table[:cap(r.table)]
-				r.Release()
-			case 1:
-				r, err := ParseMessagesFrom(next, p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				kept = r.Messages[:cap(r.Messages)]
-				r.Release()
-			case 2:
-				r, err := ParseChatFrom(next, p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				kept = r.Messages[:cap(r.Messages)]
-				r.Release()
+			tables, err := resumeAndRelease[d](next, p)
+			if err != nil {
+				t.Fatal(err)
 			}
-			v := reflect.ValueOf(kept)
-			for i := range v.Len() {
-				if !v.Index(i).IsZero() {
-					t.Fatalf("%s round %d: entry %d of a released table is %+v, not cleared", dl.name, round, i, v.Index(i))
+			for _, kept := range tables {
+				v := reflect.ValueOf(kept)
+				for i := range v.Len() {
+					if !v.Index(i).IsZero() {
+						t.Fatalf("%s round %d: entry %d of a released table is %+v, not cleared", dl.name, round, i, v.Index(i))
+					}
 				}
 			}
-			sameSkim(t, d, next, p) // resumes into the table just released, when the pool kept it
+			sameSkim(t, d, next, p) // resumes into the tables just released, when the pool kept them
 		}
 	}
+}
+
+// resumeAndRelease, per dialect of prefixDialects, skims body resumed from p, releases the request
+// and returns the tables it released, each at its whole capacity.
+var resumeAndRelease = []func(body []byte, p *Prefix) ([]any, error){
+	func(body []byte, p *Prefix) ([]any, error) {
+		r, err := ParseResponsesFrom(body, p)
+		if err != nil {
+			return nil, err
+		}
+		tables := []any{r.table[:cap(r.table)]}
+		r.Release()
+		return tables, nil
+	},
+	func(body []byte, p *Prefix) ([]any, error) {
+		r, err := ParseMessagesFrom(body, p)
+		if err != nil {
+			return nil, err
+		}
+		tables := []any{r.Messages[:cap(r.Messages)], r.blockBuf[:cap(r.blockBuf)]}
+		r.Release()
+		return tables, nil
+	},
+	func(body []byte, p *Prefix) ([]any, error) {
+		r, err := ParseChatFrom(body, p)
+		if err != nil {
+			return nil, err
+		}
+		tables := []any{r.Messages[:cap(r.Messages)]}
+		r.Release()
+		return tables, nil
+	},
 }
 
 // BenchmarkStringContentResume is the resumed skim of a 2 MB Messages conversation whose messages
